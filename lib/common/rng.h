@@ -1,0 +1,50 @@
+// Counter-based random numbers: a value is a pure function of (seed, stream,
+// index), so dropout masks are regenerated in backward instead of stored,
+// fused and unfused kernels draw identical masks, and a rerun with the same
+// seed is bit-identical whatever the thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace mtrain {
+
+// SplitMix64 finaliser: a strong 64-bit mixer.
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// A uniform float in [0, 1) for element `index` of stream `seed`.
+inline float uniform01(uint64_t seed, uint64_t index) {
+  return static_cast<float>(mix64(seed ^ mix64(index)) >> 40) * (1.0f / 16777216.0f);
+}
+
+// Derives a sub-stream seed, e.g. stream(seed, {iteration, microbatch, layer, site}).
+inline uint64_t stream_seed(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0) {
+  uint64_t s = mix64(seed);
+  s = mix64(s ^ a);
+  s = mix64(s ^ (b + 0x1234567ULL));
+  s = mix64(s ^ (c + 0x89abcdeULL));
+  return mix64(s ^ (d + 0xf0e1d2cULL));
+}
+
+// Sequential generator for initialisation and data shuffling (xoshiro-like
+// quality via SplitMix64 stepping; deterministic across platforms).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next_u64() { return mix64(state_++); }
+  // Uniform in [0, 1).
+  double uniform() { return static_cast<double>(next_u64() >> 11) * (1.0 / 9007199254740992.0); }
+  // Standard normal (Box-Muller; one value per call keeps the stream simple).
+  double normal();
+  uint64_t state() const { return state_; }
+  void set_state(uint64_t s) { state_ = s; }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace mtrain

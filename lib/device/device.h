@@ -1,0 +1,60 @@
+// The simulated NPU: one Device per rank, with a profile (HBM capacity, peak
+// rates, links) and an HBM allocator that accounts every byte by category.
+// Host storage is always fp32; the device accounts the bytes the emulated
+// dtype would take on the NPU. Exceeding capacity throws OutOfMemoryError
+// with a per-category breakdown, like torch_npu's OOM message.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace mtrain::device {
+
+struct DeviceProfile {
+  std::string name = "Ascend910B3";
+  int64_t hbm_bytes = 64LL << 30;         // 64 GiB
+  double peak_tflops_16bit = 294.9;       // cube unit, bf16/fp16
+  double peak_tflops_fp32 = 73.7;
+  double hbm_gbps = 1600.0;               // HBM bandwidth, GB/s
+  double intra_node_link_gbps = 56.0;     // HCCS per NPU pair
+  double inter_node_link_gbps = 25.0;     // RoCE per NPU per direction
+  int devices_per_node = 8;
+  int64_t allocator_block_bytes = 2LL << 20;  // reserved memory grows in these blocks
+};
+
+enum class MemCategory : int { kWeights, kGrads, kOptimizer, kActivations, kCommBuffers, kOther, kCount };
+const char* mem_category_name(MemCategory c);
+
+struct MemoryStats {
+  int64_t allocated = 0;
+  int64_t max_allocated = 0;
+  int64_t reserved = 0;
+  int64_t max_reserved = 0;
+  std::array<int64_t, static_cast<int>(MemCategory::kCount)> by_category{};
+};
+
+class Device {
+ public:
+  Device(DeviceProfile profile, int index) : profile_(std::move(profile)), index_(index) {}
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  // Accounts `bytes` for `what`; throws OutOfMemoryError naming `what` and the breakdown.
+  void allocate(int64_t bytes, MemCategory category, const std::string& what);
+  void release(int64_t bytes, MemCategory category);
+
+  const DeviceProfile& profile() const { return profile_; }
+  int index() const { return index_; }
+  const MemoryStats& stats() const { return stats_; }
+  std::string name() const;  // e.g. "npu:0 (Ascend910B3)"
+  // Human-readable breakdown by category in MiB.
+  std::string breakdown() const;
+
+ private:
+  DeviceProfile profile_;
+  int index_;
+  MemoryStats stats_;
+};
+
+}  // namespace mtrain::device

@@ -1,0 +1,50 @@
+// Causal self-attention with grouped-query heads (H query heads, G key/value
+// groups, R = H/G query heads per group; query head h reads group h / R).
+//
+// Layouts: qkv (B, T, G*(R+2)*D) is Megatron's fused linear_qkv output, per
+// group [R query heads | key | value]; q (B, H, T, D), k and v (B, G, T, D);
+// out (B, H, T, D). doc_ids (B, T) may be null; when set, a query attends
+// only to keys with the same doc id (packed samples never see each other).
+// Scores are scaled by 1/sqrt(D). Attention dropout (p) uses common/rng.h on
+// the flattened (b, h, tq, tk) index.
+#pragma once
+
+#include <cstdint>
+
+namespace mtrain::kernels {
+
+void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t G, int64_t R,
+                       int64_t D);
+// dqkv OVERWRITTEN.
+void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T,
+                        int64_t G, int64_t R, int64_t D);
+
+// out (B, T, H*D) from inp (B, H, T, D) and back.
+void heads_merge_forward(float* out, const float* inp, int64_t B, int64_t H, int64_t T, int64_t D);
+void heads_merge_backward(float* dinp, const float* dout, int64_t B, int64_t H, int64_t T, int64_t D);
+
+// Unfused: materialises probs (B, H, T, T) (softmax output before dropout,
+// saved for backward). masked_softmax_fusion = scale+mask+softmax in one pass
+// per row; otherwise scale, mask fill, softmax as separate passes.
+// scratch: attention_unfused_scratch_floats(...).
+void attention_unfused_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                               const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
+                               float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch);
+// dq (B,H,T,D), dk, dv (B,G,T,D) all OVERWRITTEN.
+void attention_unfused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                const float* v, const float* probs, const int32_t* doc_ids, int64_t B, int64_t H,
+                                int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch);
+int64_t attention_unfused_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
+
+// Flash-style: tiles of queries x keys with an online softmax; saves only the
+// row log-sum-exp lse (B, H, T). Backward recomputes probabilities per tile.
+void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
+                             float dropout_p, uint64_t seed, float* scratch);
+void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const int32_t* doc_ids, int64_t B,
+                              int64_t H, int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed,
+                              float* scratch);
+int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
+
+}  // namespace mtrain::kernels

@@ -1,0 +1,22 @@
+// Cross-entropy of logits (N, V) against targets (N). Padded vocabulary
+// entries are ordinary logits (as in Megatron). losses (N) are per-token
+// -log softmax(logits)[target], unweighted; the caller weights them.
+#pragma once
+
+#include <cstdint>
+
+namespace mtrain::kernels {
+
+// fused (cross_entropy_loss_fusion): one pass per row computes max and
+// log-sum-exp, saved in stats (N, 2); backward recomputes softmax from the
+// logits and writes the gradient in the same pass.
+// unfused: log_softmax materialised into scratch (N*V floats, kept for
+// backward), then a gather for the loss.
+void cross_entropy_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
+                           int64_t V, bool fused, float* scratch);
+// dlogits (N, V) OVERWRITTEN = dlosses[i] * (softmax(logits_i) - onehot(target_i)).
+// dlogits may alias logits when fused. scratch must be the forward's scratch when !fused.
+void cross_entropy_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
+                            const float* dlosses, int64_t N, int64_t V, bool fused, const float* scratch);
+
+}  // namespace mtrain::kernels

@@ -1,0 +1,64 @@
+// Tensor: a shape, an emulated dtype, a device and either fp32 host storage or
+// nothing at all (a "meta" tensor, for shape-only planning). Allocation goes
+// through the Device, which accounts the dtype's bytes by category; the
+// destructor gives them back. Tensors are move-only owners.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+
+namespace mtrain {
+
+// The dtype a tensor would have on the NPU. Host storage is fp32 regardless;
+// bf16/fp16 values are kept exactly representable by rounding (precision.h).
+enum class DType { kF32, kBF16, kF16 };
+int dtype_bytes(DType t);
+const char* dtype_name(DType t);
+
+using Shape = std::vector<int64_t>;
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // meta = true: accounted on the device, but no host storage and data() == nullptr.
+  Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategory category, std::string name,
+         bool meta = false);
+  ~Tensor();
+  Tensor(Tensor&& o) noexcept;
+  Tensor& operator=(Tensor&& o) noexcept;
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  bool is_meta() const { return device_ != nullptr && !data_; }
+  bool defined() const { return device_ != nullptr; }
+  const std::string& name() const { return name_; }
+  int64_t device_bytes() const { return numel_ * dtype_bytes(dtype_); }
+  void zero();
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  void reset();
+
+  device::Device* device_ = nullptr;
+  Shape shape_;
+  int64_t numel_ = 0;
+  DType dtype_ = DType::kF32;
+  device::MemCategory category_ = device::MemCategory::kOther;
+  std::string name_;
+  std::unique_ptr<float[], FreeDeleter> data_;
+};
+
+}  // namespace mtrain
