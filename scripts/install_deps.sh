@@ -9,7 +9,7 @@ PACKAGES=(
   libopenblas-dev libopenblas-openmp-dev
   libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libpcre2-dev
 )
 
 missing=()

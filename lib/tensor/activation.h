@@ -39,4 +39,10 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t 
 // din (n) = dout * keep / (1-p). din may alias dout.
 void dropout_backward(float* din, const float* dout, int64_t n, float p, uint64_t seed);
 
+// Scratch floats the unfused (!fused) paths need, forward and backward alike.
+// The fused paths ignore scratch (it may be null).
+int64_t bias_swiglu_scratch_floats(int64_t N, int64_t F);      // 3*N*F
+int64_t bias_gelu_scratch_floats(int64_t N, int64_t F);        // 2*N*F
+int64_t bias_dropout_add_scratch_floats(int64_t N, int64_t C);  // N*C
+
 }  // namespace mtrain::kernels

@@ -24,9 +24,11 @@ void heads_merge_forward(float* out, const float* inp, int64_t B, int64_t H, int
 void heads_merge_backward(float* dinp, const float* dout, int64_t B, int64_t H, int64_t T, int64_t D);
 
 // Unfused: materialises probs (B, H, T, T) (softmax output before dropout,
-// saved for backward). masked_softmax_fusion = scale+mask+softmax in one pass
-// per row; otherwise scale, mask fill, softmax as separate passes.
-// scratch: attention_unfused_scratch_floats(...).
+// saved for backward; masked entries are exactly 0). masked_softmax_fusion =
+// scale+mask+softmax in one pass per row; otherwise scale, mask fill, softmax
+// as separate passes. scratch: attention_unfused_scratch_floats(...) =
+// B*H*T*T floats, used within one call only (forward and backward may share
+// it; probs must survive from forward to backward).
 void attention_unfused_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                                const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
                                float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch);
@@ -37,7 +39,11 @@ void attention_unfused_backward(float* dq, float* dk, float* dv, const float* do
 int64_t attention_unfused_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
 
 // Flash-style: tiles of queries x keys with an online softmax; saves only the
-// row log-sum-exp lse (B, H, T). Backward recomputes probabilities per tile.
+// row log-sum-exp lse (B, H, T). Backward recomputes probabilities per tile
+// and needs the forward's out (B, H, T, D) and lse; dq, dk, dv OVERWRITTEN.
+// scratch: attention_flash_scratch_floats(...) (a few 64x64 tiles per (b, h)
+// pair, independent of T), used within one call only.
+// Both paths: out must not alias q/k/v; gradients must not alias inputs.
 void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
                              float dropout_p, uint64_t seed, float* scratch);

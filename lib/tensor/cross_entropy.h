@@ -11,12 +11,15 @@ namespace mtrain::kernels {
 // log-sum-exp, saved in stats (N, 2); backward recomputes softmax from the
 // logits and writes the gradient in the same pass.
 // unfused: log_softmax materialised into scratch (N*V floats, kept for
-// backward), then a gather for the loss.
+// backward), then a gather for the loss; it also fills stats if non-null.
+// The fused path ignores scratch (may be null).
 void cross_entropy_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, bool fused, float* scratch);
 // dlogits (N, V) OVERWRITTEN = dlosses[i] * (softmax(logits_i) - onehot(target_i)).
 // dlogits may alias logits when fused. scratch must be the forward's scratch when !fused.
 void cross_entropy_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
                             const float* dlosses, int64_t N, int64_t V, bool fused, const float* scratch);
+// Scratch floats of the unfused path: N*V (must live from forward to backward).
+int64_t cross_entropy_scratch_floats(int64_t N, int64_t V);
 
 }  // namespace mtrain::kernels

@@ -16,10 +16,13 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 // out (N,C) = inp * rstd * weight (C), rstd = 1/sqrt(mean(inp^2) + eps); saves rstd (N).
 // fused = one pass per row (the fused RMSNorm kernel); unfused = the op sequence
-// pow -> mean -> rsqrt -> mul -> mul through `scratch` (N*C floats).
+// pow -> mean -> rsqrt -> mul -> mul through `scratch` (N*C floats forward,
+// rmsnorm_scratch_floats(N, C) for backward; fused ignores scratch, may be null).
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
                      float eps, bool fused, float* scratch);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int64_t N, int64_t C, bool fused, float* scratch);
+// Scratch floats the unfused path needs (enough for forward and backward).
+int64_t rmsnorm_scratch_floats(int64_t N, int64_t C);
 
 }  // namespace mtrain::kernels

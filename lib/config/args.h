@@ -1,0 +1,153 @@
+// Args: every setting of an mtrain run, one field per flag, named by the
+// canonical (underscore, Megatron-SWIFT / Megatron-LM) flag name.
+//
+// Defaults are Megatron-SWIFT's where swift and Megatron-LM differ (the
+// `mtrain sft` user is a swift user); see docs/FLAGS.md for every default and
+// alias. `std::optional` marks swift/Megatron "None" defaults; validate()
+// fills the derived ones (ffn_hidden_size, kv_channels, seq_length, max_length,
+// max_position_embeddings, lr, loss_scale, lr_decay_iters when train_iters is
+// known) so that after validate() they are always set.
+//
+// The flag table (flags.h) maps names, aliases and help text onto these
+// fields; add a setting there and here, nowhere else.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mtrain::config {
+
+struct Args {
+  // ---- command (not flags) ------------------------------------------------
+  std::string command = "sft";  // "sft" or "pt" (pretrain)
+  std::string config_file;      // the YAML given positionally or with --config ("" = none)
+
+  // ---- model --------------------------------------------------------------
+  std::string model_preset;            // configs/models/<name>.yaml, lowest precedence
+  int num_layers = 0;                  // 0 = not set; required (validate() fails otherwise)
+  int hidden_size = 0;                 // 0 = not set; required
+  std::optional<int> ffn_hidden_size;  // derived: swiglu ? int(4h*2/3/64)*64 : 4h
+  int num_attention_heads = 0;         // 0 = not set; required
+  // swift derives it from num_query_groups > 1; after validate() it is true
+  // exactly when num_query_groups < num_attention_heads.
+  bool group_query_attention = false;
+  // KV heads. After validate() always the effective count (= heads for MHA).
+  int num_query_groups = 1;
+  std::optional<int> kv_channels;              // head dim; derived: hidden_size / num_attention_heads
+  std::optional<int> max_position_embeddings;  // derived: seq_length
+  std::optional<int> seq_length;               // derived: max_length, else max_position_embeddings
+  std::string normalization = "RMSNorm";       // LayerNorm | RMSNorm
+  double norm_epsilon = 1e-5;
+  bool swiglu = true;                            // false: GELU MLP
+  std::string position_embedding_type = "rope";  // learned_absolute | rope
+  double rotary_base = 10000;
+  bool untie_embeddings_and_output_weights = true;
+  bool add_bias_linear = false;  // --disable_bias_linear true <=> add_bias_linear false
+  bool add_qkv_bias = true;
+  double hidden_dropout = 0.0;
+  double attention_dropout = 0.0;
+  int make_vocab_size_divisible_by = 128;
+  double init_method_std = 0.02;
+  std::optional<int> vocab_size;     // normally from the tokenizer; presets may set it
+  std::optional<std::string> model;  // HF model dir (not implemented yet: rejected)
+
+  // ---- parallelism --------------------------------------------------------
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int context_parallel_size = 1;
+  int expert_model_parallel_size = 1;
+  bool sequence_parallel = false;  // forced off (with a warning) at TP=1
+  bool use_distributed_optimizer = true;
+  bool use_tp_pp_dp_mapping = false;  // rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp
+  std::optional<int> decoder_first_pipeline_num_layers;
+  std::optional<int> decoder_last_pipeline_num_layers;
+  std::optional<int> num_layers_per_virtual_pipeline_stage;
+  std::optional<int> virtual_pipeline_model_parallel_size;  // derived from the above; None when 1
+  bool overlap_grad_reduce = false;
+  std::optional<std::string> recompute_granularity = "selective";  // full | selective; "none" -> None
+  std::optional<std::string> recompute_method;                     // uniform | block (full only)
+  std::optional<int> recompute_num_layers;
+
+  // ---- fusions (all on by default: the fast path) -------------------------
+  bool masked_softmax_fusion = true;
+  bool bias_dropout_fusion = true;
+  bool bias_swiglu_fusion = true;  // bias + activation (SwiGLU or GELU)
+  bool cross_entropy_loss_fusion = true;
+  bool apply_rope_fusion = true;  // swift v4 default False; mtrain's fused kernel is exact
+  bool use_fused_rmsnorm = true;  // swift/MindSpeed default False; exact here too
+  bool gradient_accumulation_fusion = true;
+  std::string attention_backend = "flash";  // after validate(): flash | unfused
+  bool use_flash_attn = false;              // true requires attention_backend flash
+
+  // ---- training / optimizer / precision ------------------------------------
+  int micro_batch_size = 1;
+  int global_batch_size = 16;
+  std::optional<int> train_iters;       // one of train_iters / num_train_epochs is required
+  std::optional<int> num_train_epochs;  // v3 max_epochs
+  std::optional<double> lr;             // derived: 1e-5 (full)
+  double min_lr = 0.0;
+  std::string lr_decay_style = "cosine";  // constant | linear | cosine | inverse-square-root | WSD
+  std::optional<int> lr_decay_iters;      // derived: train_iters
+  int lr_warmup_iters = 0;
+  std::optional<double> lr_warmup_fraction;
+  double lr_warmup_init = 0.0;
+  std::string lr_wsd_decay_style = "exponential";  // exponential | linear | cosine | minus_sqrt
+  std::optional<int> lr_wsd_decay_iters;
+  double weight_decay = 0.1;
+  double clip_grad = 1.0;  // 0 disables clipping
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  std::string optimizer = "adam";  // adam (= AdamW) | sgd
+  double sgd_momentum = 0.9;
+  bool bf16 = false;
+  bool fp16 = false;
+  // Megatron's static fp16 loss scale (--loss-scale NUMBER); None = dynamic.
+  // `--loss_scale 1024` (a number) lands here, `--loss_scale all` in loss_scale.
+  std::optional<double> static_loss_scale;
+  double initial_loss_scale = 4294967296.0;  // 2**32
+  double min_loss_scale = 1.0;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  int seed = 42;
+  std::optional<int> num_threads;  // None: cores / ranks on this node
+  bool check_for_nan_in_loss_and_grad = true;
+  std::string on_nonfinite = "abort";  // abort | skip
+  int max_consecutive_nonfinite_skips = 5;
+  std::string train_type = "full";  // v4 tuner_type; lora is rejected for now
+
+  // ---- data ----------------------------------------------------------------
+  std::vector<std::string> dataset;
+  std::vector<std::string> val_dataset;
+  double split_dataset_ratio = 0.0;
+  std::optional<int> max_length;  // derived: seq_length (max_length <= seq_length)
+  std::optional<std::string> tokenizer;
+  int data_seed = 42;
+  bool dataset_shuffle = true;
+  std::string text_key = "text";
+  // swift's token weighting: default (answer tokens) | all | last_round.
+  // derived: "default" for sft, "all" for pt. A numeric --loss_scale is
+  // Megatron's fp16 loss scale and goes to static_loss_scale instead.
+  std::optional<std::string> loss_scale;
+
+  // ---- logging / eval / output ---------------------------------------------
+  int log_interval = 5;
+  std::optional<int> eval_interval;  // None: no evaluation
+  int eval_iters = -1;               // -1: the whole validation set
+  std::string output_dir = "megatron_output";
+  std::optional<std::string> load;   // rejected for now (checkpointing is a later issue)
+  std::optional<int> save_interval;  // rejected for now
+  bool log_throughput = false;
+  int num_generate_samples = 0;  // after training: answer the first N training prompts (greedy)
+  int max_new_tokens = 64;
+  std::string device_profile = "Ascend910B3";  // configs/devices/<name>.yaml or a path
+  bool dry_run = false;                        // rejected for now
+
+  // ---- derived by validate() (not flags; written to args.json) -------------
+  int world_size = 1;
+  int data_parallel_size = 1;  // world_size / (TP * PP * CP)
+  int num_micro_batches = 16;  // global_batch_size / (micro_batch_size * data_parallel_size)
+};
+
+}  // namespace mtrain::config

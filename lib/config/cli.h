@@ -1,0 +1,61 @@
+// The command line: `mtrain <command> [CONFIG.yaml] [--config FILE] [--flags ...]`.
+//
+// parse_command_line() turns argv into an Invocation: the subcommand and a
+// fully merged (preset < YAML < command line), validated Args. Rules follow
+// Megatron-SWIFT (HfArgumentParser): `--foo_bar` == `--foo-bar`, `--x=v`,
+// booleans as `--flag`, `--flag true|false|yes|no|t|f|y|n|1|0` or `--no_flag`,
+// list flags take several values. Errors:
+//   UsageError  (exit 2): unknown flag (with did-you-mean), bad command-line value;
+//   ConfigError (exit 3): YAML problems (file:line:col), validation failures.
+// Side effect: the YAML `ENV:` map is applied with setenv() (variables that
+// are already set are kept, with a warning in Invocation::warnings).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/args.h"
+
+namespace mtrain::config {
+
+// A subcommand. Training commands (sft, pt) parse every flag into Args;
+// others (an app's `tokenizer`, `export`, ...) get their arguments verbatim.
+struct CommandSpec {
+  std::string name;
+  std::vector<std::string> aliases;
+  std::string description;
+  // true: every flag is parsed, merged and validated like a training run
+  // (loss_scale defaults to "all" for pt, "default" otherwise);
+  // false: the arguments are passed through unparsed in Invocation::passthrough.
+  bool training_flags = true;
+};
+
+// sft, and pt (alias pretrain).
+std::vector<CommandSpec> default_commands();
+
+struct ParseOptions {
+  std::vector<CommandSpec> commands = default_commands();
+  int world_size = 1;      // for validation (DP = world / (TP*PP*CP))
+  std::string config_dir;  // "" = find_config_dir()
+};
+
+struct Invocation {
+  enum class Action { kRun, kHelp, kVersion };
+  Action action = Action::kRun;
+  std::string command;                   // canonical name ("pt" for pretrain); "" for top-level help/version
+  Args args;                             // merged and validated (training commands with kRun only)
+  std::vector<std::string> passthrough;  // arguments of a command with training_flags == false
+  std::vector<std::string> warnings;     // to print (e.g. sequence parallel disabled, ENV already set)
+  std::string text;                      // help or version text to print when action != kRun
+};
+
+Invocation parse_command_line(int argc, const char* const* argv, const ParseOptions& options = {});
+
+// `mtrain --help` (commands) or `mtrain <command> --help` (every flag, grouped).
+std::string help_text(const std::string& command = "", const std::vector<CommandSpec>& commands = default_commands());
+// "mtrain 0.1.0".
+std::string version_text();
+// docs/FLAGS.md, generated from the flag table.
+std::string flags_markdown();
+
+}  // namespace mtrain::config

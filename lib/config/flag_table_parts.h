@@ -1,0 +1,21 @@
+// Internal to lib/config: the pieces flag_table() is assembled from.
+#pragma once
+
+#include <vector>
+
+#include "config/flags.h"
+
+namespace mtrain::config::detail {
+
+std::vector<FlagSpec> model_flags();
+std::vector<FlagSpec> parallel_flags();
+std::vector<FlagSpec> fusion_flags();
+std::vector<FlagSpec> training_flags();
+std::vector<FlagSpec> precision_flags();
+std::vector<FlagSpec> data_flags();
+std::vector<FlagSpec> logging_flags();
+
+// loss_scale: a number is Megatron's static fp16 loss scale, else swift's token weighting.
+std::string set_loss_scale(const FlagSpec& spec, Args& args, const RawValue& value);
+
+}  // namespace mtrain::config::detail

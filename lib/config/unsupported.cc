@@ -1,0 +1,76 @@
+// The one list of settings mtrain accepts by name but does not implement yet.
+// A run that sets one of them to a value outside `supported` (or, when
+// `supported` is empty, to anything but its default) stops with ConfigError
+// instead of being silently ignored. Remove an entry when the feature lands.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/errors.h"
+#include "config/flags.h"
+#include "config/validate.h"
+
+namespace mtrain::config {
+
+namespace {
+
+struct Unsupported {
+  std::string_view flag;
+  std::vector<std::string_view> supported;  // values that work; empty = only the default
+  std::string_view reason;
+  std::string_view hint;
+};
+
+const std::vector<Unsupported>& unsupported_settings() {
+  static const std::vector<Unsupported> list = {
+      {"load", {}, "checkpoint loading is not implemented yet", "remove --load / --mcore_model"},
+      {"save_interval",
+       {},
+       "checkpoint saving is not implemented yet",
+       "remove --save_interval / --save_steps (checkpointing is a later issue)"},
+      {"model",
+       {},
+       "loading a Hugging Face model directory is not implemented yet",
+       "give the model shape with --model_preset or the model flags"},
+      {"dry_run", {}, "--dry_run (memory and step-time planning) is not implemented yet", "remove --dry_run"},
+      {"train_type", {"full"}, "LoRA is not supported yet", "use --train_type full (--tuner_type full)"},
+      {"position_embedding_type",
+       {"learned_absolute", "rope"},
+       "this position embedding is not supported",
+       "use --position_embedding_type rope or learned_absolute"},
+      {"expert_model_parallel_size",
+       {"1"},
+       "expert parallelism (MoE) is not implemented yet",
+       "use --expert_model_parallel_size 1"},
+      {"overlap_grad_reduce",
+       {},
+       "overlapping the gradient reduction with backward is not implemented yet",
+       "remove --overlap_grad_reduce"},
+      {"attention_backend",
+       {"flash", "unfused", "local", "auto"},
+       "the fused (cuDNN) attention backend does not exist on the simulated NPU",
+       "use --attention_backend flash or unfused"},
+      {"loss_scale",
+       {"default", "all", "None"},
+       "loss_scale last_round is not implemented yet",
+       "use --loss_scale default or all"},
+  };
+  return list;
+}
+
+}  // namespace
+
+void check_supported(const Args& args) {
+  for (const auto& u : unsupported_settings()) {
+    auto match = find_flag(u.flag);
+    if (!match)
+      throw Error(ExitCode::kInternal, fmt::format("unsupported-settings list names unknown flag {}", u.flag));
+    const FlagSpec& spec = *match->spec;
+    if (flag_has_default_value(spec, args)) continue;
+    const std::string value = flag_value_text(spec, args);
+    if (std::find(u.supported.begin(), u.supported.end(), value) != u.supported.end()) continue;
+    throw ConfigError(fmt::format("--{} {}: {}", spec.name, value, u.reason), std::string(u.hint));
+  }
+}
+
+}  // namespace mtrain::config

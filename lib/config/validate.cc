@@ -1,0 +1,168 @@
+// Validation, part 1: the order of checks, the model shape and the data.
+#include "config/validate.h"
+
+#include <fmt/format.h>
+
+#include "common/errors.h"
+#include "config/validate_parts.h"
+
+namespace mtrain::config {
+
+namespace detail {
+
+void require_positive(int value, const char* flag) {
+  if (value < 1) throw ConfigError(fmt::format("--{} must be >= 1, got {}", flag, value));
+}
+
+void require_range(double value, double lo, double hi, bool hi_inclusive, const char* flag) {
+  bool ok = value >= lo && (hi_inclusive ? value <= hi : value < hi);
+  if (!ok) {
+    throw ConfigError(fmt::format("--{} must be in [{}, {}{}, got {}", flag, lo, hi, hi_inclusive ? "]" : ")", value));
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::require_positive;
+using detail::require_range;
+
+void require_set(int value, const char* flag) {
+  if (value == 0) {
+    throw ConfigError(fmt::format("--{} is required", flag),
+                      "set it with --model_preset (e.g. demo), in the YAML config or on the command line");
+  }
+  require_positive(value, flag);
+}
+
+void check_attention_shape(Args& a) {
+  if (!a.kv_channels && a.hidden_size % a.num_attention_heads != 0) {
+    throw ConfigError(fmt::format("hidden_size ({}) must be divisible by num_attention_heads ({}) when kv_channels "
+                                  "is not set",
+                                  a.hidden_size, a.num_attention_heads),
+                      "change --hidden_size or --num_attention_heads, or set --kv_channels");
+  }
+  if (!a.kv_channels) a.kv_channels = a.hidden_size / a.num_attention_heads;
+  require_positive(*a.kv_channels, "kv_channels");
+  if (a.position_embedding_type == "rope" && *a.kv_channels % 2 != 0) {
+    throw ConfigError(fmt::format("--kv_channels ({}) must be even with rope position embeddings", *a.kv_channels),
+                      "RoPE rotates pairs of channels; change --hidden_size / --num_attention_heads or --kv_channels");
+  }
+  // swift derives group_query_attention from num_query_groups > 1; without it
+  // attention is multi-head (Megatron ignores num_query_groups then).
+  require_positive(a.num_query_groups, "num_query_groups");
+  if (a.num_query_groups > 1) a.group_query_attention = true;
+  if (!a.group_query_attention) a.num_query_groups = a.num_attention_heads;
+  if (a.num_attention_heads % a.num_query_groups != 0) {
+    throw ConfigError(fmt::format("num_attention_heads ({}) must be divisible by num_query_groups ({})",
+                                  a.num_attention_heads, a.num_query_groups),
+                      "each KV head serves a whole number of query heads: change --num_query_groups");
+  }
+  a.group_query_attention = a.num_query_groups < a.num_attention_heads;
+}
+
+void derive_lengths(Args& a) {
+  if (!a.seq_length) a.seq_length = a.max_length ? a.max_length : a.max_position_embeddings;
+  if (!a.seq_length) {
+    throw ConfigError("--seq_length is required",
+                      "set --seq_length or --max_length (or --max_position_embeddings, e.g. via --model_preset)");
+  }
+  require_positive(*a.seq_length, "seq_length");
+  if (!a.max_length) a.max_length = a.seq_length;
+  require_positive(*a.max_length, "max_length");
+  if (*a.max_length > *a.seq_length) {
+    throw ConfigError(fmt::format("--max_length ({}) must not exceed --seq_length ({})", *a.max_length, *a.seq_length),
+                      "raise --seq_length or lower --max_length");
+  }
+  if (!a.max_position_embeddings) a.max_position_embeddings = a.seq_length;
+  require_positive(*a.max_position_embeddings, "max_position_embeddings");
+  if (a.position_embedding_type == "learned_absolute" && *a.max_position_embeddings < *a.seq_length) {
+    throw ConfigError(fmt::format("max_position_embeddings ({}) must be greater than or equal to seq_length ({}).",
+                                  *a.max_position_embeddings, *a.seq_length),
+                      "learned position embeddings have one row per position: raise --max_position_embeddings "
+                      "or lower --seq_length / --max_length");
+  }
+}
+
+void check_model(Args& a) {
+  require_set(a.num_layers, "num_layers");
+  require_set(a.hidden_size, "hidden_size");
+  require_set(a.num_attention_heads, "num_attention_heads");
+  check_attention_shape(a);
+  if (!a.ffn_hidden_size) {
+    a.ffn_hidden_size = a.swiglu ? static_cast<int>((4.0 * a.hidden_size * 2 / 3) / 64) * 64 : 4 * a.hidden_size;
+  }
+  require_positive(*a.ffn_hidden_size, "ffn_hidden_size");
+  derive_lengths(a);
+  require_range(a.hidden_dropout, 0, 1, false, "hidden_dropout");
+  require_range(a.attention_dropout, 0, 1, false, "attention_dropout");
+  if (!(a.norm_epsilon > 0)) throw ConfigError(fmt::format("--norm_epsilon must be > 0, got {}", a.norm_epsilon));
+  if (!(a.rotary_base > 0)) throw ConfigError(fmt::format("--rotary_base must be > 0, got {}", a.rotary_base));
+  if (!(a.init_method_std > 0)) {
+    throw ConfigError(fmt::format("--init_method_std must be > 0, got {}", a.init_method_std));
+  }
+  require_positive(a.make_vocab_size_divisible_by, "make_vocab_size_divisible_by");
+  if (a.vocab_size) require_positive(*a.vocab_size, "vocab_size");
+}
+
+void check_kernels(Args& a) {
+  if (a.attention_backend == "auto") a.attention_backend = "flash";
+  if (a.attention_backend == "local") a.attention_backend = "unfused";
+  if (a.use_flash_attn && a.attention_backend != "flash") {
+    throw ConfigError(fmt::format("--use_flash_attn conflicts with --attention_backend {}", a.attention_backend),
+                      "--use_flash_attn means --attention_backend flash; drop one of them");
+  }
+}
+
+void check_data(Args& a) {
+  require_range(a.split_dataset_ratio, 0, 1, false, "split_dataset_ratio");
+  if (!a.loss_scale) a.loss_scale = a.command == "pt" ? "all" : "default";
+  if (a.text_key.empty()) throw ConfigError("--text_key must not be empty");
+}
+
+void check_logging(Args& a) {
+  require_positive(a.log_interval, "log_interval");
+  if (a.eval_interval) require_positive(*a.eval_interval, "eval_interval");
+  if (a.eval_iters < -1 || a.eval_iters == 0) {
+    throw ConfigError(fmt::format("--eval_iters must be -1 (whole validation set) or >= 1, got {}", a.eval_iters));
+  }
+  if (a.output_dir.empty()) throw ConfigError("--output_dir must not be empty");
+  if (a.device_profile.empty()) throw ConfigError("--device_profile must not be empty");
+  if (a.num_threads) require_positive(*a.num_threads, "num_threads");
+  if (a.num_generate_samples < 0) {
+    throw ConfigError(fmt::format("--num_generate_samples must be >= 0, got {}", a.num_generate_samples));
+  }
+  if (a.num_generate_samples > 0 && a.command == "pt") {
+    throw ConfigError("--num_generate_samples needs chat prompts and works with `mtrain sft` only",
+                      "drop --num_generate_samples for pretraining");
+  }
+  require_positive(a.max_new_tokens, "max_new_tokens");
+}
+
+}  // namespace
+
+std::vector<std::string> validate(Args& args, int world_size) {
+  std::vector<std::string> warnings;
+  check_supported(args);
+  check_model(args);
+  check_kernels(args);
+  detail::check_parallel(args, world_size, warnings);
+  detail::check_training(args, warnings);
+  check_data(args);
+  check_logging(args);
+  return warnings;
+}
+
+int padded_vocab_size(int vocab_size, int make_vocab_size_divisible_by, int tensor_model_parallel_size) {
+  if (vocab_size < 1 || make_vocab_size_divisible_by < 1 || tensor_model_parallel_size < 1) {
+    throw ConfigError(
+        fmt::format("cannot pad vocab size {} with make_vocab_size_divisible_by {} and "
+                    "tensor_model_parallel_size {}",
+                    vocab_size, make_vocab_size_divisible_by, tensor_model_parallel_size));
+  }
+  const int multiple = make_vocab_size_divisible_by * tensor_model_parallel_size;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace mtrain::config

@@ -1,0 +1,21 @@
+// Internal to lib/config: the pieces validate() is made of.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/args.h"
+
+namespace mtrain::config::detail {
+
+void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings);
+void check_training(Args& a, std::vector<std::string>& warnings);
+// Derives lr_decay_iters from train_iters and checks warmup/WSD lengths against it.
+void check_schedule_lengths(Args& a);
+
+// ConfigError "--<flag> must be >= 1, got <v>" unless value >= 1.
+void require_positive(int value, const char* flag);
+// ConfigError unless lo <= value < hi (or <= hi).
+void require_range(double value, double lo, double hi, bool hi_inclusive, const char* flag);
+
+}  // namespace mtrain::config::detail

@@ -1,0 +1,75 @@
+#include "model/model_config.h"
+
+#include <fmt/format.h>
+
+#include "config/args.h"
+
+namespace mtrain::model {
+
+int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
+  const int64_t multiple = std::max<int64_t>(1, divisible_by * tp);
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
+  ModelConfig c;
+  c.num_layers = a.num_layers;
+  c.hidden = a.hidden_size;
+  c.ffn = a.ffn_hidden_size.value();
+  c.heads = a.num_attention_heads;
+  c.groups = a.group_query_attention ? a.num_query_groups : a.num_attention_heads;
+  c.head_dim = a.kv_channels.value();
+  c.vocab = vocab_size;
+  c.padded_vocab = padded_vocab_size(vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
+  c.max_positions = a.max_position_embeddings.value();
+  c.seq_length = a.seq_length.value();
+  c.micro_batch = a.micro_batch_size;
+  c.rmsnorm = a.normalization == "RMSNorm";
+  c.swiglu = a.swiglu;
+  c.rope = a.position_embedding_type == "rope";
+  c.untie = a.untie_embeddings_and_output_weights;
+  c.add_bias_linear = a.add_bias_linear;
+  c.add_qkv_bias = a.add_qkv_bias;
+  c.norm_eps = static_cast<float>(a.norm_epsilon);
+  c.rotary_base = static_cast<float>(a.rotary_base);
+  c.hidden_dropout = static_cast<float>(a.hidden_dropout);
+  c.attention_dropout = static_cast<float>(a.attention_dropout);
+  c.init_std = static_cast<float>(a.init_method_std);
+  c.seed = static_cast<uint64_t>(a.seed);
+  c.dtype = a.bf16 ? DType::kBF16 : (a.fp16 ? DType::kF16 : DType::kF32);
+  c.fusions.masked_softmax = a.masked_softmax_fusion;
+  c.fusions.bias_dropout = a.bias_dropout_fusion;
+  c.fusions.bias_activation = a.bias_swiglu_fusion;
+  c.fusions.cross_entropy = a.cross_entropy_loss_fusion;
+  c.fusions.rope = a.apply_rope_fusion;
+  c.fusions.rmsnorm = a.use_fused_rmsnorm;
+  c.fusions.grad_accumulation = a.gradient_accumulation_fusion;
+  c.fusions.flash_attention = a.attention_backend != "unfused";
+  const std::string rg = a.recompute_granularity.value_or("none");
+  c.recompute = rg == "full" ? Recompute::kFull : (rg == "selective" ? Recompute::kSelective : Recompute::kNone);
+  return c;
+}
+
+int64_t matmul_params(const ModelConfig& c) {
+  const int64_t C = c.hidden;
+  const int64_t per_layer = c.qkv_width() * C + C * c.heads * c.head_dim + c.fc1_width() * C + C * c.ffn;
+  return per_layer * c.num_layers + c.padded_vocab * C;
+}
+
+double train_flops(const ModelConfig& c, int64_t tokens, int64_t T) {
+  const double dense = 6.0 * static_cast<double>(matmul_params(c)) * static_cast<double>(tokens);
+  const double attn = 6.0 * static_cast<double>(c.num_layers * c.heads * c.head_dim) * static_cast<double>(T) *
+                      static_cast<double>(tokens);
+  return dense + attn;
+}
+
+std::string describe(const ModelConfig& c) {
+  return fmt::format(
+      "GPT: {} layers, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {} (padded {}), {} {} {} "
+      "{}, dtype {}",
+      c.num_layers, c.hidden, c.ffn, c.heads, c.groups, c.head_dim, c.vocab, c.padded_vocab,
+      c.rmsnorm ? "RMSNorm" : "LayerNorm", c.swiglu ? "SwiGLU" : "GELU", c.rope ? "RoPE" : "learned positions",
+      c.untie ? "untied" : "tied", dtype_name(c.dtype));
+}
+
+}  // namespace mtrain::model

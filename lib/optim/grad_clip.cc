@@ -1,0 +1,72 @@
+#include "optim/grad_clip.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace mtrain::optim {
+
+namespace {
+
+// The reduction order depends only on n: kBlocks contiguous blocks, each summed
+// with kLanes independent accumulators (vectorisable without reassociation),
+// partials added in block order. float*float is exact in double, so FMA
+// contraction cannot change the result either.
+constexpr int64_t kBlocks = 64;
+constexpr int kLanes = 8;
+
+double block_sum_squares(const float* x, int64_t n) {
+  std::array<double, kLanes> acc{};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const double v = x[i + j];
+      acc[j] += v * v;
+    }
+  }
+  for (int j = 0; i < n; ++i, ++j) {
+    const double v = x[i];
+    acc[j] += v * v;
+  }
+  double s = 0.0;
+  for (int j = 0; j < kLanes; ++j) s += acc[j];
+  return s;
+}
+
+}  // namespace
+
+double grad_norm_sq_local(const float* grads, int64_t n) {
+  if (n <= 0) return 0.0;
+  std::array<double, kBlocks> partial{};
+  const int64_t block = (n + kBlocks - 1) / kBlocks;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < kBlocks; ++b) {
+    const int64_t begin = std::min(n, b * block);
+    const int64_t end = std::min(n, begin + block);
+    partial[b] = block_sum_squares(grads + begin, end - begin);
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+double grad_norm_from_sq(double total_sq) { return std::sqrt(total_sq); }
+
+double grad_norm(const float* grads, int64_t n) { return grad_norm_from_sq(grad_norm_sq_local(grads, n)); }
+
+double clip_coefficient(double max_norm, double total_norm) {
+  if (!(max_norm > 0.0)) return 1.0;
+  const double coeff = max_norm / (total_norm + 1.0e-6);
+  return coeff < 1.0 ? coeff : 1.0;  // NaN compares false: no clipping, like Megatron
+}
+
+double clip_grads(float* grads, int64_t n, double max_norm, double total_norm) {
+  const double coeff = clip_coefficient(max_norm, total_norm);
+  if (coeff >= 1.0) return 1.0;
+  const float c = static_cast<float>(coeff);
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) grads[i] *= c;
+  return coeff;
+}
+
+}  // namespace mtrain::optim

@@ -1,0 +1,31 @@
+// Gradient-norm clipping as in Megatron's clip_grad_norm_fp32 /
+// clip_grad_by_total_norm_fp32: the L2 norm of all gradients, then a scale by
+// clip_coeff = max_norm / (total_norm + 1e-6) applied only when clip_coeff < 1.
+//
+// Distributed seam: the norm is computed in two halves. Each rank sums the
+// squares of the gradients it owns (grad_norm_sq_local; skip TP-duplicated
+// params such as norm weights on tp_rank > 0, exactly as Megatron does), the
+// caller all-reduces that sum (SUM over the model-parallel group, plus the DP
+// group for a distributed optimizer), then grad_norm_from_sq finishes it.
+// Sums are taken in double over a fixed number of blocks whose partials are
+// added in block order, so the result is independent of the thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace mtrain::optim {
+
+// Sum of squares of grads (n), in double, deterministic.
+double grad_norm_sq_local(const float* grads, int64_t n);
+// sqrt of the (all-reduced) sum of squares; NaN/Inf pass through so the caller sees them.
+double grad_norm_from_sq(double total_sq);
+// Single-process convenience: grad_norm_from_sq(grad_norm_sq_local(grads, n)).
+double grad_norm(const float* grads, int64_t n);
+
+// Megatron's clip coefficient; 1.0 means "no clipping" (max_norm <= 0 disables clipping).
+double clip_coefficient(double max_norm, double total_norm);
+// Scales grads (n) in place by clip_coefficient(max_norm, total_norm) when it is < 1.
+// Returns the coefficient applied (1.0 when nothing was done).
+double clip_grads(float* grads, int64_t n, double max_norm, double total_norm);
+
+}  // namespace mtrain::optim

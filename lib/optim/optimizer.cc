@@ -1,0 +1,207 @@
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/errors.h"
+#include "tensor/precision.h"
+
+namespace mtrain::optim {
+
+namespace {
+
+// Elements per work segment: large enough to amortise scheduling, small enough
+// that a segment's params, grads and states stay in L2 while it is updated.
+constexpr int64_t kSegmentElems = 1 << 14;
+
+using device::MemCategory;
+
+void validate_ranges(const std::vector<ParamRange>& ranges, int64_t numel) {
+  if (numel < 0) throw Error(ExitCode::kInternal, "optimizer: negative parameter count " + std::to_string(numel));
+  std::vector<const ParamRange*> sorted;
+  for (const ParamRange& r : ranges) {
+    if (r.offset < 0 || r.numel < 0 || r.offset + r.numel > numel) {
+      throw Error(ExitCode::kInternal, "optimizer: parameter range '" + r.name + "' [" + std::to_string(r.offset) +
+                                           ", " + std::to_string(r.offset + r.numel) +
+                                           ") lies outside the flat buffer of " + std::to_string(numel) + " elements");
+    }
+    sorted.push_back(&r);
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ParamRange* a, const ParamRange* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    const ParamRange& prev = *sorted[i - 1];
+    if (prev.offset + prev.numel > sorted[i]->offset) {
+      throw Error(ExitCode::kInternal,
+                  "optimizer: parameter ranges '" + prev.name + "' and '" + sorted[i]->name + "' overlap");
+    }
+  }
+}
+
+void validate_config(const OptimizerConfig& cfg) {
+  if (cfg.type != "adam" && cfg.type != "sgd") {
+    throw ConfigError("--optimizer: unknown optimizer '" + cfg.type + "'", "choose adam or sgd");
+  }
+  if (cfg.type == "adam") {
+    if (!(cfg.beta1 >= 0.0 && cfg.beta1 < 1.0)) throw ConfigError("--adam-beta1 must be in [0, 1)");
+    if (!(cfg.beta2 >= 0.0 && cfg.beta2 < 1.0)) throw ConfigError("--adam-beta2 must be in [0, 1)");
+    if (!(cfg.eps >= 0.0)) throw ConfigError("--adam-eps must be >= 0");
+  }
+  if (!(cfg.weight_decay >= 0.0)) throw ConfigError("--weight-decay must be >= 0");
+  if (cfg.type == "sgd" && !(cfg.sgd_momentum >= 0.0)) throw ConfigError("--sgd-momentum must be >= 0");
+}
+
+bool needs_master(DType model_dtype) { return model_dtype != DType::kF32; }
+
+}  // namespace
+
+int64_t Optimizer::state_bytes(int64_t numel, DType model_dtype, const OptimizerConfig& cfg) {
+  int64_t floats_per_param = 0;
+  if (cfg.type == "adam") floats_per_param += 2;
+  if (cfg.type == "sgd" && cfg.sgd_momentum != 0.0) floats_per_param += 1;
+  if (needs_master(model_dtype)) floats_per_param += 1;
+  return numel * floats_per_param * 4;
+}
+
+Optimizer::Optimizer(device::Device& dev, std::vector<ParamRange> ranges, int64_t numel, DType model_dtype,
+                     OptimizerConfig cfg, bool meta)
+    : ranges_(std::move(ranges)), numel_(numel), model_dtype_(model_dtype), cfg_(std::move(cfg)), meta_(meta) {
+  validate_config(cfg_);
+  validate_ranges(ranges_, numel_);
+  kind_ = cfg_.type == "adam" ? Kind::kAdam : Kind::kSgd;
+  const Shape shape{numel_};
+  if (kind_ == Kind::kAdam) {
+    exp_avg_ = Tensor(dev, shape, DType::kF32, MemCategory::kOptimizer, "optimizer exp_avg (Adam m)", meta_);
+    exp_avg_sq_ = Tensor(dev, shape, DType::kF32, MemCategory::kOptimizer, "optimizer exp_avg_sq (Adam v)", meta_);
+  } else if (cfg_.sgd_momentum != 0.0) {
+    momentum_ = Tensor(dev, shape, DType::kF32, MemCategory::kOptimizer, "optimizer SGD momentum buffer", meta_);
+  }
+  if (needs_master(model_dtype_)) {
+    master_ = Tensor(dev, shape, DType::kF32, MemCategory::kOptimizer, "optimizer fp32 master params", meta_);
+  }
+  build_segments();
+}
+
+void Optimizer::build_segments() {
+  for (const ParamRange& r : ranges_) {
+    for (int64_t b = r.offset; b < r.offset + r.numel; b += kSegmentElems) {
+      segments_.push_back({b, std::min(b + kSegmentElems, r.offset + r.numel), r.apply_weight_decay});
+    }
+  }
+}
+
+void Optimizer::init_master_from(const float* params) {
+  if (!master_.defined()) return;
+  if (master_.data() && numel_ > 0) std::memcpy(master_.data(), params, static_cast<size_t>(numel_) * sizeof(float));
+  master_valid_ = true;
+}
+
+void Optimizer::sync_params_from_master(float* params) {
+  if (!master_.defined()) return;
+  if (master_.data() && numel_ > 0) {
+    std::memcpy(params, master_.data(), static_cast<size_t>(numel_) * sizeof(float));
+    kernels::round_to_dtype(params, numel_, model_dtype_);
+  }
+  master_valid_ = true;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Optimizer::state_tensors() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  if (exp_avg_.defined()) out.emplace_back("exp_avg", &exp_avg_);
+  if (exp_avg_sq_.defined()) out.emplace_back("exp_avg_sq", &exp_avg_sq_);
+  if (momentum_.defined()) out.emplace_back("momentum_buffer", &momentum_);
+  if (master_.defined()) out.emplace_back("fp32_param", &master_);
+  return out;
+}
+
+void Optimizer::step(float* params, const float* grads, double lr) {
+  if (master_.defined() && !master_valid_) {
+    throw Error(ExitCode::kInternal, "optimizer: step() before init_master_from() for a " +
+                                         std::string(dtype_name(model_dtype_)) + " model");
+  }
+  ++step_count_;
+  if (meta_) return;
+  if (kind_ == Kind::kAdam) {
+    adam_step(params, grads, lr);
+  } else {
+    sgd_step(params, grads, lr);
+  }
+}
+
+void Optimizer::publish_segment(float* params, const Segment& s) const {
+  const float* master = master_.data();
+  for (int64_t i = s.begin; i < s.end; ++i) params[i] = master[i];
+  kernels::round_to_dtype(params + s.begin, s.end - s.begin, model_dtype_);
+}
+
+// Arithmetic of apex's FusedAdam in AdamW mode (what Megatron's "adam" runs),
+// in fp32 with double-precision scalars: algebraically torch.optim.AdamW.
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+//   p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd p )
+void Optimizer::adam_step(float* params, const float* grads, double lr) {
+  const double t = static_cast<double>(step_count_);
+  const float b1 = static_cast<float>(cfg_.beta1);
+  const float b2 = static_cast<float>(cfg_.beta2);
+  const float one_minus_b1 = static_cast<float>(1.0 - cfg_.beta1);
+  const float one_minus_b2 = static_cast<float>(1.0 - cfg_.beta2);
+  const float bc1 = static_cast<float>(1.0 - std::pow(cfg_.beta1, t));
+  const float bc2 = static_cast<float>(1.0 - std::pow(cfg_.beta2, t));
+  const float eps = static_cast<float>(cfg_.eps);
+  const float lr_f = static_cast<float>(lr);
+  const float wd = static_cast<float>(cfg_.weight_decay);
+  float* target = master_.defined() ? master_.data() : params;
+  float* m = exp_avg_.data();
+  float* v = exp_avg_sq_.data();
+  const int64_t nseg = static_cast<int64_t>(segments_.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < nseg; ++k) {
+    const Segment& s = segments_[k];
+    const float decay = s.decay ? wd : 0.0f;
+#pragma omp simd
+    for (int64_t i = s.begin; i < s.end; ++i) {
+      const float g = grads[i];
+      const float mi = b1 * m[i] + one_minus_b1 * g;
+      const float vi = b2 * v[i] + one_minus_b2 * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      const float denom = std::sqrt(vi / bc2) + eps;
+      const float update = (mi / bc1) / denom + decay * target[i];
+      target[i] = target[i] - lr_f * update;
+    }
+    if (target != params) publish_segment(params, s);
+  }
+}
+
+// torch.optim.SGD (dampening 0, no Nesterov), as Megatron's "sgd":
+//   g += wd p;  buf = momentum buf + g  (buf starts at 0, so step 1 gives buf = g);  p -= lr buf
+void Optimizer::sgd_step(float* params, const float* grads, double lr) {
+  const float momentum = static_cast<float>(cfg_.sgd_momentum);
+  const float lr_f = static_cast<float>(lr);
+  const float wd = static_cast<float>(cfg_.weight_decay);
+  float* target = master_.defined() ? master_.data() : params;
+  float* buf = momentum_.data();  // nullptr when momentum == 0
+  const int64_t nseg = static_cast<int64_t>(segments_.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < nseg; ++k) {
+    const Segment& s = segments_[k];
+    const float decay = s.decay ? wd : 0.0f;
+    if (buf) {
+#pragma omp simd
+      for (int64_t i = s.begin; i < s.end; ++i) {
+        const float d = grads[i] + decay * target[i];
+        const float b = momentum * buf[i] + d;
+        buf[i] = b;
+        target[i] = target[i] - lr_f * b;
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = s.begin; i < s.end; ++i) {
+        target[i] = target[i] - lr_f * (grads[i] + decay * target[i]);
+      }
+    }
+    if (target != params) publish_segment(params, s);
+  }
+}
+
+}  // namespace mtrain::optim

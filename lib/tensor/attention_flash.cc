@@ -1,0 +1,217 @@
+// Flash-style attention: kQ x kK tiles of scores with an online softmax (a
+// running max and sum per query row), so only the row log-sum-exp is saved.
+// Backward recomputes each tile's probabilities from lse and uses
+// D_i = rowsum(dout ∘ out), which stays exact under dropout because out is
+// the dropped output: sum_k P_ik dP_ik = dout_i · sum_k P_ik Z_ik v_k.
+// Tiles entirely above the causal diagonal are never visited.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tensor/attention.h"
+#include "tensor/kernel_util.h"
+
+namespace mtrain::kernels {
+namespace {
+
+constexpr int64_t kParallelWork = int64_t{1} << 18;        // see attention.cc
+constexpr int64_t kQ = 64;                                 // queries per tile
+constexpr int64_t kK = 64;                                 // keys per tile
+constexpr int64_t kForwardTaskFloats = kQ * kK + 2 * kQ;   // S | running max | running sum
+constexpr int64_t kBackwardTaskFloats = 3 * kQ * kK + kQ;  // P | dP | dropout multipliers | D_i
+
+void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const float* b,
+          int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+              static_cast<int>(N), static_cast<int>(K), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
+// The tile [q0, q0+nq) x [k0, k0+nk) needs no mask: all keys precede all queries.
+inline bool tile_unmasked(const int32_t* doc, int64_t q0, int64_t k0, int64_t nk) {
+  return doc == nullptr && k0 + nk - 1 <= q0;
+}
+
+// Dropout multipliers of a tile into z (nq rows, stride kK).
+void tile_dropout(float* z, int64_t b, int64_t h, int64_t H, int64_t T, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
+                  float p, uint64_t seed) {
+  const float keep_scale = detail::dropout_keep_scale(p);
+  for (int64_t i = 0; i < nq; ++i)
+    for (int64_t j = 0; j < nk; ++j)
+      z[i * kK + j] =
+          detail::dropout_multiplier(seed, detail::attention_dropout_index(b, h, H, T, q0 + i, k0 + j), p, keep_scale);
+}
+
+// Online-softmax update of one query tile against one key tile. S (nq, kK)
+// holds scaled scores on entry and the unnormalised probabilities (before dropout)
+// on exit; o (nq, D) is rescaled to the new running max.
+void online_softmax_tile(float* S, float* o, float* row_max, float* row_sum, const int32_t* doc, int64_t q0, int64_t nq,
+                         int64_t k0, int64_t nk, int64_t D) {
+  const bool unmasked = tile_unmasked(doc, q0, k0, nk);
+  for (int64_t i = 0; i < nq; ++i) {
+    float* s = S + i * kK;
+    const int64_t tq = q0 + i;
+    if (!unmasked) {
+      const int32_t dq = doc ? doc[tq] : 0;
+      for (int64_t j = 0; j < nk; ++j)
+        s[j] = (k0 + j <= tq && (doc == nullptr || doc[k0 + j] == dq)) ? s[j] : -INFINITY;
+    }
+    float m_new = row_max[i];
+#pragma omp simd reduction(max : m_new)
+    for (int64_t j = 0; j < nk; ++j) m_new = s[j] > m_new ? s[j] : m_new;
+    if (m_new == -INFINITY) {  // nothing visible yet in this row
+      for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
+      continue;
+    }
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < nk; ++j) {
+      s[j] = detail::softmax_exp(s[j] - m_new);
+      sum += s[j];
+    }
+    const float corr = detail::softmax_exp(row_max[i] - m_new);  // 0 on the first visible tile
+    row_sum[i] = row_sum[i] * corr + sum;
+    row_max[i] = m_new;
+    if (corr != 1.0f)
+      for (int64_t d = 0; d < D; ++d) o[i * D + d] *= corr;
+  }
+}
+
+void flash_forward_pair(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc,
+                        int64_t b, int64_t h, int64_t H, int64_t T, int64_t D, float p, uint64_t seed, float scale,
+                        float* task) {
+  float* S = task;                  // (kQ, kK)
+  float* row_max = task + kQ * kK;  // (kQ)
+  float* row_sum = row_max + kQ;    // (kQ)
+  for (int64_t q0 = 0; q0 < T; q0 += kQ) {
+    const int64_t nq = std::min(kQ, T - q0);
+    float* o = out + q0 * D;  // (nq, D) accumulator
+    std::fill(o, o + nq * D, 0.0f);
+    std::fill(row_max, row_max + nq, -INFINITY);
+    std::fill(row_sum, row_sum + nq, 0.0f);
+    for (int64_t k0 = 0; k0 < q0 + nq; k0 += kK) {  // causal: keys < q0 + nq only
+      const int64_t nk = std::min(kK, q0 + nq - k0);
+      gemm(false, true, nq, nk, D, scale, q + q0 * D, D, k + k0 * D, D, 0.0f, S, kK);
+      online_softmax_tile(S, o, row_max, row_sum, doc, q0, nq, k0, nk, D);
+      if (p > 0.0f) {
+        const float keep_scale = detail::dropout_keep_scale(p);
+        for (int64_t i = 0; i < nq; ++i)
+          for (int64_t j = 0; j < nk; ++j)
+            S[i * kK + j] *= detail::dropout_multiplier(
+                seed, detail::attention_dropout_index(b, h, H, T, q0 + i, k0 + j), p, keep_scale);
+      }
+      gemm(false, false, nq, D, nk, 1.0f, S, kK, v + k0 * D, D, 1.0f, o, D);
+    }
+    for (int64_t i = 0; i < nq; ++i) {
+      const float inv = 1.0f / row_sum[i];
+      for (int64_t d = 0; d < D; ++d) o[i * D + d] *= inv;
+      lse[q0 + i] = row_max[i] + std::log(row_sum[i]);
+    }
+  }
+}
+
+// One query tile of head h against all its visible key tiles, accumulating
+// into dq (nq, D) (overwritten) and the group's dk, dv (T, D) (accumulated).
+void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                          const float* v, const float* out, const float* lse, const int32_t* doc, int64_t b, int64_t h,
+                          int64_t H, int64_t T, int64_t D, int64_t q0, float p, uint64_t seed, float scale,
+                          float* task) {
+  const int64_t nq = std::min(kQ, T - q0);
+  float* P = task;                 // (kQ, kK)
+  float* dP = task + kQ * kK;      // (kQ, kK)
+  float* Z = task + 2 * kQ * kK;   // (kQ, kK) dropout multipliers
+  float* Di = task + 3 * kQ * kK;  // (kQ)
+  const float* qt = q + q0 * D;
+  const float* dot = dout + q0 * D;
+  for (int64_t i = 0; i < nq; ++i) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t d = 0; d < D; ++d) s += dot[i * D + d] * out[(q0 + i) * D + d];
+    Di[i] = s;
+  }
+  std::fill(dq + q0 * D, dq + (q0 + nq) * D, 0.0f);
+  for (int64_t k0 = 0; k0 < q0 + nq; k0 += kK) {
+    const int64_t nk = std::min(kK, q0 + nq - k0);
+    const bool unmasked = tile_unmasked(doc, q0, k0, nk);
+    gemm(false, true, nq, nk, D, scale, qt, D, k + k0 * D, D, 0.0f, P, kK);
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t tq = q0 + i;
+      const float l = lse[tq];
+      const int32_t dq = doc ? doc[tq] : 0;
+      float* pr = P + i * kK;
+      if (unmasked)
+        for (int64_t j = 0; j < nk; ++j) pr[j] = detail::softmax_exp(pr[j] - l);
+      else
+        for (int64_t j = 0; j < nk; ++j)
+          pr[j] = (k0 + j <= tq && (doc == nullptr || doc[k0 + j] == dq)) ? detail::softmax_exp(pr[j] - l) : 0.0f;
+    }
+    const float* PV = P;  // the probabilities that multiplied v in forward
+    if (p > 0.0f) {
+      tile_dropout(Z, b, h, H, T, q0, nq, k0, nk, p, seed);
+      for (int64_t i = 0; i < nq; ++i)
+        for (int64_t j = 0; j < nk; ++j) dP[i * kK + j] = P[i * kK + j] * Z[i * kK + j];
+      PV = dP;
+    }
+    gemm(true, false, nk, D, nq, 1.0f, PV, kK, dot, D, 1.0f, dv + k0 * D, D);
+    gemm(false, true, nq, nk, D, 1.0f, dot, D, v + k0 * D, D, 0.0f, dP, kK);
+    for (int64_t i = 0; i < nq; ++i) {
+      float* g = dP + i * kK;
+      const float* pr = P + i * kK;
+      if (p > 0.0f)
+        for (int64_t j = 0; j < nk; ++j) g[j] *= Z[i * kK + j];
+      for (int64_t j = 0; j < nk; ++j) g[j] = pr[j] * (g[j] - Di[i]);
+    }
+    gemm(false, false, nq, D, nk, scale, dP, kK, k + k0 * D, D, 1.0f, dq + q0 * D, D);
+    gemm(true, false, nk, D, nq, scale, dP, kK, qt, D, 1.0f, dk + k0 * D, D);
+  }
+}
+
+}  // namespace
+
+void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
+                             float dropout_p, uint64_t seed, float* scratch) {
+  const int64_t R = H / G;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+#pragma omp parallel for schedule(dynamic) if (B * H * T * T * D > kParallelWork)
+  for (int64_t pair = 0; pair < B * H; ++pair) {
+    const int64_t b = pair / H, h = pair % H, kv = b * G + h / R;
+    flash_forward_pair(out + pair * T * D, lse + pair * T, q + pair * T * D, k + kv * T * D, v + kv * T * D,
+                       doc_ids ? doc_ids + b * T : nullptr, b, h, H, T, D, dropout_p, seed, scale,
+                       scratch + pair * kForwardTaskFloats);
+  }
+}
+
+void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                              const float* v, const float* out, const float* lse, const int32_t* doc_ids, int64_t B,
+                              int64_t H, int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed,
+                              float* scratch) {
+  const int64_t R = H / G;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // One task per (b, g): it owns dk, dv of the group and the dq of its R
+  // heads, and walks heads and tiles in a fixed order (deterministic).
+#pragma omp parallel for schedule(dynamic) if (B * H * T * T * D > kParallelWork)
+  for (int64_t bg = 0; bg < B * G; ++bg) {
+    const int64_t b = bg / G, g = bg % G;
+    float* dkg = dk + bg * T * D;
+    float* dvg = dv + bg * T * D;
+    std::fill(dkg, dkg + T * D, 0.0f);
+    std::fill(dvg, dvg + T * D, 0.0f);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t h = g * R + r, pair = b * H + h;
+      for (int64_t q0 = 0; q0 < T; q0 += kQ)
+        flash_backward_qtile(dq + pair * T * D, dkg, dvg, dout + pair * T * D, q + pair * T * D, k + bg * T * D,
+                             v + bg * T * D, out + pair * T * D, lse + pair * T, doc_ids ? doc_ids + b * T : nullptr, b,
+                             h, H, T, D, q0, dropout_p, seed, scale, scratch + bg * kBackwardTaskFloats);
+    }
+  }
+}
+
+int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D) {
+  (void)T;
+  (void)D;
+  return std::max(B * H * kForwardTaskFloats, B * G * kBackwardTaskFloats);
+}
+
+}  // namespace mtrain::kernels

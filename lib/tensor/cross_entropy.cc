@@ -1,0 +1,96 @@
+#include "tensor/cross_entropy.h"
+
+#include <cmath>
+
+#include "tensor/kernel_util.h"
+
+namespace mtrain::kernels {
+namespace {
+
+constexpr int64_t kParallelMin = 16384;
+
+float row_max(const float* x, int64_t V) {
+  float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < V; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// One pass per row for the exponentials; stats (N, 2) = (max, log-sum-exp).
+void cross_entropy_forward_fused(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
+                                 int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = logits + i * V;
+    const float m = row_max(x, V);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += detail::softmax_exp(x[j] - m);
+    const float lse = m + std::log(sum);
+    losses[i] = lse - x[targets[i]];
+    stats[2 * i] = m;
+    stats[2 * i + 1] = lse;
+  }
+}
+
+// max -> sub -> exp/sum -> log -> sub (log_softmax into scratch), then gather.
+void cross_entropy_forward_unfused(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
+                                   int64_t V, float* logp /* (N, V) */) {
+  const bool par = N * V > kParallelMin;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < N; ++i) {
+    const float m = row_max(logits + i * V, V);
+    for (int64_t j = 0; j < V; ++j) logp[i * V + j] = logits[i * V + j] - m;
+    if (stats) stats[2 * i] = m;
+  }
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* z = logp + i * V;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < V; ++j) sum += detail::softmax_exp(z[j]);
+    const float log_sum = std::log(sum);
+    for (int64_t j = 0; j < V; ++j) logp[i * V + j] -= log_sum;
+    if (stats) stats[2 * i + 1] = stats[2 * i] + log_sum;
+  }
+  for (int64_t i = 0; i < N; ++i) losses[i] = -logp[i * V + targets[i]];
+}
+
+}  // namespace
+
+void cross_entropy_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
+                           int64_t V, bool fused, float* scratch) {
+  if (fused)
+    cross_entropy_forward_fused(losses, stats, logits, targets, N, V);
+  else
+    cross_entropy_forward_unfused(losses, stats, logits, targets, N, V, scratch);
+}
+
+void cross_entropy_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
+                            const float* dlosses, int64_t N, int64_t V, bool fused, const float* scratch) {
+  const bool par = N * V > kParallelMin;
+  if (fused) {
+    // softmax recomputed from the logits and the saved lse; one write per
+    // element, reading logit j before writing gradient j (so they may alias).
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t i = 0; i < N; ++i) {
+      const float lse = stats[2 * i + 1], dl = dlosses[i];
+      const int64_t t = targets[i];
+      const float* x = logits + i * V;
+      float* g = dlogits + i * V;
+      for (int64_t j = 0; j < V; ++j) g[j] = dl * (detail::softmax_exp(x[j] - lse) - (j == t ? 1.0f : 0.0f));
+    }
+    return;
+  }
+  // exp(log_softmax) -> subtract the one-hot -> scale by dlosses.
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t e = 0; e < N * V; ++e) dlogits[e] = detail::softmax_exp(scratch[e]);
+  for (int64_t i = 0; i < N; ++i) dlogits[i * V + targets[i]] -= 1.0f;
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < V; ++j) dlogits[i * V + j] *= dlosses[i];
+}
+
+int64_t cross_entropy_scratch_floats(int64_t N, int64_t V) { return N * V; }
+
+}  // namespace mtrain::kernels

@@ -1,0 +1,165 @@
+#include "train/data_pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/errors.h"
+#include "config/validate.h"
+#include "data/pretrain.h"
+#include "data/sft.h"
+
+namespace mtrain::train {
+
+namespace {
+
+class LoaderSource : public BatchSource {
+ public:
+  LoaderSource(std::vector<data::Sample> samples, const config::Args& a, int32_t pad)
+      : loader_(std::move(samples), data::DataLoaderOptions{static_cast<uint64_t>(a.data_seed), a.dataset_shuffle, pad}),
+        gbs_(a.global_batch_size),
+        mbs_(a.micro_batch_size) {}
+
+  std::vector<data::Batch> next_global_batch() override {
+    const std::vector<int64_t> idx = loader_.next_global_batch(gbs_);
+    std::vector<data::Batch> out;
+    for (int64_t s = 0; s < gbs_; s += mbs_) {
+      // T = the longest row of the micro-batch: padding carries no loss and,
+      // being after every real token, cannot change a causal result.
+      out.push_back(loader_.make_batch(std::span<const int64_t>(idx).subspan(s, mbs_), 0));
+    }
+    return out;
+  }
+  int64_t global_batch_samples() const override { return gbs_; }
+
+ private:
+  data::DataLoader loader_;
+  int64_t gbs_, mbs_;
+};
+
+data::SftOptions sft_options(const config::Args& a, const data::Tokenizer& tok) {
+  data::SftOptions o;
+  if (!tok.chat_template().empty()) {
+    auto t = data::chat_template_from_name(tok.chat_template());
+    if (!t)
+      throw DataError(fmt::format("{}: unsupported chat template '{}'", tok.source(), tok.chat_template()),
+                      "mtrain supports the chatml (Qwen) template today");
+    o.chat_template = *t;
+  }
+  auto ls = data::loss_scale_from_name(a.loss_scale.value_or("default"));
+  if (!ls) throw ConfigError("--loss_scale " + a.loss_scale.value_or("") + ": unknown strategy",
+                             "use default, all or last_round");
+  o.loss_scale = *ls;
+  o.max_length = a.max_length.value_or(a.seq_length.value());
+  return o;
+}
+
+}  // namespace
+
+DataPipeline build_data_pipeline(config::Args& a) {
+  if (!a.tokenizer)
+    throw ConfigError("no tokenizer: --tokenizer is not set",
+                      "pass --tokenizer <path to tokenizer.json>, e.g. configs/demo/tokenizer.json");
+  if (a.dataset.empty())
+    throw ConfigError("no training data: --dataset is not set", "pass --dataset <file.jsonl> [more files]");
+  DataPipeline p(data::Tokenizer::load(*a.tokenizer));
+  const data::Tokenizer& tok = p.tokenizer_;
+  int64_t dropped = 0, tokens = 0;
+  auto load = [&](const std::vector<std::string>& paths, bool keep_conversations) {
+    std::vector<data::Sample> out;
+    for (const std::string& path : paths) {
+      if (a.command == "pt") {
+        data::PretrainDataset d = data::load_pretrain_dataset(path, tok, a.seq_length.value(), a.text_key);
+        tokens += d.num_tokens;
+        std::move(d.samples.begin(), d.samples.end(), std::back_inserter(out));
+      } else {
+        std::vector<data::Conversation> conv = data::read_sft_jsonl(path);
+        data::SftDataset d = data::build_sft_dataset(conv, tok, sft_options(a, tok), path);
+        dropped += d.num_too_long + d.num_no_loss;
+        tokens += d.num_tokens;
+        std::move(d.samples.begin(), d.samples.end(), std::back_inserter(out));
+        if (keep_conversations) std::move(conv.begin(), conv.end(), std::back_inserter(p.conversations_));
+      }
+    }
+    return out;
+  };
+  p.train_ = load(a.dataset, true);
+  if (!a.val_dataset.empty()) {
+    p.val_ = load(a.val_dataset, false);
+  } else if (a.split_dataset_ratio > 0) {
+    data::TrainValSplit s = data::split_train_val(std::move(p.train_), a.split_dataset_ratio,
+                                                  static_cast<uint64_t>(a.data_seed));
+    p.train_ = std::move(s.train);
+    p.val_ = std::move(s.val);
+  }
+  if (p.train_.empty()) throw DataError("the training set is empty after filtering", "check --dataset and --max_length");
+  if (!a.train_iters) {
+    // swift: len(ds) // (mbs*dp) * (mbs*dp) * epochs // gbs.
+    const int64_t per = static_cast<int64_t>(a.micro_batch_size) * a.data_parallel_size;
+    const int64_t n = static_cast<int64_t>(p.train_.size()) / per * per * a.num_train_epochs.value() /
+                      a.global_batch_size;
+    if (n < 1)
+      throw ConfigError(fmt::format("--num_train_epochs {} over {} samples gives no full global batch of {}",
+                                    a.num_train_epochs.value(), p.train_.size(), a.global_batch_size),
+                        "lower --global_batch_size or raise --num_train_epochs");
+    config::set_train_iters(a, static_cast<int>(n));
+  }
+  fmt::print(" > data: {} training samples, {} validation samples, {} tokens{}; {} iterations of {} samples "
+             "({:.2f} epochs)\n",
+             p.train_.size(), p.val_.size(), tokens,
+             dropped ? fmt::format(" ({} samples dropped: too long or no loss tokens)", dropped) : "",
+             a.train_iters.value(), a.global_batch_size,
+             static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
+  return p;
+}
+
+std::unique_ptr<BatchSource> DataPipeline::train_source(const config::Args& a) {
+  return std::make_unique<LoaderSource>(train_, a, tokenizer_.special().pad);
+}
+
+std::vector<data::Batch> DataPipeline::validation_batches(const config::Args& a) const {
+  std::vector<data::Batch> out;
+  if (val_.empty()) return out;
+  data::DataLoader loader(val_, data::DataLoaderOptions{0, false, tokenizer_.special().pad});
+  int64_t limit = static_cast<int64_t>(val_.size());
+  if (a.eval_iters >= 0) limit = std::min<int64_t>(limit, static_cast<int64_t>(a.eval_iters) * a.global_batch_size);
+  std::vector<int64_t> idx;
+  for (int64_t i = 0; i < limit; ++i) idx.push_back(i);
+  for (int64_t s = 0; s < limit; s += a.micro_batch_size) {
+    const int64_t n = std::min<int64_t>(a.micro_batch_size, limit - s);
+    out.push_back(loader.make_batch(std::span<const int64_t>(idx).subspan(s, n), 0));
+  }
+  return out;
+}
+
+std::vector<PromptSample> DataPipeline::sample_prompts(int64_t n) const {
+  std::vector<PromptSample> out;
+  for (const data::Conversation& c : conversations_) {
+    if (static_cast<int64_t>(out.size()) >= n) break;
+    std::string system, user, answer;
+    for (const data::Message& m : c.messages) {
+      if (m.role == "system") system = m.content;
+      if (m.role == "user" && user.empty()) user = m.content;
+      if (m.role == "assistant" && answer.empty()) answer = m.content;
+    }
+    if (user.empty() || answer.empty()) continue;
+    out.push_back({user, answer, data::encode_prompt(tokenizer_, user, system)});
+  }
+  return out;
+}
+
+std::vector<int32_t> DataPipeline::stop_ids() const {
+  std::vector<int32_t> s;
+  const data::SpecialTokenIds& sp = tokenizer_.special();
+  for (int32_t id : {sp.im_end, sp.eos, sp.eod})
+    if (id >= 0) s.push_back(id);
+  return s;
+}
+
+std::string DataPipeline::decode_answer(const std::vector<int32_t>& tokens) const {
+  std::string s = tokenizer_.decode(tokens, /*skip_special_tokens=*/true);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace mtrain::train

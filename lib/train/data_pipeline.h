@@ -1,0 +1,51 @@
+// DataPipeline: turns the data flags into what the trainer consumes. sft:
+// JSONL conversations -> chat template -> tokenized samples with answer-only
+// loss; pt: documents -> token stream -> fixed windows. Then the train /
+// validation split, --num_train_epochs -> --train_iters (swift's rule), and
+// a BatchSource that cuts global batches into micro-batches.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/args.h"
+#include "data/chat_template.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
+#include "train/trainer.h"
+
+namespace mtrain::train {
+
+struct PromptSample {
+  std::string question;
+  std::string reference;
+  std::vector<int32_t> prompt_tokens;
+};
+
+class DataPipeline {
+ public:
+  int64_t vocab_size() const { return tokenizer_.vocab_size(); }
+  const data::Tokenizer& tokenizer() const { return tokenizer_; }
+  // The first n single-round conversations of the training data, as prompts.
+  std::vector<PromptSample> sample_prompts(int64_t n) const;
+  std::vector<int32_t> stop_ids() const;
+  std::string decode_answer(const std::vector<int32_t>& tokens) const;
+
+  std::unique_ptr<BatchSource> train_source(const config::Args& args);
+  // --eval_iters global batches of the validation set (-1: all of it).
+  std::vector<data::Batch> validation_batches(const config::Args& args) const;
+
+ private:
+  friend DataPipeline build_data_pipeline(config::Args& args);
+  explicit DataPipeline(data::Tokenizer t) : tokenizer_(std::move(t)) {}
+  data::Tokenizer tokenizer_;
+  std::vector<data::Sample> train_, val_;
+  std::vector<data::Conversation> conversations_;  // sft only, for sample prompts
+};
+
+// Loads tokenizer and data and prints what the run will use. Fills
+// args.train_iters from --num_train_epochs when only that is given.
+DataPipeline build_data_pipeline(config::Args& args);
+
+}  // namespace mtrain::train

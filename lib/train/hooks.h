@@ -1,0 +1,70 @@
+// Step hooks: the public seam by which the logger (and later the
+// checkpointer, profiler and precision dumper) attach to the training loop
+// without touching it. A hook overrides only what it needs. Hooks run on
+// every rank in registration order; they must not throw on the hot path
+// except to stop training (the exception propagates out of Trainer::train).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mtrain::train {
+
+// What one optimizer step did; handed to on_step_end.
+struct StepMetrics {
+  int64_t iteration = 0;          // 1-based, after this step
+  int64_t train_iters = 0;
+  int64_t consumed_samples = 0;   // after this step
+  int64_t global_batch_size = 0;
+  int64_t loss_tokens = 0;        // tokens that carried loss in this global batch
+  int64_t tokens = 0;             // tokens processed (incl. padding) in this global batch
+  double lm_loss = 0;             // mean loss per loss token over the global batch
+  double learning_rate = 0;
+  double grad_norm = 0;           // before clipping
+  double loss_scale = 1;
+  double elapsed_ms = 0;          // wall time of this step
+  double model_flops = 0;         // model FLOPs of this step (see model::train_flops)
+  bool skipped = false;           // optimizer step skipped (fp16 overflow or non-finite skip)
+  int64_t skipped_iterations = 0; // running totals
+  int64_t nan_iterations = 0;
+};
+
+struct EvalMetrics {
+  int64_t iteration = 0;
+  double lm_loss = 0;
+  int64_t loss_tokens = 0;
+};
+
+struct TrainInfo {
+  int64_t start_iteration = 0;
+  int64_t train_iters = 0;
+  int64_t num_params = 0;
+  std::string model_description;
+};
+
+class TrainHook {
+ public:
+  virtual ~TrainHook() = default;
+  virtual void on_train_begin(const TrainInfo&) {}
+  virtual void on_step_begin(int64_t /*iteration*/) {}
+  virtual void on_step_end(const StepMetrics&) {}
+  virtual void on_eval_end(const EvalMetrics&) {}
+  virtual void on_train_end(const TrainInfo&) {}
+};
+
+class HookList {
+ public:
+  void add(std::shared_ptr<TrainHook> h) { hooks_.push_back(std::move(h)); }
+  void train_begin(const TrainInfo& i) { for (auto& h : hooks_) h->on_train_begin(i); }
+  void step_begin(int64_t it) { for (auto& h : hooks_) h->on_step_begin(it); }
+  void step_end(const StepMetrics& m) { for (auto& h : hooks_) h->on_step_end(m); }
+  void eval_end(const EvalMetrics& m) { for (auto& h : hooks_) h->on_eval_end(m); }
+  void train_end(const TrainInfo& i) { for (auto& h : hooks_) h->on_train_end(i); }
+
+ private:
+  std::vector<std::shared_ptr<TrainHook>> hooks_;
+};
+
+}  // namespace mtrain::train

@@ -1,0 +1,150 @@
+#include "train/logger.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "common/errors.h"
+
+namespace mtrain::train {
+
+std::string now_timestamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+// Python's '{:.6E}' (two-digit exponent at least), which fmt matches.
+static std::string sci(double v) { return fmt::format("{:.6E}", v); }
+
+std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms, int64_t skipped, int64_t nans,
+                            bool log_throughput, int world_size, const std::string& ts) {
+  std::string s = fmt::format(" [{}]", ts);
+  s += fmt::format(" iteration {:8d}/{:8d} |", m.iteration, m.train_iters);
+  s += fmt::format(" consumed samples: {:12d} |", m.consumed_samples);
+  s += fmt::format(" elapsed time per iteration (ms): {:.1f} |", avg_ms);
+  if (log_throughput) {
+    const double tflops = m.model_flops / (avg_ms / 1000.0) / 1e12 / world_size;
+    s += fmt::format(" throughput per GPU (TFLOP/s/GPU): {:.1f} |", tflops);
+  }
+  s += fmt::format(" learning rate: {} |", sci(m.learning_rate));
+  s += fmt::format(" global batch size: {:5d} |", m.global_batch_size);
+  if (avg_loss > 0) s += fmt::format(" lm loss: {} |", sci(avg_loss));
+  s += fmt::format(" loss scale: {:.1f} |", m.loss_scale);
+  s += fmt::format(" grad norm: {:.3f} |", m.grad_norm);
+  s += fmt::format(" number of skipped iterations: {:3d} |", skipped);
+  s += fmt::format(" number of nan iterations: {:3d} |", nans);
+  return s;
+}
+
+std::string format_validation_line(int64_t iteration, double loss) {
+  const double ppl = std::exp(std::min(20.0, loss));
+  return fmt::format(" validation loss at iteration {} | lm loss value: {} | lm loss PPL: {} | ", iteration, sci(loss),
+                     sci(ppl));
+}
+
+MegatronLogger::MegatronLogger(LoggerOptions opts, const device::Device& dev) : opts_(std::move(opts)), dev_(dev) {
+  if (!opts_.jsonl_path.empty()) {
+    jsonl_ = std::fopen(opts_.jsonl_path.c_str(), "a");
+    if (!jsonl_)
+      throw ConfigError("cannot open " + opts_.jsonl_path + " for writing", "check --output_dir is writable");
+  }
+}
+
+MegatronLogger::~MegatronLogger() {
+  if (jsonl_) std::fclose(jsonl_);
+}
+
+void MegatronLogger::on_train_begin(const TrainInfo& info) {
+  start_iteration_ = info.start_iteration;
+  fmt::print("[after megatron is initialized] datetime: {}\ntraining ...\n", now_timestamp());
+  std::fflush(stdout);
+}
+
+static std::string hms(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h {}m {}s", s / 3600, s / 60 % 60, s % 60);
+  if (s >= 60) return fmt::format("{}m {}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+void MegatronLogger::on_step_end(const StepMetrics& m) {
+  ++steps_;
+  sum_ms_ += m.elapsed_ms;
+  total_ms_ += m.elapsed_ms;
+  if (m.skipped) {
+    ++skipped_;
+  } else {
+    sum_loss_ += m.lm_loss;
+    ++counted_;
+  }
+  if (!std::isfinite(m.lm_loss) || !std::isfinite(m.grad_norm)) ++nans_;
+  if (m.iteration % opts_.log_interval != 0 && m.iteration != m.train_iters) return;
+
+  const double avg_loss = counted_ ? sum_loss_ / counted_ : 0.0;
+  const double avg_ms = sum_ms_ / steps_;
+  fmt::print("{}\n", format_log_line(m, avg_loss, avg_ms, skipped_, nans_, opts_.log_throughput, opts_.world_size,
+                                     now_timestamp()));
+  const auto& st = dev_.stats();
+  constexpr double kMB = 1 << 20;
+  if (!memory_reported_) {
+    memory_reported_ = true;
+    fmt::print("[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max allocated: {} | reserved: {} | "
+               "max reserved: {}\n",
+               opts_.rank, m.iteration, st.allocated / kMB, st.max_allocated / kMB, st.reserved / kMB,
+               st.max_reserved / kMB);
+  }
+  std::fflush(stdout);
+  if (jsonl_) {
+    const int64_t done = m.iteration - start_iteration_;
+    const double per_it = total_ms_ / 1000.0 / std::max<int64_t>(1, done);
+    nlohmann::json j = {
+        {"loss", avg_loss},
+        {"grad_norm", m.grad_norm},
+        {"learning_rate", m.learning_rate},
+        {"iteration", fmt::format("{}/{}", m.iteration, m.train_iters)},
+        {"consumed_samples", m.consumed_samples},
+        {"global_batch_size", m.global_batch_size},
+        {"loss_scale", m.loss_scale},
+        {"skipped_iterations", skipped_},
+        {"nan_iterations", nans_},
+        {"elapsed_time_per_iteration_ms", avg_ms},
+        {"elapsed_time", hms(total_ms_ / 1000.0)},
+        {"remaining_time", hms(per_it * static_cast<double>(m.train_iters - m.iteration))},
+        {"memory(GiB)", st.max_reserved / double(1LL << 30)},
+        {"train_speed(s/it)", per_it},
+        {"tokens_per_second", m.tokens / (m.elapsed_ms / 1000.0)},
+    };
+    std::fprintf(jsonl_, "%s\n", j.dump().c_str());
+    std::fflush(jsonl_);
+  }
+  sum_loss_ = sum_ms_ = 0;
+  steps_ = counted_ = skipped_ = nans_ = 0;
+}
+
+void MegatronLogger::on_eval_end(const EvalMetrics& m) {
+  const std::string line = format_validation_line(m.iteration, m.lm_loss);
+  const std::string rule(line.size() + 1, '-');
+  fmt::print("{}\n{}\n{}\n", rule, line, rule);
+  std::fflush(stdout);
+  if (jsonl_) {
+    nlohmann::json j = {{"eval_loss", m.lm_loss},
+                        {"eval_ppl", std::exp(std::min(20.0, m.lm_loss))},
+                        {"iteration", m.iteration}};
+    std::fprintf(jsonl_, "%s\n", j.dump().c_str());
+    std::fflush(jsonl_);
+  }
+}
+
+void MegatronLogger::on_train_end(const TrainInfo&) {
+  fmt::print("[after training is done] datetime: {}\n", now_timestamp());
+  std::fflush(stdout);
+}
+
+}  // namespace mtrain::train

@@ -1,0 +1,50 @@
+// MegatronLogger: a step hook that prints Megatron-LM's training log line
+// every --log_interval iterations (averaging loss and step time over the
+// interval, as training_log does), the one-time memory line of the simulated
+// NPU, validation lines, and one JSON object per logged step to
+// <output_dir>/logging.jsonl (ms-swift's keys plus Megatron's).
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "device/device.h"
+#include "train/hooks.h"
+
+namespace mtrain::train {
+
+struct LoggerOptions {
+  int64_t log_interval = 5;
+  bool log_throughput = false;
+  int rank = 0;
+  int world_size = 1;
+  std::string jsonl_path;  // empty: no file
+};
+
+// " [YYYY-mm-dd HH:MM:SS] iteration ... |" for an interval summary.
+std::string format_log_line(const StepMetrics& last, double avg_loss, double avg_ms, int64_t skipped_in_interval,
+                            int64_t nan_in_interval, bool log_throughput, int world_size, const std::string& timestamp);
+std::string format_validation_line(int64_t iteration, double loss);
+std::string now_timestamp();
+
+class MegatronLogger : public TrainHook {
+ public:
+  MegatronLogger(LoggerOptions opts, const device::Device& dev);
+  ~MegatronLogger() override;
+  void on_train_begin(const TrainInfo& info) override;
+  void on_step_end(const StepMetrics& m) override;
+  void on_eval_end(const EvalMetrics& m) override;
+  void on_train_end(const TrainInfo& info) override;
+
+ private:
+  LoggerOptions opts_;
+  const device::Device& dev_;
+  std::FILE* jsonl_ = nullptr;
+  double sum_loss_ = 0, sum_ms_ = 0;
+  int64_t steps_ = 0, counted_ = 0, skipped_ = 0, nans_ = 0;
+  bool memory_reported_ = false;
+  double total_ms_ = 0;
+  int64_t start_iteration_ = 0;
+};
+
+}  // namespace mtrain::train

@@ -1,0 +1,141 @@
+// Device profiles and model presets in configs/.
+#include <gtest/gtest.h>
+
+#include "config/profiles.h"
+#include "config/validate.h"
+#include "config_test_util.h"
+
+namespace mtrain::config {
+namespace {
+
+using testing::error_of;
+using testing::parse;
+using testing::TempDir;
+
+TEST(DeviceProfiles, AscendProfilesCarryTheReferenceNumbers) {
+  DeviceProfileSpec b3 = load_device_profile("Ascend910B3");
+  EXPECT_EQ(b3.name, "Ascend910B3");
+  EXPECT_EQ(b3.hbm_bytes, 64LL << 30);
+  EXPECT_DOUBLE_EQ(b3.peak_tflops_16bit, 294.9);
+  EXPECT_DOUBLE_EQ(b3.peak_tflops_fp32, 73.7);
+  EXPECT_DOUBLE_EQ(b3.hbm_gbps, 1600);
+  EXPECT_DOUBLE_EQ(b3.intra_node_link_gbps, 56);
+  EXPECT_DOUBLE_EQ(b3.inter_node_link_gbps, 25);
+  EXPECT_EQ(b3.devices_per_node, 8);
+  EXPECT_EQ(b3.allocator_block_bytes, 2LL << 20);
+  DeviceProfileSpec b2 = load_device_profile("Ascend910B2");
+  EXPECT_DOUBLE_EQ(b2.peak_tflops_16bit, 353.8);
+  EXPECT_EQ(b2.hbm_bytes, 64LL << 30);
+  DeviceProfileSpec b4 = load_device_profile("Ascend910B4");
+  EXPECT_EQ(b4.hbm_bytes, 32LL << 30);
+  EXPECT_DOUBLE_EQ(b4.peak_tflops_16bit, 245.7);
+  EXPECT_DOUBLE_EQ(b4.hbm_gbps, 800);
+  EXPECT_EQ(load_device_profile("tiny_test").hbm_bytes, 64LL << 20);
+}
+
+TEST(DeviceProfiles, ErrorsNameTheProblem) {
+  EXPECT_EQ(error_of([] { load_device_profile("Ascend910B5"); }, ExitCode::kConfig),
+            "unknown device profile 'Ascend910B5'; did you mean 'Ascend910B2'?");
+  TempDir dir;
+  std::string p = dir.write("dev.yaml", "hbm_gib: 1\npeak_tflops_16bit: 1\npeak_tflops_fp32: 1\nhbm_gbs: 1\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(p); }, ExitCode::kConfig),
+            p + ":4:1: unknown device profile key 'hbm_gbs'; did you mean 'hbm_gbps'?");
+  std::string q = dir.write("dev2.yaml", "hbm_gib: lots\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(q); }, ExitCode::kConfig),
+            q + ":1:10: key 'hbm_gib': got 'lots' but expected an integer");
+  std::string r = dir.write("dev3.yaml", "hbm_mib: 64\npeak_tflops_16bit: 1\npeak_tflops_fp32: 1\nhbm_gbps: 2\n");
+  EXPECT_EQ(load_device_profile(r).hbm_bytes, 64LL << 20);
+  EXPECT_EQ(load_device_profile(r).name, "dev3");
+  EXPECT_EQ(testing::config_error(testing::sft_with({"--device_profile", "Ascend910"})),
+            "--device_profile Ascend910: unknown device profile 'Ascend910'; did you mean 'Ascend910B2'?");
+}
+
+Args preset(const std::string& name) { return parse({"sft", "--model_preset", name, "--train_iters", "1"}).args; }
+
+TEST(ModelPresets, DemoIsATinyQwenStyleModel) {
+  Args a = preset("demo");
+  EXPECT_EQ(a.num_layers, 4);
+  EXPECT_EQ(a.hidden_size, 256);
+  EXPECT_EQ(a.num_attention_heads, 4);
+  EXPECT_EQ(a.num_query_groups, 2);
+  EXPECT_TRUE(a.group_query_attention);
+  EXPECT_EQ(*a.ffn_hidden_size, 688);
+  EXPECT_EQ(*a.seq_length, 128);
+  EXPECT_EQ(*a.max_position_embeddings, 128);
+  EXPECT_EQ(a.normalization, "RMSNorm");
+  EXPECT_TRUE(a.swiglu);
+  EXPECT_EQ(a.position_embedding_type, "rope");
+  EXPECT_TRUE(a.add_qkv_bias);
+  EXPECT_FALSE(a.add_bias_linear);
+  EXPECT_TRUE(a.untie_embeddings_and_output_weights);
+}
+
+TEST(ModelPresets, Gpt2SmallShape) {
+  Args a = preset("gpt2-124m");
+  EXPECT_EQ(a.num_layers, 12);
+  EXPECT_EQ(a.hidden_size, 768);
+  EXPECT_EQ(a.num_attention_heads, 12);
+  EXPECT_EQ(a.num_query_groups, 12);
+  EXPECT_FALSE(a.group_query_attention);
+  EXPECT_EQ(*a.ffn_hidden_size, 3072);
+  EXPECT_EQ(a.normalization, "LayerNorm");
+  EXPECT_FALSE(a.swiglu);
+  EXPECT_EQ(a.position_embedding_type, "learned_absolute");
+  EXPECT_FALSE(a.untie_embeddings_and_output_weights);
+  EXPECT_TRUE(a.add_bias_linear);
+  EXPECT_EQ(*a.seq_length, 1024);
+  EXPECT_EQ(padded_vocab_size(*a.vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size), 50304);
+}
+
+TEST(ModelPresets, PublishedLlamaAndQwenShapes) {
+  Args llama = preset("llama2-7b");
+  EXPECT_EQ(llama.num_layers, 32);
+  EXPECT_EQ(llama.hidden_size, 4096);
+  EXPECT_EQ(*llama.ffn_hidden_size, 11008);
+  EXPECT_EQ(llama.num_query_groups, 32);
+  EXPECT_EQ(*llama.kv_channels, 128);
+  EXPECT_EQ(*llama.vocab_size, 32000);
+  EXPECT_EQ(*llama.seq_length, 4096);
+  EXPECT_FALSE(llama.add_qkv_bias);
+  EXPECT_DOUBLE_EQ(llama.norm_epsilon, 1e-5);
+
+  Args q05 = preset("qwen2.5-0.5b");
+  EXPECT_EQ(q05.num_layers, 24);
+  EXPECT_EQ(q05.hidden_size, 896);
+  EXPECT_EQ(q05.num_attention_heads, 14);
+  EXPECT_EQ(q05.num_query_groups, 2);
+  EXPECT_EQ(*q05.kv_channels, 64);
+  EXPECT_EQ(*q05.ffn_hidden_size, 4864);
+  EXPECT_FALSE(q05.untie_embeddings_and_output_weights);
+  EXPECT_DOUBLE_EQ(q05.rotary_base, 1e6);
+  EXPECT_DOUBLE_EQ(q05.norm_epsilon, 1e-6);
+  EXPECT_EQ(*q05.vocab_size, 151936);
+
+  Args q7 = preset("qwen2.5-7b");
+  EXPECT_EQ(q7.num_layers, 28);
+  EXPECT_EQ(q7.hidden_size, 3584);
+  EXPECT_EQ(q7.num_query_groups, 4);
+  EXPECT_EQ(*q7.kv_channels, 128);
+  EXPECT_EQ(*q7.ffn_hidden_size, 18944);
+  EXPECT_TRUE(q7.untie_embeddings_and_output_weights);
+  EXPECT_TRUE(q7.add_qkv_bias);
+  EXPECT_EQ(*q7.max_position_embeddings, 32768);
+  EXPECT_EQ(
+      *parse({"sft", "--model_preset", "qwen2.5-7b", "--train_iters", "1", "--max_length", "2048"}).args.seq_length,
+      2048);
+}
+
+TEST(ConfigDir, EnvironmentOverridesTheCompiledInDirectory) {
+  TempDir dir;
+  dir.write("models/mine.yaml", "num_layers: 1\nhidden_size: 64\nnum_attention_heads: 2\nseq_length: 16\n");
+  dir.write("devices/Ascend910B3.yaml", "hbm_gib: 1\npeak_tflops_16bit: 1\npeak_tflops_fp32: 1\nhbm_gbps: 1\n");
+  ::setenv("MTRAIN_CONFIG_DIR", dir.path().c_str(), 1);
+  EXPECT_EQ(find_config_dir(), dir.path());
+  EXPECT_EQ(preset("mine").hidden_size, 64);
+  EXPECT_EQ(load_device_profile("Ascend910B3").hbm_bytes, 1LL << 30);
+  ::unsetenv("MTRAIN_CONFIG_DIR");
+  EXPECT_EQ(find_config_dir(), std::string(MTRAIN_SOURCE_DIR) + "/configs");
+}
+
+}  // namespace
+}  // namespace mtrain::config

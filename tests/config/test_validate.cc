@@ -1,0 +1,314 @@
+// Validation messages (exact text, Megatron's wording where it has one),
+// derived defaults and the not-yet-implemented list.
+#include <gtest/gtest.h>
+
+#include "config/json.h"
+#include "config/validate.h"
+#include "config_test_util.h"
+
+namespace mtrain::config {
+namespace {
+
+using testing::error_of;
+using testing::parse_sft;
+
+// The demo shape, set by hand (no files involved).
+Args demo() {
+  Args a;
+  a.num_layers = 4;
+  a.hidden_size = 256;
+  a.num_attention_heads = 4;
+  a.num_query_groups = 2;
+  a.seq_length = 128;
+  a.train_iters = 10;
+  return a;
+}
+
+std::string fails(Args a, int world_size = 1) {
+  return error_of([&] { validate(a, world_size); }, ExitCode::kConfig);
+}
+
+TEST(Validate, ParallelLayoutMessages) {
+  Args tp2 = demo();
+  tp2.tensor_model_parallel_size = 2;
+  EXPECT_EQ(fails(tp2), "world size (1) is not divisible by total_model_size (2)");
+
+  Args heads = demo();
+  heads.num_attention_heads = 6, heads.hidden_size = 384, heads.num_query_groups = 1;
+  heads.tensor_model_parallel_size = 4;
+  EXPECT_EQ(fails(heads, 4), "num_attention_heads (6) must be a multiple of tensor_model_parallel_size (4).");
+
+  Args groups = demo();
+  groups.num_attention_heads = 12, groups.hidden_size = 768, groups.num_query_groups = 6;
+  groups.tensor_model_parallel_size = 4;
+  EXPECT_EQ(fails(groups, 4), "num_query_groups (6) must be a multiple or divisor of tensor_model_parallel_size (4).");
+
+  Args divisor = demo();  // 2 KV groups over TP=4: each KV head is replicated
+  divisor.num_attention_heads = 8, divisor.hidden_size = 512, divisor.tensor_model_parallel_size = 4;
+  validate(divisor, 4);
+  EXPECT_EQ(divisor.data_parallel_size, 1);
+
+  Args layers = demo();
+  layers.num_layers = 5, layers.pipeline_model_parallel_size = 2;
+  EXPECT_EQ(fails(layers, 2), "Number of layers should be divisible by the pipeline-model-parallel size");
+  layers.decoder_first_pipeline_num_layers = 3;  // uneven: 3 + 2
+  validate(layers, 2);
+  layers.decoder_first_pipeline_num_layers = 4;  // 4 + 1 on one remaining stage: fine too
+  validate(layers, 2);
+  layers.decoder_last_pipeline_num_layers = 2;  // 4 + 2 > 5
+  EXPECT_EQ(fails(layers, 2),
+            "num_layers (5) minus decoder_first_pipeline_num_layers (4) and decoder_last_pipeline_num_layers (2) "
+            "must split evenly over the other 0 pipeline stages");
+
+  Args uneven_pp1 = demo();
+  uneven_pp1.decoder_last_pipeline_num_layers = 1;
+  EXPECT_EQ(fails(uneven_pp1),
+            "--decoder_first_pipeline_num_layers / --decoder_last_pipeline_num_layers require "
+            "--pipeline_model_parallel_size > 1");
+
+  Args cp = demo();
+  cp.context_parallel_size = 2, cp.seq_length = 126;
+  EXPECT_EQ(fails(cp, 2), "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.");
+}
+
+TEST(Validate, VirtualPipelineMessages) {
+  Args a = demo();
+  a.num_layers_per_virtual_pipeline_stage = 1;
+  EXPECT_EQ(fails(a), "pipeline-model-parallel size should be greater than 1 with interleaved schedule");
+  a.num_layers = 6, a.pipeline_model_parallel_size = 2, a.num_layers_per_virtual_pipeline_stage = 2;
+  EXPECT_EQ(fails(a, 2),
+            "number of layers per pipeline stage must be divisible number of layers per virtual pipeline stage");
+  a.num_layers = 8;
+  validate(a, 2);
+  EXPECT_EQ(*a.virtual_pipeline_model_parallel_size, 2);
+  validate(a, 2);  // idempotent
+  EXPECT_EQ(*a.num_layers_per_virtual_pipeline_stage, 2);
+  Args b = demo();
+  b.num_layers = 7, b.pipeline_model_parallel_size = 2, b.virtual_pipeline_model_parallel_size = 2;
+  EXPECT_EQ(fails(b, 2), "number of layers of the model must be divisible pipeline model parallel size");
+}
+
+TEST(Validate, BatchMessages) {
+  Args a = demo();
+  a.global_batch_size = 10, a.micro_batch_size = 4;
+  EXPECT_EQ(fails(a), "global batch size (10) is not divisible by micro batch size (4) times data parallel size (1)");
+  Args b = demo();
+  b.global_batch_size = 6, b.micro_batch_size = 2;
+  EXPECT_EQ(fails(b, 2), "global batch size (6) is not divisible by micro batch size (2) times data parallel size (2)");
+  b.global_batch_size = 8;
+  validate(b, 2);
+  EXPECT_EQ(b.data_parallel_size, 2);
+  EXPECT_EQ(b.num_micro_batches, 2);
+  Args c = demo();
+  c.micro_batch_size = 0;
+  EXPECT_EQ(fails(c), "--micro_batch_size must be >= 1, got 0");
+}
+
+TEST(Validate, ModelShapeMessages) {
+  Args a = demo();
+  a.hidden_size = 100, a.num_attention_heads = 3, a.num_query_groups = 1;
+  EXPECT_EQ(fails(a), "hidden_size (100) must be divisible by num_attention_heads (3) when kv_channels is not set");
+  a.kv_channels = 32;  // explicit head dim: allowed
+  validate(a, 1);
+  Args g = demo();
+  g.num_query_groups = 3;
+  EXPECT_EQ(fails(g), "num_attention_heads (4) must be divisible by num_query_groups (3)");
+  Args pos = demo();
+  pos.position_embedding_type = "learned_absolute", pos.max_position_embeddings = 64;
+  EXPECT_EQ(fails(pos), "max_position_embeddings (64) must be greater than or equal to seq_length (128).");
+  pos.position_embedding_type = "rope";
+  validate(pos, 1);
+  Args missing;
+  missing.train_iters = 1;
+  EXPECT_EQ(fails(missing), "--num_layers is required");
+  Args noseq = demo();
+  noseq.seq_length.reset();
+  EXPECT_EQ(fails(noseq), "--seq_length is required");
+  Args longer = demo();
+  longer.max_length = 256;
+  EXPECT_EQ(fails(longer), "--max_length (256) must not exceed --seq_length (128)");
+  Args drop = demo();
+  drop.hidden_dropout = 1.0;
+  EXPECT_EQ(fails(drop), "--hidden_dropout must be in [0, 1), got 1");
+  drop.hidden_dropout = 0.1, drop.attention_dropout = -0.1;
+  EXPECT_EQ(fails(drop), "--attention_dropout must be in [0, 1), got -0.1");
+  Args odd = demo();
+  odd.kv_channels = 63;
+  EXPECT_EQ(fails(odd), "--kv_channels (63) must be even with rope position embeddings");
+}
+
+TEST(Validate, TrainingMessages) {
+  Args both = demo();
+  both.fp16 = both.bf16 = true;
+  EXPECT_EQ(fails(both), "fp16 and bf16 cannot both be set");
+  Args warm = demo();
+  warm.lr_warmup_iters = 2, warm.lr_warmup_fraction = 0.1;
+  EXPECT_EQ(fails(warm), "can only specify one of lr-warmup-fraction and lr-warmup-iters");
+  Args long_warm = demo();
+  long_warm.lr_warmup_iters = 10;
+  EXPECT_EQ(fails(long_warm), "--lr_warmup_iters (10) must be smaller than --lr_decay_iters (10)");
+  Args lr = demo();
+  lr.lr = 0.0;
+  EXPECT_EQ(fails(lr), "--lr must be > 0, got 0");
+  lr.lr = 1e-5, lr.min_lr = 1e-4;
+  EXPECT_EQ(fails(lr), "--min_lr (0.0001) must not exceed --lr (1e-05)");
+  Args iters = demo();
+  iters.train_iters.reset();
+  EXPECT_EQ(fails(iters), "one of --train_iters and --num_train_epochs is required");
+  Args wsd = demo();
+  wsd.lr_decay_style = "WSD";
+  EXPECT_EQ(fails(wsd), "--lr_wsd_decay_iters is required with --lr_decay_style WSD");
+  Args beta = demo();
+  beta.adam_beta2 = 1.0;
+  EXPECT_EQ(fails(beta), "--adam_beta2 must be in [0, 1), got 1");
+}
+
+TEST(Validate, RecomputeMessages) {
+  Args a = demo();
+  a.recompute_method = "uniform";
+  EXPECT_EQ(fails(a), "recompute method is not yet supported for selective recomputing granularity");
+  a.recompute_granularity = "full";
+  a.recompute_method.reset();
+  EXPECT_EQ(fails(a), "Using recompute_granularity: full so recompute_method must be \"block\" or \"uniform\"");
+  a.recompute_method = "uniform";
+  EXPECT_EQ(fails(a),
+            "When using recompute_granularity: full recompute_num_layers must be between 1 and "
+            "num_layers_per_pipeline_rank: 4");
+  a.recompute_num_layers = 3;
+  EXPECT_EQ(fails(a),
+            "num_layers_per_pipeline_rank (4) must be divisible by recompute_num_layers (3) with recompute_method "
+            "uniform");
+  a.recompute_num_layers = 2;
+  validate(a, 1);
+  Args s = demo();
+  s.recompute_num_layers = 1;
+  EXPECT_EQ(fails(s), "When using recompute_granularity: selective recompute_num_layers must be None.");
+  Args none = demo();
+  none.recompute_granularity = "none";
+  validate(none, 1);
+  EXPECT_FALSE(none.recompute_granularity.has_value());
+}
+
+TEST(Validate, SequenceParallelIsDisabledWithAWarningAtTp1) {
+  Args a = demo();
+  a.sequence_parallel = true;
+  auto warnings = validate(a, 1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "Disabling sequence parallelism because tensor model parallelism is disabled");
+  EXPECT_FALSE(a.sequence_parallel);
+}
+
+TEST(Validate, DerivedDefaults) {
+  Args a = demo();
+  a.ffn_hidden_size.reset();
+  validate(a, 1);
+  EXPECT_EQ(*a.ffn_hidden_size, 640);  // swiglu: int((4*256*2/3)/64)*64
+  EXPECT_EQ(*a.kv_channels, 64);
+  EXPECT_TRUE(a.group_query_attention);
+  EXPECT_EQ(a.num_query_groups, 2);
+  EXPECT_EQ(*a.max_length, 128);
+  EXPECT_EQ(*a.max_position_embeddings, 128);
+  EXPECT_DOUBLE_EQ(*a.lr, 1e-5);
+  EXPECT_EQ(*a.loss_scale, "default");
+  EXPECT_EQ(*a.lr_decay_iters, 10);
+  EXPECT_EQ(a.num_micro_batches, 16);
+
+  Args big = demo();
+  big.hidden_size = 4096, big.num_attention_heads = 32, big.num_query_groups = 1;
+  validate(big, 1);
+  EXPECT_EQ(*big.ffn_hidden_size, 10880);
+  EXPECT_FALSE(big.group_query_attention);  // MHA
+  EXPECT_EQ(big.num_query_groups, 32);
+
+  Args gelu = demo();
+  gelu.swiglu = false;
+  validate(gelu, 1);
+  EXPECT_EQ(*gelu.ffn_hidden_size, 1024);
+
+  Args mqa = demo();
+  mqa.num_query_groups = 1, mqa.group_query_attention = true;
+  validate(mqa, 1);
+  EXPECT_EQ(mqa.num_query_groups, 1);
+
+  Args from_max = demo();
+  from_max.seq_length.reset(), from_max.max_length = 96;
+  validate(from_max, 1);
+  EXPECT_EQ(*from_max.seq_length, 96);
+
+  Args pt = demo();
+  pt.command = "pt";
+  validate(pt, 1);
+  EXPECT_EQ(*pt.loss_scale, "all");
+}
+
+TEST(Validate, IsIdempotent) {
+  Args a = parse_sft({"--sequence_parallel", "--recompute_granularity", "none", "--attention_backend", "auto",
+                      "--max_epochs", "2", "--use_flash_attn"});
+  const std::string once = args_to_json(a);
+  validate(a, 1);
+  EXPECT_EQ(args_to_json(a), once);
+}
+
+TEST(Validate, SetTrainItersDerivesTheSchedule) {
+  Args a = demo();
+  a.train_iters.reset();
+  a.num_train_epochs = 2;
+  a.lr_warmup_iters = 30;
+  validate(a, 1);
+  EXPECT_FALSE(a.lr_decay_iters.has_value());
+  set_train_iters(a, 100);
+  EXPECT_EQ(*a.train_iters, 100);
+  EXPECT_EQ(*a.lr_decay_iters, 100);
+  Args b = demo();
+  b.train_iters.reset(), b.num_train_epochs = 1, b.lr_warmup_iters = 30;
+  validate(b, 1);
+  EXPECT_EQ(error_of([&] { set_train_iters(b, 20); }, ExitCode::kConfig),
+            "--lr_warmup_iters (30) must be smaller than --lr_decay_iters (20)");
+}
+
+TEST(Validate, PaddedVocabSize) {
+  EXPECT_EQ(padded_vocab_size(50257, 128, 1), 50304);
+  EXPECT_EQ(padded_vocab_size(50257, 128, 2), 50432);
+  EXPECT_EQ(padded_vocab_size(32000, 128, 1), 32000);
+  EXPECT_EQ(padded_vocab_size(151936, 128, 4), 152064);
+  EXPECT_EQ(padded_vocab_size(1, 1, 1), 1);
+  EXPECT_EQ(padded_vocab_size(300, 128, 1), 384);
+}
+
+TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
+  const std::vector<std::pair<std::function<void(Args&)>, std::string>> cases = {
+      {[](Args& a) { a.load = "ckpt"; }, "--load ckpt: checkpoint loading is not implemented yet"},
+      {[](Args& a) { a.save_interval = 50; }, "--save_interval 50: checkpoint saving is not implemented yet"},
+      {[](Args& a) { a.model = "Qwen/Qwen2.5-7B"; },
+       "--model Qwen/Qwen2.5-7B: loading a Hugging Face model directory is not implemented yet"},
+      {[](Args& a) { a.dry_run = true; },
+       "--dry_run true: --dry_run (memory and step-time planning) is not implemented yet"},
+      {[](Args& a) { a.train_type = "lora"; }, "--train_type lora: LoRA is not supported yet"},
+      {[](Args& a) { a.position_embedding_type = "mrope"; },
+       "--position_embedding_type mrope: this position embedding is not supported"},
+      {[](Args& a) { a.position_embedding_type = "relative"; },
+       "--position_embedding_type relative: this position embedding is not supported"},
+      {[](Args& a) { a.position_embedding_type = "none"; },
+       "--position_embedding_type none: this position embedding is not supported"},
+      {[](Args& a) { a.expert_model_parallel_size = 2; },
+       "--expert_model_parallel_size 2: expert parallelism (MoE) is not implemented yet"},
+      {[](Args& a) { a.overlap_grad_reduce = true; },
+       "--overlap_grad_reduce true: overlapping the gradient reduction with backward is not implemented yet"},
+      {[](Args& a) { a.attention_backend = "fused"; },
+       "--attention_backend fused: the fused (cuDNN) attention backend does not exist on the simulated NPU"},
+      {[](Args& a) { a.loss_scale = "last_round"; },
+       "--loss_scale last_round: loss_scale last_round is not implemented yet"},
+  };
+  for (const auto& [set, message] : cases) {
+    Args a = demo();
+    set(a);
+    EXPECT_EQ(fails(a), message);
+  }
+  Args ok = demo();
+  ok.train_type = "full", ok.position_embedding_type = "learned_absolute", ok.loss_scale = "all";
+  ok.attention_backend = "unfused";
+  validate(ok, 1);
+}
+
+}  // namespace
+}  // namespace mtrain::config

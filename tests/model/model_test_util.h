@@ -1,0 +1,76 @@
+// Shared fixtures for model tests: tiny configurations of each architecture
+// family and a deterministic random micro-batch.
+#pragma once
+
+#include <vector>
+
+#include "common/rng.h"
+#include "model/gpt.h"
+
+namespace mtrain::model::testing {
+
+// Llama/Qwen-like: RMSNorm, SwiGLU, RoPE, GQA, qkv bias, untied.
+inline ModelConfig tiny_llama() {
+  ModelConfig c;
+  c.num_layers = 2;
+  c.hidden = 16;
+  c.ffn = 24;
+  c.heads = 4;
+  c.groups = 2;
+  c.head_dim = 4;
+  c.vocab = 29;
+  c.padded_vocab = 32;
+  c.max_positions = 16;
+  c.seq_length = 8;
+  c.micro_batch = 2;
+  c.init_std = 0.2f;  // large enough that every gradient is well above FD noise
+  return c;
+}
+
+// GPT-2-like: LayerNorm, GELU, learned positions, tied embeddings, biases.
+inline ModelConfig tiny_gpt2() {
+  ModelConfig c = tiny_llama();
+  c.rmsnorm = false;
+  c.swiglu = false;
+  c.rope = false;
+  c.untie = false;
+  c.add_bias_linear = true;
+  c.add_qkv_bias = false;
+  c.groups = c.heads;
+  c.ffn = 32;
+  return c;
+}
+
+struct RandomBatch {
+  std::vector<int32_t> tokens, targets, positions, doc_ids;
+  std::vector<float> weights;
+  TokenBatch view(int64_t B, int64_t T, bool with_docs) const {
+    TokenBatch b;
+    b.B = B;
+    b.T = T;
+    b.tokens = tokens.data();
+    b.targets = targets.data();
+    b.positions = positions.data();
+    b.doc_ids = with_docs ? doc_ids.data() : nullptr;
+    return b;
+  }
+};
+
+inline RandomBatch random_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
+  RandomBatch r;
+  Rng rng(seed);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      r.tokens.push_back(static_cast<int32_t>(rng.next_u64() % vocab));
+      r.targets.push_back(static_cast<int32_t>(rng.next_u64() % vocab));
+      // Two packed documents per row: positions restart at the boundary.
+      const int64_t split = T / 2 + b;
+      r.doc_ids.push_back(t < split ? 0 : 1);
+      r.positions.push_back(static_cast<int32_t>(t < split ? t : t - split));
+      r.weights.push_back((t % 3 == 0) ? 0.f : 1.f);
+    }
+  }
+  return r;
+}
+
+}  // namespace mtrain::model::testing

@@ -1,0 +1,304 @@
+// Forward kernels against naive double-precision references written straight
+// from the definitions (layouts, GQA head mapping, masks, dropout convention,
+// rotary convention), so the FD checks are anchored to the right function.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+
+#include "kernel_test_util.h"
+#include "tensor/activation.h"
+#include "tensor/attention.h"
+#include "tensor/cross_entropy.h"
+#include "tensor/embedding.h"
+#include "tensor/kernel_util.h"
+#include "tensor/linear.h"
+#include "tensor/norm.h"
+#include "tensor/rope.h"
+
+namespace mtrain::kernels {
+namespace {
+
+using testing::all_close;
+using testing::randn;
+using testing::Vec;
+
+// The vectorisable exp used by every softmax: within 2 ulp of the double
+// exp over its domain, exactly 0 for -inf and below -87.3, NaN kept.
+TEST(Reference, SoftmaxExp) {
+  int worst_ulp = 0;
+  for (float x = -87.0f; x <= 80.0f; x += 0.000731f) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(x)));
+    const float got = detail::softmax_exp(x);
+    const int ulp = std::abs(std::bit_cast<int32_t>(got) - std::bit_cast<int32_t>(want));
+    worst_ulp = std::max(worst_ulp, ulp);
+    ASSERT_LE(ulp, 2) << "x=" << x << " got " << got << " want " << want;
+  }
+  EXPECT_GE(worst_ulp, 0);
+  EXPECT_EQ(detail::softmax_exp(0.0f), 1.0f);
+  EXPECT_EQ(detail::softmax_exp(-INFINITY), 0.0f);
+  EXPECT_EQ(detail::softmax_exp(-100.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(detail::softmax_exp(NAN)));
+}
+
+TEST(Reference, LinearAndSgemm) {
+  const int64_t N = 37, C = 19, OC = 23;
+  const Vec inp = randn(N * C, 1), weight = randn(OC * C, 2), bias = randn(OC, 3);
+  Vec ref(N * OC), ref_nb(N * OC), out(N * OC), out_nb(N * OC), c(N * OC);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t o = 0; o < OC; ++o) {
+      double s = 0.0;
+      for (int64_t j = 0; j < C; ++j) s += static_cast<double>(inp[i * C + j]) * weight[o * C + j];
+      ref_nb[i * OC + o] = static_cast<float>(s);
+      ref[i * OC + o] = static_cast<float>(s + bias[o]);
+    }
+  linear_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+  linear_forward(out_nb.data(), inp.data(), weight.data(), nullptr, N, C, OC);
+  EXPECT_TRUE(all_close(out, ref, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(out_nb, ref_nb, 1e-5, 1e-5));
+  // sgemm_nn: (N, C) · (C, OC) with b = weight^T laid out explicitly.
+  Vec wt(C * OC);
+  for (int64_t o = 0; o < OC; ++o)
+    for (int64_t j = 0; j < C; ++j) wt[j * OC + o] = weight[o * C + j];
+  sgemm_nn(c.data(), inp.data(), wt.data(), N, OC, C);
+  EXPECT_TRUE(all_close(c, ref_nb, 1e-5, 1e-5));
+}
+
+TEST(Reference, Norms) {
+  const int64_t N = 5, C = 33;
+  const float eps = 1e-5f;
+  const Vec inp = randn(N * C, 4, 3.0f), weight = randn(C, 5), bias = randn(C, 6);
+  Vec ln_ref(N * C), rms_ref(N * C), rstd_ref(N);
+  for (int64_t i = 0; i < N; ++i) {
+    double m = 0.0, v = 0.0, ms = 0.0;
+    for (int64_t j = 0; j < C; ++j) m += inp[i * C + j];
+    m /= C;
+    for (int64_t j = 0; j < C; ++j) {
+      v += (inp[i * C + j] - m) * (inp[i * C + j] - m);
+      ms += static_cast<double>(inp[i * C + j]) * inp[i * C + j];
+    }
+    const double rs = 1.0 / std::sqrt(v / C + eps), rr = 1.0 / std::sqrt(ms / C + eps);
+    rstd_ref[i] = static_cast<float>(rr);
+    for (int64_t j = 0; j < C; ++j) {
+      ln_ref[i * C + j] = static_cast<float>((inp[i * C + j] - m) * rs * weight[j] + bias[j]);
+      rms_ref[i * C + j] = static_cast<float>(inp[i * C + j] * rr * weight[j]);
+    }
+  }
+  Vec out(N * C), mean(N), rstd(N), scratch(rmsnorm_scratch_floats(N, C));
+  layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), bias.data(), N, C, eps);
+  EXPECT_TRUE(all_close(out, ln_ref, 1e-5, 1e-5));
+  for (bool fused : {true, false}) {
+    rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C, eps, fused, scratch.data());
+    EXPECT_TRUE(all_close(out, rms_ref, 1e-5, 1e-5)) << "fused=" << fused;
+    EXPECT_TRUE(all_close(rstd, rstd_ref, 1e-6, 1e-6)) << "fused=" << fused;
+  }
+}
+
+TEST(Reference, Activations) {
+  const int64_t N = 4, F = 9;
+  const Vec inp = randn(N * 2 * F, 7, 3.0f), bias = randn(2 * F, 8);
+  Vec swiglu_ref(N * F), gelu_ref(N * F), gelu_nb_ref(N * F);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < F; ++j) {
+      const double a = inp[i * 2 * F + j] + static_cast<double>(bias[j]);
+      const double b = inp[i * 2 * F + F + j] + static_cast<double>(bias[F + j]);
+      swiglu_ref[i * F + j] = static_cast<float>(a / (1.0 + std::exp(-a)) * b);
+      auto gelu = [](double x) {
+        return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+      };
+      gelu_ref[i * F + j] = static_cast<float>(gelu(inp[i * F + j] + static_cast<double>(bias[j])));
+      gelu_nb_ref[i * F + j] = static_cast<float>(gelu(inp[i * F + j]));
+    }
+  Vec out(N * F), scratch(bias_swiglu_scratch_floats(N, F));
+  for (bool fused : {true, false}) {
+    bias_swiglu_forward(out.data(), inp.data(), bias.data(), N, F, fused, scratch.data());
+    EXPECT_TRUE(all_close(out, swiglu_ref, 1e-5, 1e-5)) << "swiglu fused=" << fused;
+    bias_gelu_forward(out.data(), inp.data(), bias.data(), N, F, fused, scratch.data());
+    EXPECT_TRUE(all_close(out, gelu_ref, 1e-5, 1e-5)) << "gelu fused=" << fused;
+    bias_gelu_forward(out.data(), inp.data(), nullptr, N, F, fused, scratch.data());
+    EXPECT_TRUE(all_close(out, gelu_nb_ref, 1e-5, 1e-5)) << "gelu no bias fused=" << fused;
+  }
+  float one = 1.0f, g1 = 0.0f;  // GPT-2's gelu(1) with the tanh approximation
+  bias_gelu_forward(&g1, &one, nullptr, 1, 1, true, nullptr);
+  EXPECT_NEAR(g1, 0.841192f, 1e-6f);
+}
+
+TEST(Reference, DropoutMaskConvention) {
+  const int64_t N = 50, C = 40, n = N * C;
+  const float p = 0.3f;
+  const uint64_t seed = 4242;
+  const Vec inp = randn(n, 9), bias = randn(C, 10), residual = randn(n, 11), dout = randn(n, 12);
+  Vec out(n), din(n), scratch(n), dbias(C, 1.0f), bda(n), bda_din(n);
+  dropout_forward(out.data(), inp.data(), n, p, seed);
+  dropout_backward(din.data(), dout.data(), n, p, seed);
+  bias_dropout_add_forward(bda.data(), inp.data(), bias.data(), residual.data(), N, C, p, seed, false, scratch.data());
+  bias_dropout_add_backward(bda_din.data(), dbias.data(), dout.data(), N, C, p, seed);
+  int64_t dropped = 0;
+  Vec dbias_ref(C, 1.0f);
+  for (int64_t e = 0; e < n; ++e) {
+    const bool keep = uniform01(seed, static_cast<uint64_t>(e)) >= p;
+    dropped += keep ? 0 : 1;
+    const float scale = 1.0f / (1.0f - p);
+    ASSERT_EQ(out[e], keep ? inp[e] * scale : 0.0f) << e;
+    ASSERT_EQ(din[e], keep ? dout[e] * scale : 0.0f) << e;
+    ASSERT_FLOAT_EQ(bda[e], residual[e] + (keep ? (inp[e] + bias[e % C]) * scale : 0.0f)) << e;
+    ASSERT_EQ(bda_din[e], din[e]) << e;
+    dbias_ref[e % C] += bda_din[e];
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / n, p, 0.03);
+  EXPECT_TRUE(all_close(dbias, dbias_ref, 1e-5, 1e-5));
+  // p == 0 is an exact identity.
+  dropout_forward(out.data(), inp.data(), n, 0.0f, seed);
+  EXPECT_TRUE(testing::bit_equal(out, inp));
+}
+
+TEST(Reference, Embedding) {
+  const int64_t V = 5, P = 4, C = 3, N = 6;
+  const std::vector<int32_t> tokens = {4, 0, 4, 2, 4, 1}, positions = {0, 1, 2, 3, 0, 1};
+  const Vec wte = randn(V * C, 13), wpe = randn(P * C, 14), dout = randn(N * C, 15);
+  Vec out(N * C), dwte(V * C, 0.5f), dwpe(P * C, 0.0f);
+  embedding_forward(out.data(), tokens.data(), positions.data(), wte.data(), wpe.data(), N, C);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < C; ++j) ASSERT_EQ(out[i * C + j], wte[tokens[i] * C + j] + wpe[positions[i] * C + j]);
+  embedding_forward(out.data(), tokens.data(), nullptr, wte.data(), nullptr, N, C);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < C; ++j) ASSERT_EQ(out[i * C + j], wte[tokens[i] * C + j]);
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), positions.data(), N, C);
+  for (int64_t j = 0; j < C; ++j) {  // token 4 appears at rows 0, 2, 4; token 3 never (keeps its 0.5)
+    EXPECT_FLOAT_EQ(dwte[4 * C + j], 0.5f + dout[0 * C + j] + dout[2 * C + j] + dout[4 * C + j]);
+    EXPECT_EQ(dwte[3 * C + j], 0.5f);
+    EXPECT_FLOAT_EQ(dwpe[0 * C + j], dout[0 * C + j] + dout[4 * C + j]);
+  }
+}
+
+TEST(Reference, RopeRotateHalfConvention) {
+  const int64_t B = 1, H = 2, T = 3, D = 8, half = D / 2;
+  const float base = 10000.0f;
+  const std::vector<int32_t> positions = {0, 7, 1000};
+  const Vec x0 = randn(B * H * T * D, 16);
+  Vec ref(x0.size()), scratch(rope_scratch_floats(B, H, T, D));
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < half; ++i) {
+        const double ang = positions[t] * std::pow(static_cast<double>(base), -2.0 * i / D);
+        const int64_t r = (h * T + t) * D;
+        ref[r + i] = static_cast<float>(x0[r + i] * std::cos(ang) - x0[r + i + half] * std::sin(ang));
+        ref[r + i + half] = static_cast<float>(x0[r + i + half] * std::cos(ang) + x0[r + i] * std::sin(ang));
+      }
+  for (bool fused : {true, false}) {
+    Vec x = x0;
+    rope_forward(x.data(), positions.data(), B, H, T, D, base, fused, scratch.data());
+    EXPECT_TRUE(all_close(x, ref, 1e-5, 1e-5)) << "fused=" << fused;
+    for (int64_t j = 0; j < D; ++j) EXPECT_EQ(x[j], x0[j]) << "position 0 is the identity";
+  }
+}
+
+TEST(Reference, CrossEntropy) {
+  const int64_t N = 4, V = 11;
+  Vec logits = randn(N * V, 17, 4.0f);
+  logits[1 * V + 3] = 3e4f;  // a huge logit must not overflow (max subtraction)
+  const std::vector<int32_t> targets = {0, 3, 10, 5};
+  Vec losses(N), stats(2 * N), scratch(N * V);
+  for (bool fused : {true, false}) {
+    cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), N, V, fused, scratch.data());
+    for (int64_t i = 0; i < N; ++i) {
+      double m = -INFINITY, s = 0.0;
+      for (int64_t j = 0; j < V; ++j) m = std::fmax(m, logits[i * V + j]);
+      for (int64_t j = 0; j < V; ++j) s += std::exp(logits[i * V + j] - m);
+      const double lse = m + std::log(s);
+      EXPECT_NEAR(losses[i], lse - logits[i * V + targets[i]], 2e-5 * (1.0 + std::fabs(lse))) << i;
+      EXPECT_FLOAT_EQ(stats[2 * i], static_cast<float>(m));
+      EXPECT_NEAR(stats[2 * i + 1], lse, 2e-5 * (1.0 + std::fabs(lse)));
+    }
+  }
+}
+
+TEST(Reference, QkvSplitLayout) {
+  const int64_t B = 2, T = 3, G = 2, R = 3, D = 2, H = G * R, W = G * (R + 2) * D;
+  Vec qkv(B * T * W);
+  for (size_t e = 0; e < qkv.size(); ++e) qkv[e] = static_cast<float>(e);
+  Vec q(B * H * T * D), k(B * G * T * D), v(B * G * T * D), merged(B * T * H * D);
+  qkv_split_forward(q.data(), k.data(), v.data(), qkv.data(), B, T, G, R, D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t row = (b * T + t) * W + g * (R + 2) * D;
+          for (int64_t r = 0; r < R; ++r) ASSERT_EQ(q[((b * H + g * R + r) * T + t) * D + d], qkv[row + r * D + d]);
+          ASSERT_EQ(k[((b * G + g) * T + t) * D + d], qkv[row + R * D + d]);
+          ASSERT_EQ(v[((b * G + g) * T + t) * D + d], qkv[row + (R + 1) * D + d]);
+        }
+  heads_merge_forward(merged.data(), q.data(), B, H, T, D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < D; ++d)
+          ASSERT_EQ(merged[(b * T + t) * H * D + h * D + d], q[((b * H + h) * T + t) * D + d]);
+}
+
+// Naive attention in double: causal + doc mask, GQA head h -> group h / (H/G),
+// dropout on the flattened (b, h, tq, tk) index after the softmax.
+void attention_reference(Vec& out, Vec& probs, Vec& lse, const Vec& q, const Vec& k, const Vec& v, const int32_t* doc,
+                         int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, float p, uint64_t seed) {
+  const int64_t R = H / G;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kv = b * G + h / R, pair = b * H + h;
+      for (int64_t tq = 0; tq < T; ++tq) {
+        std::vector<double> s(T, -INFINITY);
+        double m = -INFINITY, sum = 0.0;
+        for (int64_t tk = 0; tk <= tq; ++tk) {
+          if (doc && doc[b * T + tk] != doc[b * T + tq]) continue;
+          double d = 0.0;
+          for (int64_t c = 0; c < D; ++c)
+            d += static_cast<double>(q[(pair * T + tq) * D + c]) * k[(kv * T + tk) * D + c];
+          s[tk] = d / std::sqrt(static_cast<double>(D));
+          m = std::fmax(m, s[tk]);
+        }
+        for (int64_t tk = 0; tk < T; ++tk) sum += std::exp(s[tk] - m);
+        lse[pair * T + tq] = static_cast<float>(m + std::log(sum));
+        for (int64_t c = 0; c < D; ++c) out[(pair * T + tq) * D + c] = 0.0f;
+        for (int64_t tk = 0; tk < T; ++tk) {
+          const double prob = std::exp(s[tk] - m) / sum;
+          probs[(pair * T + tq) * T + tk] = static_cast<float>(prob);
+          const uint64_t idx = static_cast<uint64_t>(((b * H + h) * T + tq) * T + tk);
+          const double z = p > 0.0f ? (uniform01(seed, idx) >= p ? 1.0 / (1.0 - p) : 0.0) : 1.0;
+          for (int64_t c = 0; c < D; ++c)
+            out[(pair * T + tq) * D + c] += static_cast<float>(prob * z * v[(kv * T + tk) * D + c]);
+        }
+      }
+    }
+}
+
+TEST(Reference, Attention) {
+  const int64_t B = 2, T = 70, D = 8;
+  std::vector<int32_t> doc(B * T);
+  for (int64_t t = 0; t < T; ++t) doc[t] = doc[T + t] = static_cast<int32_t>(t / 30);
+  doc[T + 5] = 9;  // a document id that appears once, in the middle
+  for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 2}, {4, 1}, {2, 2}})
+    for (bool docs : {false, true})
+      for (float p : {0.0f, 0.2f}) {
+        const int32_t* d = docs ? doc.data() : nullptr;
+        const Vec q = randn(B * H * T * D, 20), k = randn(B * G * T * D, 21), v = randn(B * G * T * D, 22);
+        Vec out_ref(q.size()), probs_ref(B * H * T * T), lse_ref(B * H * T);
+        attention_reference(out_ref, probs_ref, lse_ref, q, k, v, d, B, H, G, T, D, p, 31);
+        Vec out(q.size()), probs(B * H * T * T), lse(B * H * T);
+        Vec scratch(attention_unfused_scratch_floats(B, H, G, T, D));
+        for (bool fusion : {true, false}) {
+          attention_unfused_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, p, 31,
+                                    fusion, scratch.data());
+          EXPECT_TRUE(all_close(out, out_ref, 1e-5, 1e-4)) << H << "/" << G << " docs=" << docs << " p=" << p;
+          EXPECT_TRUE(all_close(probs, probs_ref, 1e-6, 1e-4)) << "probs are saved before dropout";
+        }
+        Vec fscratch(attention_flash_scratch_floats(B, H, G, T, D));
+        attention_flash_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, p, 31,
+                                fscratch.data());
+        EXPECT_TRUE(all_close(out, out_ref, 1e-5, 1e-4)) << "flash " << H << "/" << G << " docs=" << docs;
+        EXPECT_TRUE(all_close(lse, lse_ref, 1e-5, 1e-5)) << "flash lse";
+      }
+}
+
+}  // namespace
+}  // namespace mtrain::kernels
