@@ -50,10 +50,6 @@ const std::vector<Unsupported>& unsupported_settings() {
        {"flash", "unfused", "local", "auto"},
        "the fused (cuDNN) attention backend does not exist on the simulated NPU",
        "use --attention_backend flash or unfused"},
-      {"loss_scale",
-       {"default", "all", "None"},
-       "loss_scale last_round is not implemented yet",
-       "use --loss_scale default or all"},
   };
   return list;
 }

@@ -29,7 +29,17 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, bool meta) : 
     return Tensor(dev, std::move(s), t, MemCategory::kActivations, name, meta);
   };
   residuals_ = act({c.num_layers + 1, N, C}, c.dtype, "residual stream (per layer input)");
-  slots_.resize(c.recompute == Recompute::kFull ? 1 : c.num_layers);
+  // Recomputed layers share slot 0; every other layer keeps its own.
+  int shared = -1, next = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.layer_recomputed(l)) {
+      if (shared < 0) shared = next++;
+      slot_of_.push_back(shared);
+    } else {
+      slot_of_.push_back(next++);
+    }
+  }
+  slots_.resize(next);
   for (size_t i = 0; i < slots_.size(); ++i) allocate_layer_acts(slots_[i], c, dev, meta, static_cast<int>(i));
   allocate_workspace(ws_, c, dev, meta);
   lnf_ = act({N, C}, c.dtype, "final norm output");
@@ -136,7 +146,7 @@ void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, 
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     const uint64_t lseed = stream_seed(seed, static_cast<uint64_t>(l));
     const float* x = res + l * stride;
-    if (c.recompute == Recompute::kFull) {
+    if (c.layer_recomputed(l)) {
       // Re-run this layer's forward from its saved input into the shared slot;
       // the output lands in a spare buffer (d_ln is free at this point).
       layer_forward(c, params_, layers_[l], slot_for(l), ws_, x, ws_.d_ln.data(), b, lseed, training);

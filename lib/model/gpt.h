@@ -4,9 +4,9 @@
 // micro-batch of up to (micro_batch, seq_length) tokens are allocated once on
 // the device at construction (the memory a real run would hold).
 //
-// Recompute: with --recompute_granularity full, every layer shares one
-// activation slot and backward re-runs each layer's forward from its saved
-// input (dropout masks are counter-based, so the recomputation is exact).
+// Recompute: with --recompute_granularity full, the recomputed layers share
+// one activation slot and backward re-runs each such layer's forward from its
+// saved input (dropout masks are counter-based, so recomputation is exact).
 #pragma once
 
 #include <memory>
@@ -38,7 +38,7 @@ class GptModel {
 
  private:
   void build_params();
-  LayerActs& slot_for(int64_t layer) { return slots_[config_.recompute == Recompute::kFull ? 0 : layer]; }
+  LayerActs& slot_for(int64_t layer) { return slots_[slot_of_[layer]]; }
 
   ModelConfig config_;
   device::Device& dev_;
@@ -46,6 +46,7 @@ class GptModel {
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, out_w_ = -1;
   std::vector<LayerParams> layers_;
   std::vector<LayerActs> slots_;
+  std::vector<int> slot_of_;  // layer -> activation slot; recomputed layers share slot 0
   Workspace ws_;
   Tensor residuals_;     // (L+1, N, C): input of each layer, then the final hidden state
   Tensor lnf_, lnf_mean_, lnf_rstd_;  // (N, C), (N), (N)

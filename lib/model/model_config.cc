@@ -47,6 +47,8 @@ ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   c.fusions.flash_attention = a.attention_backend != "unfused";
   const std::string rg = a.recompute_granularity.value_or("none");
   c.recompute = rg == "full" ? Recompute::kFull : (rg == "selective" ? Recompute::kSelective : Recompute::kNone);
+  if (c.recompute == Recompute::kFull && a.recompute_method.value_or("uniform") == "block")
+    c.recompute_block_layers = a.recompute_num_layers.value_or(c.num_layers);
   return c;
 }
 

@@ -54,6 +54,14 @@ struct ModelConfig {
   DType dtype = DType::kF32;
   Fusions fusions;
   Recompute recompute = Recompute::kNone;
+  // With kFull: --recompute_method block recomputes only the first
+  // recompute_num_layers layers; uniform recomputes every layer (each from its
+  // own saved input; Megatron's uniform chunks of n > 1 layers compute the
+  // same values). 0 = every layer.
+  int64_t recompute_block_layers = 0;
+  bool layer_recomputed(int64_t layer) const {
+    return recompute == Recompute::kFull && (recompute_block_layers == 0 || layer < recompute_block_layers);
+  }
 
   int64_t qkv_width() const { return groups * (heads / groups + 2) * head_dim; }
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }

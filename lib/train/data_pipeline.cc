@@ -51,6 +51,7 @@ data::SftOptions sft_options(const config::Args& a, const data::Tokenizer& tok) 
                              "use default, all or last_round");
   o.loss_scale = *ls;
   o.max_length = a.max_length.value_or(a.seq_length.value());
+  o.truncation = data::truncation_strategy_from_name(a.truncation_strategy).value();
   return o;
 }
 

@@ -296,8 +296,6 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
        "--overlap_grad_reduce true: overlapping the gradient reduction with backward is not implemented yet"},
       {[](Args& a) { a.attention_backend = "fused"; },
        "--attention_backend fused: the fused (cuDNN) attention backend does not exist on the simulated NPU"},
-      {[](Args& a) { a.loss_scale = "last_round"; },
-       "--loss_scale last_round: loss_scale last_round is not implemented yet"},
   };
   for (const auto& [set, message] : cases) {
     Args a = demo();

@@ -156,6 +156,18 @@ TEST(ModelRecompute, FullRecomputeIsExact) {
   EXPECT_EQ(ga, gb);
 }
 
+TEST(ModelRecompute, BlockRecomputeOfTheFirstLayerIsExact) {
+  ModelConfig c = testing::tiny_llama();
+  c.hidden_dropout = 0.1f;
+  ModelConfig r = c;
+  r.recompute = Recompute::kFull;
+  r.recompute_block_layers = 1;
+  auto [la, ga] = run(c, false);
+  auto [lb, gb] = run(r, false);
+  EXPECT_EQ(la, lb);
+  EXPECT_EQ(ga, gb);
+}
+
 TEST(ModelDeterminism, SameSeedSameBits) {
   auto [la, ga] = run(testing::tiny_llama(), true);
   auto [lb, gb] = run(testing::tiny_llama(), true);

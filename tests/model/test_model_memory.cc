@@ -66,15 +66,17 @@ TEST(ModelMemory, MetaModelAccountsWithoutStorage) {
 }
 
 TEST(ModelMemory, RecomputeFullHoldsOneLayerOfActivations) {
-  auto act_bytes = [](Recompute r) {
+  auto act_bytes = [](Recompute r, int64_t block_layers) {
     device::Device dev(device::DeviceProfile{}, 0);
     ModelConfig c = testing::tiny_llama();
     c.num_layers = 4;
     c.recompute = r;
+    c.recompute_block_layers = block_layers;
     GptModel m(c, dev);
     return dev.stats().by_category[static_cast<int>(device::MemCategory::kActivations)];
   };
-  EXPECT_LT(act_bytes(Recompute::kFull), act_bytes(Recompute::kNone));
+  EXPECT_LT(act_bytes(Recompute::kFull, 0), act_bytes(Recompute::kFull, 2));
+  EXPECT_LT(act_bytes(Recompute::kFull, 2), act_bytes(Recompute::kNone, 0));
 }
 
 }  // namespace

@@ -1,0 +1,155 @@
+// bench_train: how close a full fp32 training step comes to the machine's
+// sgemm rate. Measures cblas_sgemm on square matrices, then times complete
+// steps (zero grads, forward, backward, grad norm + clip, AdamW) of GPT-2
+// small and a tiny Llama, and prints tokens/s, achieved model GFLOP/s (from
+// model::train_flops) and the ratio to the sgemm rate. See bench/README.md.
+#include <cblas.h>
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sgemm_probe.h"
+#include "step_bench.h"
+
+namespace {
+
+using mtrain::bench::PhaseMs;
+using mtrain::bench::ShapeResult;
+
+struct Flags {
+  int threads = 2;
+  int steps = 5;
+  int warmup = 2;
+  int sgemm_size = 2048;
+  int sgemm_reps = 5;
+  std::string shape = "all";
+  std::string json_path;
+};
+
+const char* kFlopsFormula =
+    "model FLOPs/step = 6 * matmul_params * tokens + 6 * L * H * D * T * tokens "
+    "(fwd+bwd of every linear incl. the LM head; causal QK^T and PV)";
+
+void set_threads(int n) {
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);  // the OpenMP build follows omp_get_max_threads, but a 1 set earlier would stick
+}
+
+const char* blas_parallel_name(int p) { return p == 0 ? "sequential" : (p == 1 ? "pthreads" : "OpenMP"); }
+
+nlohmann::json phases_json(const PhaseMs& p) {
+  return {{"zero_grad_ms", p.zero_grad}, {"forward_ms", p.forward},  {"backward_ms", p.backward},
+          {"norm_clip_ms", p.norm_clip}, {"adamw_ms", p.adamw},      {"optimizer_ms", p.optimizer()},
+          {"total_ms", p.total}};
+}
+
+void print_results(const std::vector<ShapeResult>& results, double sgemm) {
+  fmt::print("\n{:<11} {:>11} {:>9} {:>9} {:>10} {:>9} {:>8}   (median step; best step in brackets)\n", "shape",
+             "tokens/step", "ms/step", "tokens/s", "GFLOP/s", "% sgemm", "best %");
+  for (const ShapeResult& r : results) {
+    const double gf = r.flops_per_step / (r.median.total * 1e-3) * 1e-9;
+    const double gf_best = r.flops_per_step / (r.best.total * 1e-3) * 1e-9;
+    fmt::print("{:<11} {:>11} {:>9.1f} {:>9.0f} {:>10.1f} {:>8.1f}% {:>7.1f}%\n", r.name, r.tokens_per_step,
+               r.median.total, r.tokens_per_step / (r.median.total * 1e-3), gf, 100 * gf / sgemm,
+               100 * gf_best / sgemm);
+  }
+  fmt::print("\nper-phase breakdown, ms (median over timed steps; optimizer = grad norm + clip + AdamW)\n");
+  fmt::print("{:<11} {:>9} {:>9} {:>9} {:>10} {:>9} {:>10} {:>9}\n", "shape", "zero_grad", "forward", "backward",
+             "norm+clip", "adamw", "optimizer", "total");
+  for (const ShapeResult& r : results) {
+    const PhaseMs& p = r.median;
+    fmt::print("{:<11} {:>9.1f} {:>9.1f} {:>9.1f} {:>10.1f} {:>9.1f} {:>10.1f} {:>9.1f}\n", r.name, p.zero_grad,
+               p.forward, p.backward, p.norm_clip, p.adamw, p.optimizer(), p.total);
+  }
+  fmt::print("\nrerun check (bit-identical for the same --threads and --steps):\n");
+  for (const ShapeResult& r : results)
+    fmt::print("  {:<11} last loss {:.6f}, grad norm {:.6f}, params hash {:016x}\n", r.name, r.last_loss,
+               r.last_grad_norm, r.params_hash);
+}
+
+nlohmann::json results_json(const Flags& f, const mtrain::bench::SgemmRate& s, const std::vector<ShapeResult>& rs) {
+  nlohmann::json j;
+  j["threads"] = f.threads;
+  j["steps"] = f.steps;
+  j["warmup_steps"] = f.warmup;
+  j["flops_formula"] = kFlopsFormula;
+  j["sgemm"] = {{"size", s.size}, {"median_gflops", s.median_gflops}, {"best_gflops", s.best_gflops},
+                {"reps_gflops", s.gflops}};
+  for (const ShapeResult& r : rs) {
+    const double gf = r.flops_per_step / (r.median.total * 1e-3) * 1e-9;
+    nlohmann::json steps = nlohmann::json::array();
+    for (const PhaseMs& p : r.steps) steps.push_back(phases_json(p));
+    j["shapes"].push_back({{"name", r.name},
+                           {"model", r.description},
+                           {"params", r.params},
+                           {"matmul_params", r.matmul_params},
+                           {"tokens_per_step", r.tokens_per_step},
+                           {"flops_per_step", r.flops_per_step},
+                           {"ms_per_step", r.median.total},
+                           {"tokens_per_s", r.tokens_per_step / (r.median.total * 1e-3)},
+                           {"gflops", gf},
+                           {"fraction_of_sgemm", gf / s.median_gflops},
+                           {"best_ms_per_step", r.best.total},
+                           {"phases_median", phases_json(r.median)},
+                           {"steps", steps},
+                           {"last_loss", r.last_loss},
+                           {"params_hash", fmt::format("{:016x}", r.params_hash)}});
+  }
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"bench_train: fp32 training-step throughput against the machine's sgemm rate"};
+  app.add_option("--threads", f.threads, "OpenMP + OpenBLAS threads")->check(CLI::PositiveNumber);
+  app.add_option("--steps", f.steps, "timed training steps per shape")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", f.warmup, "untimed warm-up steps per shape")->check(CLI::NonNegativeNumber);
+  app.add_option("--sgemm_size", f.sgemm_size, "M = N = K of the sgemm probe")->check(CLI::PositiveNumber);
+  app.add_option("--sgemm_reps", f.sgemm_reps, "timed sgemm repetitions")->check(CLI::PositiveNumber);
+  app.add_option("--shape", f.shape, "all | gpt2-small | tiny-llama")
+      ->check(CLI::IsMember({"all", "gpt2-small", "tiny-llama"}));
+  app.add_option("--json", f.json_path, "also write the results as JSON to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  set_threads(f.threads);
+  fmt::print("threads: {} (omp_get_max_threads {}, OpenBLAS {} build, {})\n", f.threads, omp_get_max_threads(),
+             blas_parallel_name(openblas_get_parallel()), openblas_get_config());
+  const mtrain::bench::SgemmRate sgemm = mtrain::bench::measure_sgemm(f.sgemm_size, f.sgemm_reps);
+  fmt::print("sgemm {}^3: median {:.1f} GFLOP/s, best {:.1f} GFLOP/s over {} reps\n", sgemm.size,
+             sgemm.median_gflops, sgemm.best_gflops, f.sgemm_reps);
+  fmt::print("{}\n", kFlopsFormula);
+
+  mtrain::bench::BenchOptions opts;
+  opts.steps = f.steps;
+  opts.warmup_steps = f.warmup;
+  std::vector<mtrain::bench::ShapeSpec> specs;
+  if (f.shape != "tiny-llama") specs.push_back(mtrain::bench::gpt2_small());
+  if (f.shape != "gpt2-small") specs.push_back(mtrain::bench::tiny_llama());
+  std::vector<ShapeResult> results;
+  for (const auto& spec : specs) {
+    results.push_back(mtrain::bench::run_shape(spec, opts));
+    const ShapeResult& r = results.back();
+    fmt::print("{}: {}; {} params ({} in matmuls), {:.1f} GFLOP/step\n", r.name, r.description, r.params,
+               r.matmul_params, r.flops_per_step * 1e-9);
+    std::fflush(stdout);
+  }
+  print_results(results, sgemm.median_gflops);
+  if (!f.json_path.empty()) {
+    std::ofstream out(f.json_path);
+    out << results_json(f, sgemm, results).dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "bench_train: cannot write %s\n", f.json_path.c_str());
+      return 1;
+    }
+    fmt::print("\nwrote {}\n", f.json_path);
+  }
+  return 0;
+}

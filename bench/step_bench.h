@@ -1,0 +1,53 @@
+// Timed full training steps of one model shape: zero grads, forward,
+// backward, grad norm + clip, AdamW, exactly the sequence train::Trainer runs
+// for an fp32 model with one micro-batch per step, on random tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace mtrain::bench {
+
+struct ShapeSpec {
+  std::string name;
+  model::ModelConfig config;  // micro_batch and seq_length give the step's (B, T)
+};
+
+// The two shapes of bench_train: GPT-2 small (B=4, T=64) and a tiny Llama (B=8, T=256).
+ShapeSpec gpt2_small();
+ShapeSpec tiny_llama();
+
+struct BenchOptions {
+  int warmup_steps = 2;
+  int steps = 5;
+  double lr = 6e-4;
+  double clip_grad = 1.0;  // Megatron's default --clip_grad
+};
+
+// Milliseconds of each phase of one step.
+struct PhaseMs {
+  double zero_grad = 0, forward = 0, backward = 0, norm_clip = 0, adamw = 0, total = 0;
+  double optimizer() const { return norm_clip + adamw; }
+};
+
+struct ShapeResult {
+  std::string name;
+  std::string description;    // model::describe
+  int64_t params = 0;         // flat parameter count
+  int64_t matmul_params = 0;  // model::matmul_params
+  int64_t tokens_per_step = 0;
+  double flops_per_step = 0;  // model::train_flops
+  std::vector<PhaseMs> steps;  // timed steps only
+  PhaseMs median;              // per-phase medians over the timed steps
+  PhaseMs best;                // the fastest timed step
+  double last_loss = 0;        // mean loss of the last step (for rerun comparisons)
+  double last_grad_norm = 0;
+  uint64_t params_hash = 0;    // FNV-1a over the final parameter bits: reruns must match
+};
+
+ShapeResult run_shape(const ShapeSpec& spec, const BenchOptions& opts);
+
+}  // namespace mtrain::bench
