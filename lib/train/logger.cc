@@ -23,6 +23,14 @@ std::string now_timestamp() {
 // Python's '{:.6E}' (two-digit exponent at least), which fmt matches.
 static std::string sci(double v) { return fmt::format("{:.6E}", v); }
 
+// Python's str(float): shortest round-trip digits, always with a '.0' for
+// whole numbers (Megatron prints the memory line with plain str()).
+static std::string py_float(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
 std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms, int64_t skipped, int64_t nans,
                             bool log_throughput, int world_size, const std::string& ts) {
   std::string s = fmt::format(" [{}]", ts);
@@ -97,8 +105,8 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
     memory_reported_ = true;
     fmt::print("[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max allocated: {} | reserved: {} | "
                "max reserved: {}\n",
-               opts_.rank, m.iteration, st.allocated / kMB, st.max_allocated / kMB, st.reserved / kMB,
-               st.max_reserved / kMB);
+               opts_.rank, m.iteration, py_float(st.allocated / kMB), py_float(st.max_allocated / kMB),
+               py_float(st.reserved / kMB), py_float(st.max_reserved / kMB));
   }
   std::fflush(stdout);
   if (jsonl_) {

@@ -1,0 +1,52 @@
+// The log line and validation line must be Megatron-LM's training_log format
+// to the character (users grep and parse them).
+#include <gtest/gtest.h>
+
+#include "train/logger.h"
+
+namespace mtrain::train {
+namespace {
+
+TEST(MegatronLogLine, MatchesTheReferenceRendering) {
+  StepMetrics m;
+  m.iteration = 10;
+  m.train_iters = 100;
+  m.consumed_samples = 160;
+  m.learning_rate = 1e-5;
+  m.global_batch_size = 16;
+  m.loss_scale = 1.0;
+  m.grad_norm = 1.2344;
+  const std::string line = format_log_line(m, 2.345678, 1234.56, 0, 0, false, 1, "2025-01-01 12:00:00");
+  EXPECT_EQ(line,
+            " [2025-01-01 12:00:00] iteration       10/     100 | consumed samples:          160 | elapsed time per "
+            "iteration (ms): 1234.6 | learning rate: 1.000000E-05 | global batch size:    16 | lm loss: 2.345678E+00 "
+            "| loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   "
+            "0 |");
+}
+
+TEST(MegatronLogLine, ThroughputAndCountersAndZeroLoss) {
+  StepMetrics m;
+  m.iteration = 5;
+  m.train_iters = 5;
+  m.consumed_samples = 80;
+  m.learning_rate = 3e-4;
+  m.global_batch_size = 16;
+  m.loss_scale = 65536;
+  m.grad_norm = 0.5;
+  m.model_flops = 2e12;  // 2 TFLOP in 1 s on 2 devices -> 1.0 TFLOP/s/GPU
+  const std::string line = format_log_line(m, 0.0, 1000.0, 2, 1, true, 2, "T");
+  EXPECT_NE(line.find("| throughput per GPU (TFLOP/s/GPU): 1.0 |"), std::string::npos) << line;
+  EXPECT_EQ(line.find("lm loss"), std::string::npos) << "Megatron omits a loss <= 0";
+  EXPECT_NE(line.find("| loss scale: 65536.0 |"), std::string::npos) << line;
+  EXPECT_NE(line.find("| number of skipped iterations:   2 | number of nan iterations:   1 |"), std::string::npos);
+}
+
+TEST(MegatronLogLine, ValidationLine) {
+  EXPECT_EQ(format_validation_line(100, 2.1),
+            " validation loss at iteration 100 | lm loss value: 2.100000E+00 | lm loss PPL: 8.166170E+00 | ");
+  // PPL is exp(min(20, loss)).
+  EXPECT_NE(format_validation_line(1, 50.0).find("lm loss PPL: 4.851652E+08"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mtrain::train

@@ -1,0 +1,152 @@
+// The training loop: gradient accumulation equals one big micro-batch,
+// non-finite values stop the run before the optimizer touches the weights
+// (or are skipped on request), and hooks see every step.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/errors.h"
+#include "common/rng.h"
+#include "data/loader.h"
+#include "train/trainer.h"
+
+namespace mtrain::train {
+namespace {
+
+model::ModelConfig tiny() {
+  model::ModelConfig c;
+  c.num_layers = 2;
+  c.hidden = 16;
+  c.ffn = 24;
+  c.heads = 4;
+  c.groups = 2;
+  c.head_dim = 4;
+  c.vocab = 31;
+  c.padded_vocab = 32;
+  c.max_positions = 16;
+  c.seq_length = 12;
+  c.micro_batch = 4;
+  return c;
+}
+
+std::vector<data::Sample> samples(int n) {
+  std::vector<data::Sample> out;
+  Rng rng(1);
+  for (int i = 0; i < n; ++i) {
+    data::Sample s;
+    const int len = 5 + static_cast<int>(rng.next_u64() % 8);
+    for (int t = 0; t < len; ++t) {
+      s.tokens.push_back(static_cast<int32_t>(rng.next_u64() % 31));
+      s.loss_mask.push_back(t >= 2 ? 1 : 0);
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+// Global batch i is samples [4i, 4i+4), cut into micro-batches of `mbs`.
+class FixedSource : public BatchSource {
+ public:
+  FixedSource(int64_t mbs) : samples_(samples(64)), mbs_(mbs) {}
+  std::vector<data::Batch> next_global_batch() override {
+    std::vector<data::Batch> out;
+    for (int64_t s = 0; s < 4; s += mbs_) {
+      std::vector<int64_t> idx;
+      for (int64_t j = 0; j < mbs_; ++j) idx.push_back(next_ * 4 + s + j);
+      out.push_back(data::make_batch(samples_, idx, 0, 0));
+    }
+    ++next_;
+    return out;
+  }
+  int64_t global_batch_samples() const override { return 4; }
+
+ private:
+  std::vector<data::Sample> samples_;
+  int64_t mbs_;
+  int64_t next_ = 0;
+};
+
+struct Recorder : TrainHook {
+  std::vector<StepMetrics> steps;
+  void on_step_end(const StepMetrics& m) override { steps.push_back(m); }
+};
+
+struct RunResult {
+  std::vector<StepMetrics> steps;
+  std::vector<float> params;
+};
+
+RunResult train_with(int64_t mbs, int iters, float poison = 0.f, bool skip = false) {
+  device::Device dev(device::DeviceProfile{}, 0);
+  model::ModelConfig c = tiny();
+  model::GptModel m(c, dev);
+  if (poison != 0.f) m.params().params().data()[0] = poison;
+  std::vector<optim::ParamRange> ranges;
+  for (const auto& p : m.params().infos()) ranges.push_back({p.name, p.offset, p.numel, p.weight_decay});
+  optim::OptimizerConfig oc;
+  optim::Optimizer opt(dev, ranges, m.params().numel(), DType::kF32, oc);
+  optim::LrScheduleConfig sc;
+  sc.lr = 1e-2;
+  sc.decay_iters = 100;
+  sc.style = "constant";
+  optim::LrScheduler sched(sc);
+  FixedSource src(mbs);
+  HookList hooks;
+  auto rec = std::make_shared<Recorder>();
+  hooks.add(rec);
+  TrainerOptions to;
+  to.train_iters = iters;
+  to.global_batch_size = 4;
+  to.skip_nonfinite = skip;
+  to.max_consecutive_skips = 2;
+  Trainer t(to, m, opt, sched, nullptr, src, nullptr, hooks);
+  RunResult r;
+  try {
+    t.train();
+  } catch (...) {
+    r.steps = rec->steps;
+    r.params.assign(m.params().params().data(), m.params().params().data() + m.params().numel());
+    throw;
+  }
+  r.steps = rec->steps;
+  r.params.assign(m.params().params().data(), m.params().params().data() + m.params().numel());
+  return r;
+}
+
+TEST(Trainer, GradientAccumulationEqualsOneMicroBatch) {
+  const RunResult one = train_with(4, 3);
+  const RunResult four = train_with(1, 3);
+  ASSERT_EQ(one.steps.size(), 3u);
+  ASSERT_EQ(four.steps.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(one.steps[i].lm_loss, four.steps[i].lm_loss, 1e-5 * one.steps[i].lm_loss);
+    EXPECT_NEAR(one.steps[i].grad_norm, four.steps[i].grad_norm, 1e-4 * one.steps[i].grad_norm);
+    EXPECT_EQ(one.steps[i].consumed_samples, 4 * (i + 1));
+  }
+  for (size_t j = 0; j < one.params.size(); ++j) ASSERT_NEAR(one.params[j], four.params[j], 1e-5) << j;
+}
+
+TEST(Trainer, NonFiniteStopsBeforeTheOptimizerStep) {
+  const float inf = std::numeric_limits<float>::infinity();
+  try {
+    train_with(4, 3, inf);
+    FAIL() << "expected NonFiniteError";
+  } catch (const NonFiniteError& e) {
+    EXPECT_EQ(e.code(), ExitCode::kNonFinite);
+    EXPECT_NE(std::string(e.what()).find("iteration 1:"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trainer, SkipModeCountsAndStopsAfterTheCap) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  try {
+    train_with(4, 5, nan, /*skip=*/true);
+    FAIL() << "expected NonFiniteError after 2 consecutive skips";
+  } catch (const NonFiniteError& e) {
+    EXPECT_NE(std::string(e.what()).find("3 consecutive iterations were skipped"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mtrain::train
