@@ -34,7 +34,7 @@ struct StepMetrics {
 struct EvalMetrics {
   int64_t iteration = 0;
   double lm_loss = 0;
-  int64_t loss_tokens = 0;
+  bool end_of_training = false;  // Megatron's final "the end of training for val data" evaluation
 };
 
 struct TrainInfo {

@@ -51,10 +51,9 @@ std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms
   return s;
 }
 
-std::string format_validation_line(int64_t iteration, double loss) {
+std::string format_validation_line(const std::string& prefix, double loss) {
   const double ppl = std::exp(std::min(20.0, loss));
-  return fmt::format(" validation loss at iteration {} | lm loss value: {} | lm loss PPL: {} | ", iteration, sci(loss),
-                     sci(ppl));
+  return fmt::format(" validation loss at {} | lm loss value: {} | lm loss PPL: {} | ", prefix, sci(loss), sci(ppl));
 }
 
 MegatronLogger::MegatronLogger(LoggerOptions opts, const device::Device& dev) : opts_(std::move(opts)), dev_(dev) {
@@ -137,14 +136,16 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
 }
 
 void MegatronLogger::on_eval_end(const EvalMetrics& m) {
-  const std::string line = format_validation_line(m.iteration, m.lm_loss);
+  const std::string line = format_validation_line(
+      m.end_of_training ? "the end of training for val data" : fmt::format("iteration {}", m.iteration), m.lm_loss);
   const std::string rule(line.size() + 1, '-');
   fmt::print("{}\n{}\n{}\n", rule, line, rule);
   std::fflush(stdout);
   if (jsonl_) {
     nlohmann::json j = {{"eval_loss", m.lm_loss},
                         {"eval_ppl", std::exp(std::min(20.0, m.lm_loss))},
-                        {"iteration", m.iteration}};
+                        {"iteration", m.iteration},
+                        {"end_of_training", m.end_of_training}};
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
     std::fflush(jsonl_);
   }

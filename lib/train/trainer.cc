@@ -62,9 +62,13 @@ void Trainer::train() {
     hooks_.step_begin(iteration_ + 1);
     StepMetrics m = train_step();
     hooks_.step_end(m);
-    if (opts_.eval_interval > 0 && val_batches_ && !val_batches_->empty() && iteration_ % opts_.eval_interval == 0) {
-      hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), 0});
+    if (eval_enabled() && iteration_ % opts_.eval_interval == 0) {
+      hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), false});
     }
+  }
+  // Megatron evaluates once more after the last iteration.
+  if (eval_enabled() && iteration_ > info.start_iteration) {
+    hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), true});
   }
   hooks_.train_end(info);
 }

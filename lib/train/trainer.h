@@ -59,6 +59,7 @@ class Trainer {
 
  private:
   StepMetrics train_step();
+  bool eval_enabled() const { return opts_.eval_interval > 0 && val_batches_ && !val_batches_->empty(); }
 
   TrainerOptions opts_;
   model::GptModel& model_;

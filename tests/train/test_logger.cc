@@ -42,10 +42,10 @@ TEST(MegatronLogLine, ThroughputAndCountersAndZeroLoss) {
 }
 
 TEST(MegatronLogLine, ValidationLine) {
-  EXPECT_EQ(format_validation_line(100, 2.1),
+  EXPECT_EQ(format_validation_line("iteration 100", 2.1),
             " validation loss at iteration 100 | lm loss value: 2.100000E+00 | lm loss PPL: 8.166170E+00 | ");
   // PPL is exp(min(20, loss)).
-  EXPECT_NE(format_validation_line(1, 50.0).find("lm loss PPL: 4.851652E+08"), std::string::npos);
+  EXPECT_NE(format_validation_line("iteration 1", 50.0).find("lm loss PPL: 4.851652E+08"), std::string::npos);
 }
 
 }  // namespace
