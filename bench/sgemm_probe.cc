@@ -15,6 +15,14 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+SgemmRate combine(const SgemmRate& a, const SgemmRate& b) {
+  SgemmRate r = a;
+  r.gflops.insert(r.gflops.end(), b.gflops.begin(), b.gflops.end());
+  r.best_gflops = r.gflops.empty() ? 0 : *std::max_element(r.gflops.begin(), r.gflops.end());
+  r.median_gflops = median(r.gflops);
+  return r;
+}
+
 SgemmRate measure_sgemm(int64_t size, int reps) {
   const int64_t n = size * size;
   std::vector<float> a(n), b(n), c(n);  // (size, size) each

@@ -17,6 +17,8 @@ struct SgemmRate {
 
 // One untimed warm-up call, then `reps` timed calls of C = A·B (size^3).
 SgemmRate measure_sgemm(int64_t size, int reps);
+// The repetitions of both probes together (best and median recomputed).
+SgemmRate combine(const SgemmRate& a, const SgemmRate& b);
 
 double median(std::vector<double> v);
 

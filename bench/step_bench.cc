@@ -71,10 +71,9 @@ PhaseMs phase_medians(const std::vector<PhaseMs>& steps) {
     return median(v);
   };
   PhaseMs m;
-  m.zero_grad = med(&PhaseMs::zero_grad);
   m.forward = med(&PhaseMs::forward);
   m.backward = med(&PhaseMs::backward);
-  m.norm_clip = med(&PhaseMs::norm_clip);
+  m.grad_norm = med(&PhaseMs::grad_norm);
   m.adamw = med(&PhaseMs::adamw);
   m.total = med(&PhaseMs::total);
   return m;
@@ -158,16 +157,14 @@ ShapeResult run_shape(const ShapeSpec& spec, const BenchOptions& opts) {
     PhaseMs p;
     const Clock::time_point start = Clock::now();
     Clock::time_point t = start;
-    ps.grads().zero();
-    p.zero_grad = ms_since(t);
     gpt.forward(tb, seed, /*training=*/true);
     p.forward = ms_since(t);
-    gpt.backward(tb, dloss.data(), seed, /*training=*/true);
+    gpt.backward(tb, dloss.data(), seed, /*training=*/true, /*zero_grads=*/true);
     p.backward = ms_since(t);
     const double norm = optim::grad_norm(grads, n);
-    optim::clip_grads(grads, n, opts.clip_grad, norm);
-    p.norm_clip = ms_since(t);
-    adamw.step(ps.params().data(), grads, opts.lr);
+    const double clip_coeff = optim::clip_coefficient(opts.clip_grad, norm);  // applied inside the AdamW pass
+    p.grad_norm = ms_since(t);
+    adamw.step(ps.params().data(), grads, opts.lr, clip_coeff);
     p.adamw = ms_since(t);
     p.total = std::chrono::duration<double, std::milli>(t - start).count();
     if (step >= opts.warmup_steps) r.steps.push_back(p);

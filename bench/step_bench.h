@@ -1,6 +1,7 @@
-// Timed full training steps of one model shape: zero grads, forward,
-// backward, grad norm + clip, AdamW, exactly the sequence train::Trainer runs
-// for an fp32 model with one micro-batch per step, on random tokens.
+// Timed full training steps of one model shape: forward, backward (which
+// zeroes the gradients first), grad norm, AdamW with the clip coefficient
+// folded into its pass; the sequence train::Trainer runs for an fp32 model
+// with one micro-batch per step, on random tokens.
 #pragma once
 
 #include <cstdint>
@@ -27,10 +28,12 @@ struct BenchOptions {
   double clip_grad = 1.0;  // Megatron's default --clip_grad
 };
 
-// Milliseconds of each phase of one step.
+// Milliseconds of each phase of one step. backward includes zeroing the
+// gradients (the first micro-batch's backward does it); grad_norm is the norm
+// and the clip coefficient, whose scaling happens inside the AdamW pass.
 struct PhaseMs {
-  double zero_grad = 0, forward = 0, backward = 0, norm_clip = 0, adamw = 0, total = 0;
-  double optimizer() const { return norm_clip + adamw; }
+  double forward = 0, backward = 0, grad_norm = 0, adamw = 0, total = 0;
+  double optimizer() const { return grad_norm + adamw; }
 };
 
 struct ShapeResult {

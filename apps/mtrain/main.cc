@@ -1,33 +1,139 @@
-// mtrain: the command-line entry point. Parses the command line (flags, YAML,
-// presets), then runs the subcommand; every mtrain::Error becomes its
-// message, a hint and the exit code of its class (README "Exit codes").
+// mtrain: the command-line entry point.
+//
+// 1. Launch: with NPROC_PER_NODE (NPUS_PER_NODE) > 1 or NNODES set, and not
+//    already a rank, mtrain re-runs itself under mpirun and propagates its exit
+//    code (launch_run.h; docs/LAUNCH.md).
+// 2. Otherwise this process does the work, as the only process or as one rank
+//    (under mpirun: MPI is initialised and, for a multi-node launch, the nodes
+//    are joined into one world, rendezvous.h). Checks every rank makes alike are
+//    agreed across ranks and printed once (launch_rank.h); then the command runs.
+// Every mtrain::Error becomes its message, a hint and the exit code of its
+// class (README "Exit codes").
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <exception>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "common/errors.h"
 #include "config/cli.h"
+#include "mtrain/launch/launch_devices_command.h"
+#include "mtrain/launch/launch_env.h"
+#include "mtrain/launch/launch_rank.h"
+#include "mtrain/launch/launch_run.h"
+#include "mtrain/launch/rendezvous.h"
 #include "train/run.h"
 
-int main(int argc, char** argv) {
-  using mtrain::ExitCode;
-  try {
-    const mtrain::config::Invocation inv = mtrain::config::parse_command_line(argc, argv);
-    for (const std::string& w : inv.warnings) fmt::print(stderr, "mtrain: warning: {}\n", w);
-    if (inv.action != mtrain::config::Invocation::Action::kRun) {
-      fmt::print("{}", inv.text);
-      return 0;
-    }
-    return mtrain::train::run_training(inv.args);
-  } catch (const mtrain::Error& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "{}\n", mtrain::format_error(e));
-    return static_cast<int>(e.code());
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    fmt::print(stderr, "mtrain: internal error: {}\n  hint: this is a bug in mtrain; please report it with the "
-               "command line\n", e.what());
-    return static_cast<int>(ExitCode::kInternal);
+namespace {
+
+using mtrain::launch::WorldInfo;
+
+std::vector<mtrain::config::CommandSpec> mtrain_commands() {
+  auto commands = mtrain::config::default_commands();
+  commands.push_back({"devices",
+                      {},
+                      "show the simulated NPU pool and which rank owns which device (like npu-smi)",
+                      /*training_flags=*/false});
+  return commands;
+}
+
+// What the agreed checks produced: the parsed command and this rank's device.
+struct Prepared {
+  mtrain::config::Invocation inv;
+  mtrain::launch::DevicesOptions devices;
+  mtrain::launch::DevicePlacement placement;
+  std::vector<std::string> warnings;
+};
+
+Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const WorldInfo& world) {
+  Prepared p;
+  mtrain::config::ParseOptions options;
+  options.commands = mtrain_commands();
+  options.world_size = world.size;
+  p.inv = mtrain::config::parse_command_line(argc, argv, options);
+  p.warnings = p.inv.warnings;
+  if (p.inv.action != mtrain::config::Invocation::Action::kRun) return p;
+  const bool devices = p.inv.command == "devices";
+  if (devices) {
+    p.devices = mtrain::launch::parse_devices_args(p.inv.passthrough);
+    if (p.devices.help) return p;
   }
+  const std::string profile = devices ? p.devices.device_profile : p.inv.args.device_profile;
+  p.placement = mtrain::launch::place_device(profile, env, world, &p.warnings);
+  if (!devices && world.size > 1) {
+    const auto& a = p.inv.args;
+    throw mtrain::DistributedError(
+        fmt::format("multi-rank training is not implemented yet (world size {}: tensor parallel {}, pipeline "
+                    "parallel {}, data parallel {}); mtrain will not run {} independent trainings",
+                    world.size, a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.data_parallel_size,
+                    world.size),
+        "run `mtrain " + p.inv.command +
+            "` as one process (unset NPROC_PER_NODE/NNODES, no mpirun); `mtrain "
+            "devices` shows a launch's ranks and devices");
+  }
+  return p;
+}
+
+int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWorld* mpi) {
+  if (p.inv.command == "devices") {
+    return mtrain::launch::run_devices_command(p.devices, p.placement, world, mpi ? mpi->comm() : MPI_COMM_NULL);
+  }
+  return mtrain::train::run_training(p.inv.args);
+}
+
+// This process does the work: alone, or as one rank of a launch.
+int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
+  std::unique_ptr<mtrain::launch::MpiWorld> mpi;
+  if (mtrain::launch::under_mpi(env)) mpi = std::make_unique<mtrain::launch::MpiWorld>(&argc, &argv, env);
+  const WorldInfo world = mpi ? mpi->info() : WorldInfo{};
+
+  Prepared p;
+  std::exception_ptr error;
+  try {
+    p = prepare(argc, argv, env, world);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (const int rc = mtrain::launch::agree_on_failure(mpi.get(), world, error); rc != 0) {
+    if (mpi) mpi->finalize();
+    return rc;
+  }
+  if (world.rank == 0) {
+    for (const std::string& w : p.warnings) fmt::print(stderr, "mtrain: warning: {}\n", w);
+    if (p.inv.action != mtrain::config::Invocation::Action::kRun) fmt::print("{}", p.inv.text);
+    if (p.devices.help) fmt::print("{}", mtrain::launch::devices_help());
+  }
+  int rc = 0;
+  if (p.inv.action == mtrain::config::Invocation::Action::kRun && !p.devices.help) {
+    try {
+      rc = run_command(p, world, mpi.get());
+    } catch (...) {
+      error = std::current_exception();
+      mtrain::launch::print_error(error, world, world.size > 1);
+      rc = mtrain::launch::exit_code_of(error);
+      if (mpi && world.size > 1) mpi->abort(rc);  // the others may be waiting in a collective
+    }
+  }
+  if (mpi) mpi->finalize();
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const mtrain::launch::Env env = mtrain::launch::Env::from_process();
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (!mtrain::launch::under_mpi(env)) {
+      const auto request = mtrain::launch::read_launch_request(env);
+      if (mtrain::launch::wants_relaunch(request, env, args)) return mtrain::launch::run_launch(request, env, args);
+    }
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    mtrain::launch::print_error(error, WorldInfo{}, false);
+    return mtrain::launch::exit_code_of(error);
+  }
+  return run_here(argc, argv, env);
 }

@@ -175,7 +175,7 @@ Invocation parse_command_line(int argc, const char* const* argv, const ParseOpti
   Invocation inv;
   if (st == nullptr) {
     if (!app.remaining().empty()) throw_unknown_command(app.remaining().front(), options.commands);
-    if (top_version) return {Invocation::Action::kVersion, "", {}, {}, {}, version_text()};
+    if (top_version) return {Invocation::Action::kVersion, "", {}, {}, {}, version_text() + "\n"};
     if (top_help) return {Invocation::Action::kHelp, "", {}, {}, {}, help_text("", options.commands)};
     throw UsageError(fmt::format("missing command (one of: {})", command_names(options.commands)),
                      "`mtrain --help` lists the commands; `mtrain sft --help` lists the flags");

@@ -43,9 +43,11 @@ void Device::allocate(int64_t bytes, MemCategory category, const std::string& wh
   if (new_reserved > profile_.hbm_bytes) {
     throw OutOfMemoryError(
         fmt::format("{} out of memory: tried to allocate {:.2f} MiB for {} ({}); HBM capacity {:.2f} MiB, "
-                    "already allocated {:.2f} MiB, reserved {:.2f} MiB. Allocated by category:\n{}",
+                    "already allocated {:.2f} MiB, reserved {:.2f} MiB. Allocated by category:\n{}  This request:\n"
+                    "    {:<22} {:>12.2f} MiB ({})",
                     name(), mib(bytes), what, mem_category_name(category), mib(profile_.hbm_bytes),
-                    mib(stats_.allocated), mib(stats_.reserved), breakdown()),
+                    mib(stats_.allocated), mib(stats_.reserved), breakdown(), mem_category_name(category),
+                    mib(bytes), what),
         "reduce --micro_batch_size, --seq_length or the model size; use --recompute_granularity full; "
         "or plan the job with more devices (tensor/pipeline parallelism)");
   }

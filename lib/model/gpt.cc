@@ -21,6 +21,7 @@ enum : uint64_t { kSiteEmbeddingDropout = 1000 };
 GptModel::GptModel(const ModelConfig& config, device::Device& dev, bool meta) : config_(config), dev_(dev) {
   const ModelConfig& c = config_;
   build_params();
+  check_grad_coverage();
   params_.finalize(dev, c.dtype, meta);
   params_.initialize(c.seed, c.init_std, c.num_layers, c.dtype);
 
@@ -70,6 +71,7 @@ void GptModel::build_params() {
   layers_.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerParams& lp = layers_[i];
+    const int first = static_cast<int>(params_.infos().size());
     const std::string p = "decoder.layers." + std::to_string(i) + ".";
     norm(p + "input_layernorm", lp.ln1_w, lp.ln1_b);
     lp.qkv_w = params_.add(p + "self_attention.linear_qkv.weight", {QKV, C}, true, Init::kNormal);
@@ -82,9 +84,41 @@ void GptModel::build_params() {
     if (c.add_bias_linear) lp.fc1_b = params_.add(p + "mlp.linear_fc1.bias", {c.fc1_width()}, false, Init::kZeros);
     lp.fc2_w = params_.add(p + "mlp.linear_fc2.weight", {C, c.ffn}, true, Init::kScaledNormal);
     if (c.add_bias_linear) lp.fc2_b = params_.add(p + "mlp.linear_fc2.bias", {C}, false, Init::kZeros);
+    layer_param_span_.emplace_back(first, static_cast<int>(params_.infos().size()) - 1);
   }
   norm("decoder.final_layernorm", lnf_w_, lnf_b_);
   out_w_ = c.untie ? params_.add("output_layer.weight", {c.padded_vocab, C}, true, Init::kNormal) : wte_;
+}
+
+void GptModel::check_grad_coverage() const {
+  std::vector<bool> covered(params_.infos().size(), false);
+  for (int i : {wte_, wpe_, lnf_w_, lnf_b_, out_w_})
+    if (i >= 0) covered[i] = true;
+  for (const auto& [first, last] : layer_param_span_)
+    for (int i = first; i <= last; ++i) covered[i] = true;
+  for (size_t i = 0; i < covered.size(); ++i)
+    if (!covered[i])
+      throw Error(ExitCode::kInternal, "GptModel: parameter " + params_.info(static_cast<int>(i)).name +
+                                           " is not zeroed by backward(zero_grads = true)");
+}
+
+// Parameter i's gradient plus the alignment padding after it (up to the next
+// parameter), so the zeroed spans tile the whole flat buffer.
+static int64_t grad_span_end(const ParamStore& ps, int i) {
+  return i + 1 < static_cast<int>(ps.infos().size()) ? ps.info(i + 1).offset : ps.numel();
+}
+
+void GptModel::zero_grad(int param) {
+  if (param < 0 || params_.grads().is_meta()) return;
+  const int64_t begin = params_.info(param).offset;
+  zero_floats(params_.grads().data() + begin, grad_span_end(params_, param) - begin);
+}
+
+void GptModel::zero_layer_grads(int64_t layer) {
+  if (params_.grads().is_meta()) return;
+  const auto [first, last] = layer_param_span_[layer];
+  const int64_t begin = params_.info(first).offset;
+  zero_floats(params_.grads().data() + begin, grad_span_end(params_, last) - begin);
 }
 
 void GptModel::forward(const TokenBatch& b, uint64_t seed, bool training) {
@@ -120,7 +154,7 @@ void GptModel::forward(const TokenBatch& b, uint64_t seed, bool training) {
   }
 }
 
-void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, bool training) {
+void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, bool training, bool zero_grads) {
   const ModelConfig& c = config_;
   const int64_t N = b.B * b.T, C = c.hidden, V = c.padded_vocab;
   const int64_t stride = c.micro_batch * c.seq_length * C;
@@ -131,11 +165,16 @@ void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, 
   k::cross_entropy_backward(logits_.data(), logits_.data(), c.fusions.cross_entropy ? ce_stats_.data() : nullptr,
                             b.targets, dloss, N, V, c.fusions.cross_entropy,
                             c.fusions.cross_entropy ? nullptr : ce_scratch_.data());
+  if (zero_grads) zero_grad(out_w_);  // tied: the word embeddings, before the scatter below adds to them
   k::linear_backward(dlnf_.data(), params_.grad(out_w_), nullptr, logits_.data(), lnf_.data(), params_.param(out_w_),
                      N, C, V);
   if (c.dtype != DType::kF32) k::round_to_dtype(dlnf_.data(), N * C, c.dtype);
   std::memset(dres_.data(), 0, sizeof(float) * N * C);
   const float* h = res + c.num_layers * stride;
+  if (zero_grads) {
+    zero_grad(lnf_w_);
+    zero_grad(lnf_b_);
+  }
   if (c.rmsnorm) {
     k::rmsnorm_backward(dres_.data(), params_.grad(lnf_w_), dlnf_.data(), h, params_.param(lnf_w_), lnf_rstd_.data(),
                         N, C, c.fusions.rmsnorm, scratch);
@@ -151,10 +190,15 @@ void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, 
       // the output lands in a spare buffer (d_ln is free at this point).
       layer_forward(c, params_, layers_[l], slot_for(l), ws_, x, ws_.d_ln.data(), b, lseed, training);
     }
+    if (zero_grads) zero_layer_grads(l);
     layer_backward(c, params_, layers_[l], slot_for(l), ws_, x, dres_.data(), b, lseed, training);
   }
   if (training && c.hidden_dropout > 0)
     k::dropout_backward(dres_.data(), dres_.data(), N * C, c.hidden_dropout, stream_seed(seed, kSiteEmbeddingDropout));
+  if (zero_grads) {
+    if (wte_ != out_w_) zero_grad(wte_);
+    zero_grad(wpe_);
+  }
   k::embedding_backward(params_.grad(wte_), wpe_ < 0 ? nullptr : params_.grad(wpe_), dres_.data(), b.tokens,
                         b.positions, N, C);
 }

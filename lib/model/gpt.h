@@ -10,6 +10,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "model/model_config.h"
@@ -28,8 +29,12 @@ class GptModel {
   void forward(const TokenBatch& b, uint64_t seed, bool training);
   const float* losses() const { return losses_.data(); }
   // Backward of sum_i dloss[i] * loss_i after the matching forward(); weight
-  // gradients accumulate into params().grads().
-  void backward(const TokenBatch& b, const float* dloss, uint64_t seed, bool training);
+  // gradients accumulate into params().grads(). zero_grads = true (the first
+  // micro-batch of a step) first sets every parameter's gradient to zero,
+  // each just before its first contribution: the same result as zeroing the
+  // whole buffer beforehand, without a separate sweep over it (a layer's
+  // slice is zeroed while its GEMMs are about to pull it into cache anyway).
+  void backward(const TokenBatch& b, const float* dloss, uint64_t seed, bool training, bool zero_grads = false);
   // Logits (B*T, padded_vocab) of the last forward() (valid until backward()).
   const float* logits() const { return logits_.data(); }
 
@@ -38,6 +43,12 @@ class GptModel {
 
  private:
   void build_params();
+  // zero_grads support: each layer's parameters are contiguous in the flat
+  // buffer; the constructor checks that these ranges plus the embedding,
+  // final-norm and output parameters cover every parameter.
+  void zero_grad(int param);
+  void zero_layer_grads(int64_t layer);
+  void check_grad_coverage() const;
   LayerActs& slot_for(int64_t layer) { return slots_[slot_of_[layer]]; }
 
   ModelConfig config_;
@@ -45,6 +56,7 @@ class GptModel {
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, out_w_ = -1;
   std::vector<LayerParams> layers_;
+  std::vector<std::pair<int, int>> layer_param_span_;  // [first, last] parameter index of each layer
   std::vector<LayerActs> slots_;
   std::vector<int> slot_of_;  // layer -> activation slot; recomputed layers share slot 0
   Workspace ws_;

@@ -115,17 +115,18 @@ std::vector<std::pair<std::string, Tensor*>> Optimizer::state_tensors() {
   return out;
 }
 
-void Optimizer::step(float* params, const float* grads, double lr) {
+void Optimizer::step(float* params, const float* grads, double lr, double grad_scale) {
   if (master_.defined() && !master_valid_) {
     throw Error(ExitCode::kInternal, "optimizer: step() before init_master_from() for a " +
                                          std::string(dtype_name(model_dtype_)) + " model");
   }
   ++step_count_;
   if (meta_) return;
+  const float scale = static_cast<float>(grad_scale);  // as clip_grads rounds its coefficient
   if (kind_ == Kind::kAdam) {
-    adam_step(params, grads, lr);
+    adam_step(params, grads, lr, scale);
   } else {
-    sgd_step(params, grads, lr);
+    sgd_step(params, grads, lr, scale);
   }
 }
 
@@ -139,7 +140,7 @@ void Optimizer::publish_segment(float* params, const Segment& s) const {
 // in fp32 with double-precision scalars: algebraically torch.optim.AdamW.
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd p )
-void Optimizer::adam_step(float* params, const float* grads, double lr) {
+void Optimizer::adam_step(float* params, const float* grads, double lr, float grad_scale) {
   const double t = static_cast<double>(step_count_);
   const float b1 = static_cast<float>(cfg_.beta1);
   const float b2 = static_cast<float>(cfg_.beta2);
@@ -160,7 +161,7 @@ void Optimizer::adam_step(float* params, const float* grads, double lr) {
     const float decay = s.decay ? wd : 0.0f;
 #pragma omp simd
     for (int64_t i = s.begin; i < s.end; ++i) {
-      const float g = grads[i];
+      const float g = grads[i] * grad_scale;
       const float mi = b1 * m[i] + one_minus_b1 * g;
       const float vi = b2 * v[i] + one_minus_b2 * g * g;
       m[i] = mi;
@@ -175,7 +176,7 @@ void Optimizer::adam_step(float* params, const float* grads, double lr) {
 
 // torch.optim.SGD (dampening 0, no Nesterov), as Megatron's "sgd":
 //   g += wd p;  buf = momentum buf + g  (buf starts at 0, so step 1 gives buf = g);  p -= lr buf
-void Optimizer::sgd_step(float* params, const float* grads, double lr) {
+void Optimizer::sgd_step(float* params, const float* grads, double lr, float grad_scale) {
   const float momentum = static_cast<float>(cfg_.sgd_momentum);
   const float lr_f = static_cast<float>(lr);
   const float wd = static_cast<float>(cfg_.weight_decay);
@@ -189,7 +190,7 @@ void Optimizer::sgd_step(float* params, const float* grads, double lr) {
     if (buf) {
 #pragma omp simd
       for (int64_t i = s.begin; i < s.end; ++i) {
-        const float d = grads[i] + decay * target[i];
+        const float d = grads[i] * grad_scale + decay * target[i];
         const float b = momentum * buf[i] + d;
         buf[i] = b;
         target[i] = target[i] - lr_f * b;
@@ -197,7 +198,7 @@ void Optimizer::sgd_step(float* params, const float* grads, double lr) {
     } else {
 #pragma omp simd
       for (int64_t i = s.begin; i < s.end; ++i) {
-        target[i] = target[i] - lr_f * (grads[i] + decay * target[i]);
+        target[i] = target[i] - lr_f * (grads[i] * grad_scale + decay * target[i]);
       }
     }
     if (target != params) publish_segment(params, s);

@@ -62,8 +62,11 @@ class Optimizer {
   void sync_params_from_master(float* params);
 
   // One optimizer step with learning rate `lr`: params (P) updated in place,
-  // grads (P, fp32, already unscaled and clipped) read only.
-  void step(float* params, const float* grads, double lr);
+  // grads (P, fp32, already unscaled) read only. Each gradient is used as
+  // grads[i] * float(grad_scale): pass clip_coefficient(...) here instead of
+  // clip_grads() to clip inside this pass (the same float product, so the
+  // same bits, without a separate read-modify-write of the gradient buffer).
+  void step(float* params, const float* grads, double lr, double grad_scale = 1.0);
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }  // checkpoint load
@@ -89,8 +92,8 @@ class Optimizer {
   };
 
   void build_segments();
-  void adam_step(float* params, const float* grads, double lr);
-  void sgd_step(float* params, const float* grads, double lr);
+  void adam_step(float* params, const float* grads, double lr, float grad_scale);
+  void sgd_step(float* params, const float* grads, double lr, float grad_scale);
   // fp16/bf16: write the updated master slice back into the model's params.
   void publish_segment(float* params, const Segment& s) const;
 

@@ -11,13 +11,90 @@ constexpr int64_t kParallelMin = 16384;        // elements below which a paralle
 constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
 
-inline float sigmoid(float a) { return 1.0f / (1.0f + std::exp(-a)); }
+// Vectorisable sigmoid and tanh (kernel_util.h): the same function in the
+// fused and unfused paths, so both stay within rounding of each other.
+inline float sigmoid(float a) { return detail::vec_sigmoid(a); }
+inline float tanh_f(float u) { return detail::vec_tanh(u); }
 
 inline float gelu_tanh_arg(float x) { return kGeluK * (x + kGeluC * (x * x * x)); }
 
 // d gelu(x) / dx given t = tanh(gelu_tanh_arg(x)).
 inline float gelu_grad(float x, float t) {
   return 0.5f * (1.0f + t) + 0.5f * x * ((1.0f - t * t) * (kGeluK * (1.0f + 3.0f * kGeluC * (x * x))));
+}
+
+// Bias element j, or 0 without a bias. Adding 0.0f (rather than skipping the
+// add) keeps the fused paths bit-identical to add_bias below, signed zeros
+// included. Templated on the bias so the row loops vectorise (a per-element
+// null test defeats GCC's vectoriser).
+template <bool kBias>
+inline float bias_at(const float* bias, int64_t j) {
+  if constexpr (kBias) {
+    return bias[j];
+  } else {
+    return 0.0f;
+  }
+}
+
+template <bool kBias>
+void swiglu_forward_rows(float* out, const float* inp, const float* bias, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* __restrict gate = inp + i * 2 * F;
+    const float* __restrict up = gate + F;
+    float* __restrict o = out + i * F;
+    for (int64_t j = 0; j < F; ++j) {
+      const float a = gate[j] + bias_at<kBias>(bias, j);
+      const float b = up[j] + bias_at<kBias>(bias, F + j);
+      o[j] = (a * sigmoid(a)) * b;
+    }
+  }
+}
+
+template <bool kBias>
+void swiglu_backward_rows(float* dinp, const float* dout, const float* inp, const float* bias, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* __restrict gate = inp + i * 2 * F;
+    const float* __restrict up = gate + F;
+    const float* __restrict dy = dout + i * F;
+    float* __restrict dgate = dinp + i * 2 * F;
+    float* __restrict dup = dgate + F;
+    for (int64_t j = 0; j < F; ++j) {
+      const float a = gate[j] + bias_at<kBias>(bias, j);
+      const float b = up[j] + bias_at<kBias>(bias, F + j);
+      const float s = sigmoid(a);
+      dup[j] = dy[j] * (a * s);
+      dgate[j] = (dy[j] * b) * (s * (1.0f + a * (1.0f - s)));
+    }
+  }
+}
+
+template <bool kBias>
+void gelu_forward_rows(float* out, const float* inp, const float* bias, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* __restrict in = inp + i * F;
+    float* __restrict o = out + i * F;
+    for (int64_t j = 0; j < F; ++j) {
+      const float x = in[j] + bias_at<kBias>(bias, j);
+      o[j] = 0.5f * x * (1.0f + tanh_f(gelu_tanh_arg(x)));
+    }
+  }
+}
+
+template <bool kBias>
+void gelu_backward_rows(float* dinp, const float* dout, const float* inp, const float* bias, int64_t N, int64_t F) {
+#pragma omp parallel for schedule(static) if (N * F > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* __restrict in = inp + i * F;
+    const float* __restrict dy = dout + i * F;
+    float* __restrict dx = dinp + i * F;
+    for (int64_t j = 0; j < F; ++j) {
+      const float x = in[j] + bias_at<kBias>(bias, j);
+      dx[j] = dy[j] * gelu_grad(x, tanh_f(gelu_tanh_arg(x)));
+    }
+  }
 }
 
 // dst (N, F) = src (N, F, row stride ld) + bias (F) (or a copy if bias is null).
@@ -35,16 +112,10 @@ void bias_swiglu_forward(float* out, const float* inp, const float* bias, int64_
                          float* scratch) {
   const int64_t n = N * F;
   if (fused) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < N; ++i) {
-      const float* gate = inp + i * 2 * F;
-      const float* up = gate + F;
-      for (int64_t j = 0; j < F; ++j) {
-        const float a = gate[j] + (bias ? bias[j] : 0.0f);
-        const float b = up[j] + (bias ? bias[F + j] : 0.0f);
-        out[i * F + j] = (a * sigmoid(a)) * b;
-      }
-    }
+    if (bias)
+      swiglu_forward_rows<true>(out, inp, bias, N, F);
+    else
+      swiglu_forward_rows<false>(out, inp, bias, N, F);
     return;
   }
   float* a = scratch;          // gate + bias (N, F)
@@ -62,20 +133,10 @@ void bias_swiglu_backward(float* dinp, float* dbias, const float* dout, const fl
                           int64_t F, bool fused, float* scratch) {
   const int64_t n = N * F;
   if (fused) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < N; ++i) {
-      const float* gate = inp + i * 2 * F;
-      const float* up = gate + F;
-      float* dgate = dinp + i * 2 * F;
-      float* dup = dgate + F;
-      for (int64_t j = 0; j < F; ++j) {
-        const float a = gate[j] + (bias ? bias[j] : 0.0f);
-        const float b = up[j] + (bias ? bias[F + j] : 0.0f);
-        const float s = sigmoid(a), dy = dout[i * F + j];
-        dup[j] = dy * (a * s);
-        dgate[j] = (dy * b) * (s * (1.0f + a * (1.0f - s)));
-      }
-    }
+    if (bias)
+      swiglu_backward_rows<true>(dinp, dout, inp, bias, N, F);
+    else
+      swiglu_backward_rows<false>(dinp, dout, inp, bias, N, F);
   } else {
     float* a = scratch;          // gate + bias (N, F)
     float* b = scratch + n;      // up + bias, then d silu(a) (N, F)
@@ -105,12 +166,10 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t 
                        float* scratch) {
   const int64_t n = N * F;
   if (fused) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < F; ++j) {
-        const float x = inp[i * F + j] + (bias ? bias[j] : 0.0f);
-        out[i * F + j] = 0.5f * x * (1.0f + std::tanh(gelu_tanh_arg(x)));
-      }
+    if (bias)
+      gelu_forward_rows<true>(out, inp, bias, N, F);
+    else
+      gelu_forward_rows<false>(out, inp, bias, N, F);
     return;
   }
   float* x = scratch;      // inp + bias (N, F)
@@ -121,7 +180,7 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t 
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) t[e] = kGeluK * (x[e] + kGeluC * t[e]);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t e = 0; e < n; ++e) t[e] = std::tanh(t[e]);
+  for (int64_t e = 0; e < n; ++e) t[e] = tanh_f(t[e]);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) out[e] = 0.5f * x[e] * (1.0f + t[e]);
 }
@@ -130,12 +189,10 @@ void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const floa
                         int64_t F, bool fused, float* scratch) {
   const int64_t n = N * F;
   if (fused) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < N; ++i)
-      for (int64_t j = 0; j < F; ++j) {
-        const float x = inp[i * F + j] + (bias ? bias[j] : 0.0f);
-        dinp[i * F + j] = dout[i * F + j] * gelu_grad(x, std::tanh(gelu_tanh_arg(x)));
-      }
+    if (bias)
+      gelu_backward_rows<true>(dinp, dout, inp, bias, N, F);
+    else
+      gelu_backward_rows<false>(dinp, dout, inp, bias, N, F);
   } else {
     float* x = scratch;      // inp + bias (N, F)
     float* t = scratch + n;  // tanh argument, tanh, then local derivative (N, F)
@@ -143,7 +200,7 @@ void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const floa
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t e = 0; e < n; ++e) t[e] = gelu_tanh_arg(x[e]);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t e = 0; e < n; ++e) t[e] = std::tanh(t[e]);
+    for (int64_t e = 0; e < n; ++e) t[e] = tanh_f(t[e]);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t e = 0; e < n; ++e) t[e] = gelu_grad(x[e], t[e]);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)

@@ -41,8 +41,9 @@ int64_t attention_unfused_scratch_floats(int64_t B, int64_t H, int64_t G, int64_
 // Flash-style: tiles of queries x keys with an online softmax; saves only the
 // row log-sum-exp lse (B, H, T). Backward recomputes probabilities per tile
 // and needs the forward's out (B, H, T, D) and lse; dq, dk, dv OVERWRITTEN.
-// scratch: attention_flash_scratch_floats(...) (a few 64x64 tiles per (b, h)
-// pair, independent of T), used within one call only.
+// scratch: attention_flash_scratch_floats(...) (per task a few 64x64 tiles
+// and a transposed copy of its keys and values, 2*T*D floats; no T x T
+// buffer), used within one call only.
 // Both paths: out must not alias q/k/v; gradients must not alias inputs.
 void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,

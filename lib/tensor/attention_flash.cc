@@ -18,8 +18,28 @@ namespace {
 constexpr int64_t kParallelWork = int64_t{1} << 18;        // see attention.cc
 constexpr int64_t kQ = 64;                                 // queries per tile
 constexpr int64_t kK = 64;                                 // keys per tile
-constexpr int64_t kForwardTaskFloats = kQ * kK + 2 * kQ;   // S | running max | running sum
-constexpr int64_t kBackwardTaskFloats = 3 * kQ * kK + kQ;  // P | dP | dropout multipliers | D_i
+constexpr int64_t kForwardTaskFloats = kQ * kK + 2 * kQ;   // S | running max | running sum (+ K^T)
+constexpr int64_t kBackwardTaskFloats = 3 * kQ * kK + kQ;  // P | dP | dropout multipliers | D_i (+ K^T, V^T)
+
+// Each task first transposes its keys (and, in backward, values) tile by
+// tile, so that S = Q K^T and dP = dO V^T run as row-major NN GEMMs on
+// (D, kK) tiles: OpenBLAS's small-matrix kernels (no packing, no buffer lock)
+// cover NN and TN tiles but not NT ones, which take the packing path at
+// about 2/3 the speed.
+int64_t tiled_floats(int64_t T, int64_t D) { return (T + kK - 1) / kK * kK * D; }
+int64_t forward_task_floats(int64_t T, int64_t D) { return kForwardTaskFloats + tiled_floats(T, D); }
+int64_t backward_task_floats(int64_t T, int64_t D) { return kBackwardTaskFloats + 2 * tiled_floats(T, D); }
+
+// x (T, D) -> xt: key tile j is (D, kK) at xt + j * kK * D, element (d, c) =
+// x[j * kK + c, d]; columns past T stay unwritten (the GEMMs never read them).
+void transpose_tiles(float* xt, const float* x, int64_t T, int64_t D) {
+  for (int64_t k0 = 0; k0 < T; k0 += kK) {
+    const int64_t nk = std::min(kK, T - k0);
+    float* dst = xt + k0 * D;
+    for (int64_t c = 0; c < nk; ++c)
+      for (int64_t d = 0; d < D; ++d) dst[d * kK + c] = x[(k0 + c) * D + d];
+  }
+}
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const float* b,
           int64_t ldb, float beta, float* c, int64_t ldc) {
@@ -84,6 +104,8 @@ void flash_forward_pair(float* out, float* lse, const float* q, const float* k, 
   float* S = task;                  // (kQ, kK)
   float* row_max = task + kQ * kK;  // (kQ)
   float* row_sum = row_max + kQ;    // (kQ)
+  float* kt = task + kForwardTaskFloats;  // keys, transposed per tile
+  transpose_tiles(kt, k, T, D);
   for (int64_t q0 = 0; q0 < T; q0 += kQ) {
     const int64_t nq = std::min(kQ, T - q0);
     float* o = out + q0 * D;  // (nq, D) accumulator
@@ -92,7 +114,7 @@ void flash_forward_pair(float* out, float* lse, const float* q, const float* k, 
     std::fill(row_sum, row_sum + nq, 0.0f);
     for (int64_t k0 = 0; k0 < q0 + nq; k0 += kK) {  // causal: keys < q0 + nq only
       const int64_t nk = std::min(kK, q0 + nq - k0);
-      gemm(false, true, nq, nk, D, scale, q + q0 * D, D, k + k0 * D, D, 0.0f, S, kK);
+      gemm(false, false, nq, nk, D, scale, q + q0 * D, D, kt + k0 * D, kK, 0.0f, S, kK);
       online_softmax_tile(S, o, row_max, row_sum, doc, q0, nq, k0, nk, D);
       if (p > 0.0f) {
         const float keep_scale = detail::dropout_keep_scale(p);
@@ -113,10 +135,11 @@ void flash_forward_pair(float* out, float* lse, const float* q, const float* k, 
 
 // One query tile of head h against all its visible key tiles, accumulating
 // into dq (nq, D) (overwritten) and the group's dk, dv (T, D) (accumulated).
+// kt, vt: the group's keys and values transposed per tile (transpose_tiles).
 void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                          const float* v, const float* out, const float* lse, const int32_t* doc, int64_t b, int64_t h,
-                          int64_t H, int64_t T, int64_t D, int64_t q0, float p, uint64_t seed, float scale,
-                          float* task) {
+                          const float* kt, const float* vt, const float* out, const float* lse, const int32_t* doc,
+                          int64_t b, int64_t h, int64_t H, int64_t T, int64_t D, int64_t q0, float p, uint64_t seed,
+                          float scale, float* task) {
   const int64_t nq = std::min(kQ, T - q0);
   float* P = task;                 // (kQ, kK)
   float* dP = task + kQ * kK;      // (kQ, kK)
@@ -134,7 +157,7 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
   for (int64_t k0 = 0; k0 < q0 + nq; k0 += kK) {
     const int64_t nk = std::min(kK, q0 + nq - k0);
     const bool unmasked = tile_unmasked(doc, q0, k0, nk);
-    gemm(false, true, nq, nk, D, scale, qt, D, k + k0 * D, D, 0.0f, P, kK);
+    gemm(false, false, nq, nk, D, scale, qt, D, kt + k0 * D, kK, 0.0f, P, kK);
     for (int64_t i = 0; i < nq; ++i) {
       const int64_t tq = q0 + i;
       const float l = lse[tq];
@@ -154,7 +177,7 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
       PV = dP;
     }
     gemm(true, false, nk, D, nq, 1.0f, PV, kK, dot, D, 1.0f, dv + k0 * D, D);
-    gemm(false, true, nq, nk, D, 1.0f, dot, D, v + k0 * D, D, 0.0f, dP, kK);
+    gemm(false, false, nq, nk, D, 1.0f, dot, D, vt + k0 * D, kK, 0.0f, dP, kK);
     for (int64_t i = 0; i < nq; ++i) {
       float* g = dP + i * kK;
       const float* pr = P + i * kK;
@@ -179,7 +202,7 @@ void attention_flash_forward(float* out, float* lse, const float* q, const float
     const int64_t b = pair / H, h = pair % H, kv = b * G + h / R;
     flash_forward_pair(out + pair * T * D, lse + pair * T, q + pair * T * D, k + kv * T * D, v + kv * T * D,
                        doc_ids ? doc_ids + b * T : nullptr, b, h, H, T, D, dropout_p, seed, scale,
-                       scratch + pair * kForwardTaskFloats);
+                       scratch + pair * forward_task_floats(T, D));
   }
 }
 
@@ -196,22 +219,25 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
     const int64_t b = bg / G, g = bg % G;
     float* dkg = dk + bg * T * D;
     float* dvg = dv + bg * T * D;
+    float* task = scratch + bg * backward_task_floats(T, D);
+    float* kt = task + kBackwardTaskFloats;  // keys, transposed per tile
+    float* vt = kt + tiled_floats(T, D);     // values, likewise
+    transpose_tiles(kt, k + bg * T * D, T, D);
+    transpose_tiles(vt, v + bg * T * D, T, D);
     std::fill(dkg, dkg + T * D, 0.0f);
     std::fill(dvg, dvg + T * D, 0.0f);
     for (int64_t r = 0; r < R; ++r) {
       const int64_t h = g * R + r, pair = b * H + h;
       for (int64_t q0 = 0; q0 < T; q0 += kQ)
-        flash_backward_qtile(dq + pair * T * D, dkg, dvg, dout + pair * T * D, q + pair * T * D, k + bg * T * D,
-                             v + bg * T * D, out + pair * T * D, lse + pair * T, doc_ids ? doc_ids + b * T : nullptr, b,
-                             h, H, T, D, q0, dropout_p, seed, scale, scratch + bg * kBackwardTaskFloats);
+        flash_backward_qtile(dq + pair * T * D, dkg, dvg, dout + pair * T * D, q + pair * T * D, k + bg * T * D, kt,
+                             vt, out + pair * T * D, lse + pair * T, doc_ids ? doc_ids + b * T : nullptr, b, h, H, T, D,
+                             q0, dropout_p, seed, scale, task);
     }
   }
 }
 
 int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D) {
-  (void)T;
-  (void)D;
-  return std::max(B * H * kForwardTaskFloats, B * G * kBackwardTaskFloats);
+  return std::max(B * H * forward_task_floats(T, D), B * G * backward_task_floats(T, D));
 }
 
 }  // namespace mtrain::kernels

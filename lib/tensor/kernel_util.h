@@ -43,6 +43,29 @@ inline float softmax_exp(float x) {
   return x < -87.3f ? 0.0f : p * scale;
 }
 
+// tanh in plain float ops so activation loops vectorise (libm's tanhf does
+// not; it dominated the GELU kernels). Cephes' tanhf scheme: an odd
+// polynomial for |x| < 0.625 (relative error ~1e-7), else 1 - 2/(e^{2|x|}+1)
+// with softmax_exp (absolute error ~1e-7; exactly +-1 for |x| >= ~9.1, and
+// 2|x| > 80 is clamped, which still rounds to +-1). NaN stays NaN.
+inline float vec_tanh(float x) {
+  const float ax = x < 0.0f ? -x : x;
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = p * z * x + x;
+  const float big = 1.0f - 2.0f / (softmax_exp(2.0f * ax) + 1.0f);
+  return ax < 0.625f ? small : (x < 0.0f ? -big : big);
+}
+
+// Logistic sigmoid 1/(1+e^-x) through softmax_exp: within a few ulp of the
+// libm formula for x >= -80; below that it returns ~1.8e-35 instead of
+// e^x (both negligible next to 1).
+inline float vec_sigmoid(float x) { return 1.0f / (1.0f + softmax_exp(-x)); }
+
 // Dropout multiplier of element `index`: 0 if dropped, 1/(1-p) if kept.
 // Callers skip the call entirely when p == 0 (exact identity).
 inline float dropout_multiplier(uint64_t seed, uint64_t index, float p, float keep_scale) {

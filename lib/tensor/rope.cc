@@ -1,5 +1,6 @@
 #include "tensor/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -17,31 +18,64 @@ std::vector<double> inverse_frequencies(int64_t D, float base) {
   return inv;
 }
 
+// Rows of cos | sin (2 * half floats each) per distinct position when the
+// positions span at most B*T values (the usual case: every sequence of the
+// batch repeats 0..T-1), else one row per token. Either way every value is
+// float(cos/sin(pos * inv_freq[i])) computed in double, as in the unfused path;
+// the table only avoids recomputing B times the same angles.
+struct RopeTable {
+  std::vector<float> cs;  // (rows, 2 * half)
+  int32_t first = 0;      // position of row 0 (dense by position)
+  bool by_position = true;
+  const float* row(const int32_t* positions, int64_t bt, int64_t half) const {
+    return cs.data() + (by_position ? positions[bt] - first : bt) * 2 * half;
+  }
+};
+
+RopeTable rope_table(const int32_t* positions, int64_t BT, int64_t D, float base, float sign) {
+  const int64_t half = D / 2;
+  const std::vector<double> inv = inverse_frequencies(D, base);
+  RopeTable tab;
+  int32_t lo = 0, hi = -1;
+  if (BT > 0) lo = hi = positions[0];
+  for (int64_t bt = 1; bt < BT; ++bt) {
+    lo = std::min(lo, positions[bt]);
+    hi = std::max(hi, positions[bt]);
+  }
+  const int64_t span = static_cast<int64_t>(hi) - lo + 1;
+  tab.by_position = span <= BT;
+  tab.first = lo;
+  const int64_t rows = tab.by_position ? span : BT;
+  tab.cs.resize(static_cast<size_t>(rows * 2 * half));
+#pragma omp parallel for schedule(static) if (rows * half > 1024)
+  for (int64_t r = 0; r < rows; ++r) {
+    const double pos = static_cast<double>(tab.by_position ? lo + r : positions[r]);
+    float* cosv = tab.cs.data() + r * 2 * half;
+    float* sinv = cosv + half;
+    for (int64_t i = 0; i < half; ++i) {
+      cosv[i] = static_cast<float>(std::cos(pos * inv[i]));
+      sinv[i] = sign * static_cast<float>(std::sin(pos * inv[i]));
+    }
+  }
+  return tab;
+}
+
 // sign = +1: forward rotation; sign = -1: its transpose (the inverse).
 void rope_fused(float* x, const int32_t* positions, int64_t B, int64_t H, int64_t T, int64_t D, float base,
                 float sign) {
   const int64_t half = D / 2;
-  const std::vector<double> inv = inverse_frequencies(D, base);
-#pragma omp parallel if (B * H * T * D > kParallelMin)
-  {
-    std::vector<float> cs(2 * half);  // cos | sin for one (b, t); one allocation per thread
-    float* cosv = cs.data();
-    float* sinv = cs.data() + half;
-#pragma omp for schedule(static)
-    for (int64_t bt = 0; bt < B * T; ++bt) {
-      const int64_t b = bt / T, t = bt % T;
-      const double pos = static_cast<double>(positions[bt]);
+  const RopeTable tab = rope_table(positions, B * T, D, base, sign);
+#pragma omp parallel for schedule(static) if (B * H * T * D > kParallelMin)
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const int64_t b = bt / T, t = bt % T;
+    const float* __restrict cosv = tab.row(positions, bt, half);
+    const float* __restrict sinv = cosv + half;
+    for (int64_t h = 0; h < H; ++h) {
+      float* __restrict row = x + ((b * H + h) * T + t) * D;
       for (int64_t i = 0; i < half; ++i) {
-        cosv[i] = static_cast<float>(std::cos(pos * inv[i]));
-        sinv[i] = sign * static_cast<float>(std::sin(pos * inv[i]));
-      }
-      for (int64_t h = 0; h < H; ++h) {
-        float* row = x + ((b * H + h) * T + t) * D;
-        for (int64_t i = 0; i < half; ++i) {
-          const float x1 = row[i], x2 = row[i + half];
-          row[i] = x1 * cosv[i] + (-x2) * sinv[i];
-          row[i + half] = x2 * cosv[i] + x1 * sinv[i];
-        }
+        const float x1 = row[i], x2 = row[i + half];
+        row[i] = x1 * cosv[i] + (-x2) * sinv[i];
+        row[i + half] = x2 * cosv[i] + x1 * sinv[i];
       }
     }
   }

@@ -1,5 +1,9 @@
 #include "tensor/tensor.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -30,6 +34,23 @@ std::string shape_str(const Shape& s) {
   return r + ")";
 }
 
+// MemAvailable from /proc/meminfo in bytes, or -1 if unknown.
+static int64_t host_available_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  int64_t kb = -1;
+  while (std::fgets(line, sizeof line, f)) {
+    long long v = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &v) == 1) {
+      kb = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
 void Tensor::FreeDeleter::operator()(float* p) const { std::free(p); }
 
 Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategory category, std::string name,
@@ -40,11 +61,18 @@ Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategor
   device_ = &dev;
   if (!meta && numel_ > 0) {
     size_t bytes = (static_cast<size_t>(numel_) * sizeof(float) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes);
+    // Linux overcommits: a too-large allocation "succeeds" and the kernel
+    // kills the process when the pages are touched. Check big buffers
+    // against the memory actually available first.
+    const int64_t available = bytes >= (16u << 20) ? host_available_bytes() : -1;
+    void* p = available >= 0 && static_cast<int64_t>(bytes) > available ? nullptr : std::aligned_alloc(64, bytes);
     if (!p) {
       reset();
-      throw OutOfMemoryError("host out of memory allocating " + std::to_string(bytes) + " bytes for " + name_,
-                             "the simulated device fits, but this machine's RAM does not; use --dry_run to plan");
+      throw OutOfMemoryError(
+          "host out of memory: " + std::to_string(bytes >> 20) + " MiB for " + name_ +
+              (available >= 0 ? " but only " + std::to_string(available >> 20) + " MiB are available" : ""),
+          "the simulated NPU has room, but this machine's RAM does not hold the real fp32 tensors; "
+          "train a smaller model here");
     }
     std::memset(p, 0, bytes);
     data_.reset(static_cast<float*>(p));
@@ -78,7 +106,27 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
 }
 
 void Tensor::zero() {
-  if (data_) std::memset(data_.get(), 0, static_cast<size_t>(numel_) * sizeof(float));
+  if (data_) zero_floats(data_.get(), numel_);
+}
+
+void zero_floats(float* x, int64_t n) {
+  // One contiguous piece per thread, so that glibc's memset still picks its
+  // strategy by size: non-temporal stores for a piece too big for the cache
+  // (no read-for-ownership of lines that are only overwritten), ordinary
+  // stores for a smaller one, whose zeros then stay in cache for the GEMM
+  // that accumulates into them next.
+  constexpr int64_t kParallelMin = int64_t{1} << 20;  // floats
+  if (n < kParallelMin) {
+    if (n > 0) std::memset(x, 0, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t nth = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t piece = (n + nth - 1) / nth;
+    const int64_t begin = std::min(n, t * piece), end = std::min(n, begin + piece);
+    if (end > begin) std::memset(x + begin, 0, static_cast<size_t>(end - begin) * sizeof(float));
+  }
 }
 
 }  // namespace mtrain

@@ -23,6 +23,7 @@ struct StepMetrics {
   double lm_loss = 0;             // mean loss per loss token over the global batch
   double learning_rate = 0;
   double grad_norm = 0;           // before clipping
+  bool has_grad_norm = true;      // false when an fp16 overflow skipped the step (Megatron logs none)
   double loss_scale = 1;
   double elapsed_ms = 0;          // wall time of this step
   double model_flops = 0;         // model FLOPs of this step (see model::train_flops)
@@ -34,7 +35,7 @@ struct StepMetrics {
 struct EvalMetrics {
   int64_t iteration = 0;
   double lm_loss = 0;
-  bool end_of_training = false;  // Megatron's final "the end of training for val data" evaluation
+  bool end_of_training = false;  // Megatron's final "iteration N on validation set" evaluation
 };
 
 struct TrainInfo {

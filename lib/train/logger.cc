@@ -45,7 +45,7 @@ std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms
   s += fmt::format(" global batch size: {:5d} |", m.global_batch_size);
   if (avg_loss > 0) s += fmt::format(" lm loss: {} |", sci(avg_loss));
   s += fmt::format(" loss scale: {:.1f} |", m.loss_scale);
-  s += fmt::format(" grad norm: {:.3f} |", m.grad_norm);
+  if (m.has_grad_norm) s += fmt::format(" grad norm: {:.3f} |", m.grad_norm);
   s += fmt::format(" number of skipped iterations: {:3d} |", skipped);
   s += fmt::format(" number of nan iterations: {:3d} |", nans);
   return s;
@@ -113,7 +113,7 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
     const double per_it = total_ms_ / 1000.0 / std::max<int64_t>(1, done);
     nlohmann::json j = {
         {"loss", avg_loss},
-        {"grad_norm", m.grad_norm},
+        {"grad_norm", m.has_grad_norm ? nlohmann::json(m.grad_norm) : nlohmann::json(nullptr)},
         {"learning_rate", m.learning_rate},
         {"iteration", fmt::format("{}/{}", m.iteration, m.train_iters)},
         {"consumed_samples", m.consumed_samples},
@@ -137,7 +137,7 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
 
 void MegatronLogger::on_eval_end(const EvalMetrics& m) {
   const std::string line = format_validation_line(
-      m.end_of_training ? "the end of training for val data" : fmt::format("iteration {}", m.iteration), m.lm_loss);
+      fmt::format("iteration {}{}", m.iteration, m.end_of_training ? " on validation set" : ""), m.lm_loss);
   const std::string rule(line.size() + 1, '-');
   fmt::print("{}\n{}\n{}\n", rule, line, rule);
   std::fflush(stdout);

@@ -24,7 +24,7 @@ struct LoggerOptions {
 // " [YYYY-mm-dd HH:MM:SS] iteration ... |" for an interval summary.
 std::string format_log_line(const StepMetrics& last, double avg_loss, double avg_ms, int64_t skipped_in_interval,
                             int64_t nan_in_interval, bool log_throughput, int world_size, const std::string& timestamp);
-// prefix: "iteration 100" during training, "the end of training for val data" after it.
+// prefix: "iteration 100" during training, "iteration 100 on validation set" after it.
 std::string format_validation_line(const std::string& prefix, double loss);
 std::string now_timestamp();
 

@@ -1,5 +1,6 @@
 #include "train/run.h"
 
+#include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
 #include <sys/stat.h>
@@ -36,8 +37,13 @@ int configure_threads(const config::Args& args, int local_ranks) {
     n = std::atoi(e2);
   }
   if (n <= 0) n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_ranks));
-  // The OpenMP OpenBLAS build shares this pool, so one call sets both.
+  // The OpenMP OpenBLAS build runs its GEMMs on this OpenMP pool, but (Debian's
+  // 0.3.21 at least) sizes them from its own count, fixed at load time from
+  // OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / the core count and not from
+  // omp_set_num_threads. Set both, or --num_threads 1 (or one rank per core
+  // under mpirun) would still run 2-thread GEMMs and oversubscribe the cores.
   omp_set_num_threads(n);
+  openblas_set_num_threads(n);
   return n;
 }
 
@@ -89,26 +95,36 @@ static optim::LrScheduleConfig schedule_config(const config::Args& a) {
   return s;
 }
 
+// Continuation lines of a multi-line text line up under the first.
+static std::string indent(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '\n' ? std::string("\n             ") : std::string(1, c);
+  return out;
+}
+
 static void print_answers(const config::Args& args, model::GptModel& model, const DataPipeline& data) {
   const auto prompts = data.sample_prompts(args.num_generate_samples);
   if (prompts.empty()) return;
   fmt::print("\nWhat the trained model answers (greedy decoding):\n");
   for (const auto& p : prompts) {
     const std::vector<int32_t> out = greedy_generate(model, p.prompt_tokens, args.max_new_tokens, data.stop_ids());
-    fmt::print("  prompt:    {}\n  reference: {}\n  mtrain:    {}\n\n", p.question, p.reference,
-               data.decode_answer(out));
+    fmt::print("  prompt:    {}\n  reference: {}\n  mtrain:    {}\n\n", indent(p.question), indent(p.reference),
+               indent(data.decode_answer(out)));
   }
   std::fflush(stdout);
 }
 
 int run_training(const config::Args& input) {
   config::Args args = input;
-  const int threads = configure_threads(args, 1);
+  // Ranks sharing this node (set by mpirun); each gets an equal share of the cores.
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int threads = configure_threads(args, local ? std::max(1, std::atoi(local)) : 1);
   DataPipeline data = build_data_pipeline(args);  // may derive train_iters from epochs
+  if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args);
 
   device::Device dev(device_profile(args), 0);
-  const model::ModelConfig mc = model::model_config_from_args(args, data.vocab_size());
+  const model::ModelConfig mc = model::model_config_from_args(args, *args.vocab_size);
   fmt::print(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n", mc.vocab, mc.padded_vocab - mc.vocab,
              mc.padded_vocab);
   model::GptModel model(mc, dev);

@@ -32,6 +32,9 @@ static double weighted_loss(const float* losses, const std::vector<float>& w) {
   return s;
 }
 
+// NaN prints as "nan" whatever its sign bit.
+static std::string show(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
+
 static double weight_sum(const std::vector<data::Batch>& batches) {
   double s = 0;
   for (const auto& b : batches)
@@ -66,11 +69,11 @@ void Trainer::train() {
       hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), false});
     }
   }
-  // Megatron evaluates once more after the last iteration.
+  hooks_.train_end(info);
+  // Megatron evaluates once more after training is done.
   if (eval_enabled() && iteration_ > info.start_iteration) {
     hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), true});
   }
-  hooks_.train_end(info);
 }
 
 StepMetrics Trainer::train_step() {
@@ -80,7 +83,9 @@ StepMetrics Trainer::train_step() {
   const double loss_tokens = weight_sum(micro);
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   model::ParamStore& ps = model_.params();
-  ps.grads().zero();
+  // The first micro-batch's backward zeroes each gradient just before its
+  // first contribution (no separate sweep over the buffer).
+  if (micro.empty()) ps.grads().zero();
 
   double loss_sum = 0;
   int64_t tokens = 0;
@@ -94,7 +99,7 @@ StepMetrics Trainer::train_step() {
     dloss_.resize(b.loss_weights.size());
     const double k = loss_tokens > 0 ? scale / loss_tokens : 0.0;
     for (size_t i = 0; i < dloss_.size(); ++i) dloss_[i] = static_cast<float>(b.loss_weights[i] * k);
-    model_.backward(tb, dloss_.data(), seed, /*training=*/true);
+    model_.backward(tb, dloss_.data(), seed, /*training=*/true, /*zero_grads=*/mb == 0);
     tokens += b.B * b.T;
   }
   const double lm_loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
@@ -122,7 +127,8 @@ StepMetrics Trainer::train_step() {
       throw NonFiniteError(
           fmt::format("iteration {}: {} is not finite (lm loss {}, grad norm {}); stopped before the optimizer step, "
                       "so the weights are those after iteration {}",
-                      it, std::isfinite(lm_loss) ? "the gradient norm" : "the loss", lm_loss, grad_norm, it - 1),
+                      it, std::isfinite(lm_loss) ? "the gradient norm" : "the loss", show(lm_loss), show(grad_norm),
+                      it - 1),
           "lower --lr, raise --lr_warmup_iters, use --bf16 instead of --fp16, or pass --on_nonfinite skip to skip "
           "such steps");
     }
@@ -133,15 +139,17 @@ StepMetrics Trainer::train_step() {
     // fp16 overflow skips are the loss scaler's normal business; only skips for
     // non-finite values (--on_nonfinite skip) count towards the cap.
     if (!scaler_ && ++consecutive_skips_ > opts_.max_consecutive_skips) {
-      throw NonFiniteError(fmt::format("iteration {}: {} consecutive iterations were skipped for non-finite loss or "
-                                       "gradients",
-                                       it, consecutive_skips_),
+      throw NonFiniteError(fmt::format("iteration {}: the loss or gradient norm is non-finite in {} consecutive "
+                                       "iterations, more than --max_consecutive_nonfinite_skips {} allows",
+                                       it, consecutive_skips_, opts_.max_consecutive_skips),
                            "the run has diverged; lower --lr or check the data");
     }
   } else {
     consecutive_skips_ = 0;
-    if (opts_.clip_grad > 0) optim::clip_grads(grads, n, opts_.clip_grad, grad_norm);
-    optimizer_.step(ps.params().data(), grads, scheduler_.lr_at(successful_steps_));
+    // Clipping is applied inside the optimizer's pass (the same float product
+    // as optim::clip_grads, without another sweep over the gradient buffer).
+    const double clip_coeff = opts_.clip_grad > 0 ? optim::clip_coefficient(opts_.clip_grad, grad_norm) : 1.0;
+    optimizer_.step(ps.params().data(), grads, scheduler_.lr_at(successful_steps_), clip_coeff);
     ++successful_steps_;
   }
   iteration_ = it;
@@ -157,6 +165,7 @@ StepMetrics Trainer::train_step() {
   // Megatron logs the lr read after the scheduler stepped.
   m.learning_rate = scheduler_.lr_at(successful_steps_);
   m.grad_norm = grad_norm;
+  m.has_grad_norm = !(scaler_ && skip);
   m.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   m.skipped = skip;
   m.skipped_iterations = skipped_total_;

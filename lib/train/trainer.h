@@ -49,7 +49,8 @@ class Trainer {
           optim::GradScaler* scaler, BatchSource& train_data, const std::vector<data::Batch>* val_batches,
           HookList& hooks);
 
-  // Runs iterations start+1 .. train_iters. Throws NonFiniteError on a NaN/Inf
+  // Runs iterations start+1 .. train_iters, then evaluates once more (as
+  // Megatron does) if evaluation is on. Throws NonFiniteError on a NaN/Inf
   // loss or gradient norm unless skipping was requested.
   void train();
   // Mean per-token loss over the validation batches (no dropout, no grads).

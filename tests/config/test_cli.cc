@@ -203,7 +203,7 @@ TEST(Cli, HelpVersionAndMissingOrUnknownCommand) {
   EXPECT_EQ(parse({"pretrain", "-h"}).action, Invocation::Action::kHelp);
   Invocation version = parse({"--version"});
   EXPECT_EQ(version.action, Invocation::Action::kVersion);
-  EXPECT_EQ(version.text, version_text());
+  EXPECT_EQ(version.text, version_text() + "\n");
   EXPECT_EQ(version.text.rfind("mtrain ", 0), 0u);
   EXPECT_EQ(usage_error({}), "missing command (one of: sft, pt, pretrain)");
   EXPECT_EQ(usage_error({"sfr"}), "unknown command 'sfr'; did you mean 'sft'?");

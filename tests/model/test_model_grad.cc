@@ -175,6 +175,34 @@ TEST(ModelDeterminism, SameSeedSameBits) {
   EXPECT_EQ(ga, gb);
 }
 
+// backward(zero_grads = true) must equal zeroing the whole buffer first,
+// whatever the buffer held, for tied (gpt2) and untied (llama) embeddings;
+// a second micro-batch without it accumulates on top. ffn 23 leaves alignment
+// padding between parameters in the flat buffer; it must end up zero too.
+TEST(ModelZeroGrads, FirstMicroBatchOverwritesEveryGradient) {
+  ModelConfig padded = testing::tiny_gpt2();
+  padded.ffn = 23;
+  for (const ModelConfig& c : {testing::tiny_llama(), testing::tiny_gpt2(), padded}) {
+    device::Device dev(device::DeviceProfile{}, 0);
+    GptModel m(c, dev);
+    const RandomBatch rb = random_batch(c.micro_batch, c.seq_length, c.vocab, 5);
+    const TokenBatch b = rb.view(c.micro_batch, c.seq_length, false);
+    float* g = m.params().grads().data();
+    const int64_t n = m.params().numel();
+    auto step = [&](bool zero_grads) {
+      m.forward(b, 9, true);
+      m.backward(b, rb.weights.data(), 9, true, zero_grads);
+      return std::vector<float>(g, g + n);
+    };
+    m.params().grads().zero();
+    const std::vector<float> once = step(false);
+    const std::vector<float> twice = step(false);
+    for (int64_t i = 0; i < n; ++i) g[i] = 1e3f + static_cast<float>(i % 7);  // stale garbage
+    EXPECT_EQ(step(true), once) << describe(c);
+    EXPECT_EQ(step(false), twice) << describe(c);
+  }
+}
+
 TEST(ModelDropout, DropoutChangesTheLoss) {
   ModelConfig c = testing::tiny_llama();
   ModelConfig d = c;

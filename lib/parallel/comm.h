@@ -1,0 +1,182 @@
+// Comm: the collectives and point-to-point transfers of one process group
+// (Megatron's torch.distributed calls on one group), independent of how the
+// ranks are realised: MpiComm (one MPI rank per simulated NPU), SimComm
+// (ranks as threads of one process), SelfComm (a group of one) and MetaComm
+// (shape-only dry runs: no data moves, every call is still reported).
+//
+// Semantics every implementation follows (tests/parallel/comm_conformance.h):
+// - Reductions of floating-point data are deterministic: element i of the
+//   result is ((x_0[i] + x_1[i]) + x_2[i]) + ... in group-rank order, computed
+//   once and copied to every rank, so all ranks hold bit-identical results and
+//   a rerun (or another Comm implementation) gives the same bits. kMax/kMin
+//   propagate NaN. Integer reductions are exact.
+// - All ranks of the group call the same collectives in the same order with
+//   the same counts; a Comm is used by one thread at a time.
+// - send/recv are blocking and may be synchronous (like MPI_Ssend): a program
+//   must not rely on buffering. Messages between a pair of ranks with the same
+//   tag arrive in the order they were sent. send_recv posts both sides at once
+//   (use it for pipeline exchanges that would otherwise deadlock).
+// - Every call is reported to the observer (if set) after it completes, with
+//   its payload bytes and wall time, for the profiler and the cost model.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "tensor/tensor.h"
+
+namespace mtrain::parallel {
+
+enum class CommOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kSendRecv, kBarrier };
+const char* comm_op_name(CommOp op);  // "all_reduce", ...
+
+enum class ReduceOp { kSum, kMax, kMin };
+const char* reduce_op_name(ReduceOp op);
+
+enum class ScalarType { kF32, kF64, kI32, kI64, kU8 };
+int scalar_bytes(ScalarType t);
+const char* scalar_type_name(ScalarType t);
+
+template <class T>
+concept CommScalar = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, int32_t> ||
+    std::same_as<T, int64_t> || std::same_as<T, uint8_t>;
+
+template <CommScalar T>
+constexpr ScalarType scalar_type_of() {
+  if constexpr (std::same_as<T, float>) return ScalarType::kF32;
+  if constexpr (std::same_as<T, double>) return ScalarType::kF64;
+  if constexpr (std::same_as<T, int32_t>) return ScalarType::kI32;
+  if constexpr (std::same_as<T, int64_t>) return ScalarType::kI64;
+  if constexpr (std::same_as<T, uint8_t>) return ScalarType::kU8;
+}
+
+// How a call is accounted: the element size the buffer has on the NPU. Host
+// storage is fp32, but a bf16 gradient bucket moves 2 bytes per element on
+// the device: pass Wire::of(DType::kBF16). Default: the host element size.
+struct Wire {
+  int element_bytes = 0;  // 0 = sizeof(T)
+  static Wire of(DType t) { return Wire{dtype_bytes(t)}; }
+};
+
+// One completed call, as seen by the calling rank.
+struct CommEvent {
+  CommOp op = CommOp::kBarrier;
+  std::string_view group{};  // the communicator's name ("tp", "dp", ...); valid during the callback
+  int group_size = 1;
+  int rank = 0;  // the caller's rank in the group
+  ScalarType type = ScalarType::kF32;
+  // Payload in elements and in wire bytes (elements x Wire::element_bytes):
+  //   all_reduce, broadcast: the buffer; reduce_scatter, all_gather: the full
+  //   (unsharded) buffer = group_size x chunk; send: the message sent; recv:
+  //   the message received; send_recv: the message sent (recv_bytes: received).
+  int64_t elements = 0;
+  int64_t bytes = 0;
+  int64_t recv_bytes = 0;  // send_recv only
+  int peer = -1;           // send: destination; recv: source; send_recv: destination; broadcast: root
+  int recv_peer = -1;      // send_recv: source
+  double seconds = 0;      // wall time of the call on this rank (includes waiting for peers)
+};
+using CommObserver = std::function<void(const CommEvent&)>;
+
+class Comm {
+ public:
+  explicit Comm(std::string name) : name_(std::move(name)) {}
+  virtual ~Comm() = default;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  void set_observer(CommObserver observer) { observer_ = std::move(observer); }
+
+  // In place: data (n) on every rank becomes the reduction over the group.
+  template <CommScalar T>
+  void all_reduce(T* data, int64_t n, ReduceOp op = ReduceOp::kSum, Wire wire = {}) {
+    run_all_reduce(data, n, scalar_type_of<T>(), op, wire);
+  }
+  void all_reduce_sum(float* data, int64_t n, Wire wire = {}) { all_reduce(data, n, ReduceOp::kSum, wire); }
+  void all_reduce_sum(double* data, int64_t n, Wire wire = {}) { all_reduce(data, n, ReduceOp::kSum, wire); }
+  // One value, e.g. a non-finite flag: all_reduce_value(int32_t{found_inf}, ReduceOp::kMax).
+  template <CommScalar T>
+  T all_reduce_value(T value, ReduceOp op) {
+    all_reduce(&value, 1, op);
+    return value;
+  }
+
+  // in (size * chunk), out (chunk): out = reduction of every rank's chunk
+  // number rank(). out may alias in + rank() * chunk (Megatron's shard view).
+  template <CommScalar T>
+  void reduce_scatter(const T* in, T* out, int64_t chunk, ReduceOp op = ReduceOp::kSum, Wire wire = {}) {
+    run_reduce_scatter(in, out, chunk, scalar_type_of<T>(), op, wire);
+  }
+  // in (chunk), out (size * chunk): out[r * chunk ...] = rank r's in.
+  // in may alias out + rank() * chunk.
+  template <CommScalar T>
+  void all_gather(const T* in, T* out, int64_t chunk, Wire wire = {}) {
+    run_all_gather(in, out, chunk, scalar_type_of<T>(), wire);
+  }
+  // data (n) of group rank `root` is copied to every rank.
+  template <CommScalar T>
+  void broadcast(T* data, int64_t n, int root, Wire wire = {}) {
+    run_broadcast(data, n, scalar_type_of<T>(), root, wire);
+  }
+
+  // Point to point; peers are group ranks, tags in [0, kMaxTag].
+  static constexpr int kMaxTag = 32767;
+  template <CommScalar T>
+  void send(const T* data, int64_t n, int peer, int tag, Wire wire = {}) {
+    run_send(data, n, scalar_type_of<T>(), peer, tag, wire);
+  }
+  // Receives exactly n elements; a message of another size is an error.
+  template <CommScalar T>
+  void recv(T* data, int64_t n, int peer, int tag, Wire wire = {}) {
+    run_recv(data, n, scalar_type_of<T>(), peer, tag, wire);
+  }
+  // Sends to `dest` and receives from `src` at the same time (same tag).
+  template <CommScalar T>
+  void send_recv(const T* send_data, int64_t send_n, int dest, T* recv_data, int64_t recv_n, int src, int tag,
+                 Wire wire = {}) {
+    run_send_recv(send_data, send_n, dest, recv_data, recv_n, src, scalar_type_of<T>(), tag, wire);
+  }
+
+  void barrier();
+
+ protected:
+  // Implementations see validated arguments (counts >= 0, ranks in range, a
+  // non-null buffer whenever moves_data() and the count is positive).
+  virtual void do_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op) = 0;
+  virtual void do_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp op) = 0;
+  virtual void do_all_gather(const void* in, void* out, int64_t chunk, ScalarType t) = 0;
+  virtual void do_broadcast(void* data, int64_t n, ScalarType t, int root) = 0;
+  virtual void do_send(const void* data, int64_t n, ScalarType t, int peer, int tag) = 0;
+  virtual void do_recv(void* data, int64_t n, ScalarType t, int peer, int tag) = 0;
+  virtual void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
+                            ScalarType t, int tag) = 0;
+  virtual void do_barrier() = 0;
+  // False for MetaComm: buffers may be null and are never touched.
+  virtual bool moves_data() const { return true; }
+
+ private:
+  void run_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op, Wire wire);
+  void run_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp op, Wire wire);
+  void run_all_gather(const void* in, void* out, int64_t chunk, ScalarType t, Wire wire);
+  void run_broadcast(void* data, int64_t n, ScalarType t, int root, Wire wire);
+  void run_send(const void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire);
+  void run_recv(void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire);
+  void run_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
+                     ScalarType t, int tag, Wire wire);
+
+  void check_count(const char* what, int64_t n, const void* buffer) const;
+  void check_peer(const char* what, const char* role, int peer, bool allow_self) const;
+  void check_tag(const char* what, int tag) const;
+  void report(CommEvent& event, double start_seconds) const;
+
+  std::string name_;
+  CommObserver observer_;
+};
+
+}  // namespace mtrain::parallel

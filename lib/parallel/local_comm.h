@@ -1,0 +1,53 @@
+// Communicators that need no other process:
+// - SelfComm: a group of one rank (single-device runs, TP=1 groups without
+//   MPI). Reductions and broadcasts leave data as is; reduce_scatter and
+//   all_gather copy; send_recv to itself copies.
+// - MetaComm: rank `rank` of a group of `size` for shape-only dry runs. Moves
+//   no data (buffers may be null) but reports every call to the observer, so
+//   the cost model sees exactly the traffic a real run would make.
+#pragma once
+
+#include "parallel/comm.h"
+
+namespace mtrain::parallel {
+
+class SelfComm final : public Comm {
+ public:
+  explicit SelfComm(std::string name = "self") : Comm(std::move(name)) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+
+ protected:
+  void do_all_reduce(void*, int64_t, ScalarType, ReduceOp) override {}
+  void do_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp) override;
+  void do_all_gather(const void* in, void* out, int64_t chunk, ScalarType t) override;
+  void do_broadcast(void*, int64_t, ScalarType, int) override {}
+  void do_send(const void*, int64_t, ScalarType, int, int) override {}  // unreachable: no peer exists
+  void do_recv(void*, int64_t, ScalarType, int, int) override {}
+  void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
+                    ScalarType t, int tag) override;
+  void do_barrier() override {}
+};
+
+class MetaComm final : public Comm {
+ public:
+  MetaComm(std::string name, int rank, int size);
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+ protected:
+  void do_all_reduce(void*, int64_t, ScalarType, ReduceOp) override {}
+  void do_reduce_scatter(const void*, void*, int64_t, ScalarType, ReduceOp) override {}
+  void do_all_gather(const void*, void*, int64_t, ScalarType) override {}
+  void do_broadcast(void*, int64_t, ScalarType, int) override {}
+  void do_send(const void*, int64_t, ScalarType, int, int) override {}
+  void do_recv(void*, int64_t, ScalarType, int, int) override {}
+  void do_send_recv(const void*, int64_t, int, void*, int64_t, int, ScalarType, int) override {}
+  void do_barrier() override {}
+  bool moves_data() const override { return false; }
+
+ private:
+  int rank_, size_;
+};
+
+}  // namespace mtrain::parallel

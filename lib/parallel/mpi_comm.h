@@ -1,0 +1,92 @@
+// MpiComm: Comm over an MPI communicator (one MPI rank per simulated NPU).
+// The only mtrain header that includes <mpi.h>; a target that includes it
+// links MPI::MPI_CXX itself (mtrain_parallel links MPI privately).
+//
+// Determinism: MPI_Allreduce(MPI_SUM) on floats may sum in an order that
+// depends on the algorithm Open MPI picks (message size, rank count, tuning),
+// so floating-point reductions are built from pure data movement instead:
+// MPI_Alltoallv hands rank k chunk k of every rank's buffer, rank k folds the
+// chunks in rank order (reduce_kernels.h), and MPI_Allgatherv returns the
+// reduced chunks to everyone. Same bytes on the wire as a ring all-reduce,
+// and the result equals SimComm's bit for bit. Integer reductions, which are
+// exact in any order, use MPI_Allreduce.
+#pragma once
+
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // C API only: no deprecated C++ bindings
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm.h"
+#include "parallel/parallel_state.h"
+
+namespace mtrain::parallel {
+
+class MpiComm final : public Comm {
+ public:
+  // Takes ownership of `comm` (freed by the destructor, which must run before
+  // MPI_Finalize) and makes MPI errors on it return codes, which become
+  // DistributedError naming the group, call and rank.
+  MpiComm(MPI_Comm comm, std::string name);
+  ~MpiComm() override;
+  // A communicator of its own over the same ranks as `comm` (MPI_Comm_dup).
+  static std::unique_ptr<MpiComm> duplicate(MPI_Comm comm, std::string name);
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  MPI_Comm handle() const { return comm_; }
+
+ protected:
+  void do_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op) override;
+  void do_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp op) override;
+  void do_all_gather(const void* in, void* out, int64_t chunk, ScalarType t) override;
+  void do_broadcast(void* data, int64_t n, ScalarType t, int root) override;
+  void do_send(const void* data, int64_t n, ScalarType t, int peer, int tag) override;
+  void do_recv(void* data, int64_t n, ScalarType t, int peer, int tag) override;
+  void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
+                    ScalarType t, int tag) override;
+  void do_barrier() override;
+
+ private:
+  void check(int rc, const char* call) const;
+  int count(int64_t n, const char* call) const;  // MPI counts are int
+  void check_received(const MPI_Status& status, int64_t n, ScalarType t, int peer, int tag) const;
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::vector<std::byte> scratch_;               // (size, chunk) received chunks of a reduction
+  std::vector<const void*> inputs_;              // (size) pointers into scratch_
+  std::vector<int> send_counts_, send_offsets_;  // (size) in elements
+  std::vector<int> recv_counts_, recv_offsets_;  // (size) in elements
+};
+
+// Initialises MPI for the process lifetime (MPI_Init_thread / MPI_Finalize).
+// Construct it before, and destroy it after, every MpiComm.
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv, int required_thread_level = MPI_THREAD_FUNNELED);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+// This rank's ParallelState over `world` (collective: every rank of `world`
+// calls it). World rank r is grid rank r; the sizes must agree. Groups are
+// created with MPI_Comm_split, one communicator per group kind, in
+// GroupKind order; middle pipeline stages get no embedding communicator.
+ParallelState make_mpi_parallel_state(const ProcessGrid& grid, MPI_Comm world = MPI_COMM_WORLD);
+
+}  // namespace mtrain::parallel

@@ -1,0 +1,103 @@
+// SelfComm (a group of one), MetaComm (shape-only) and the argument checks
+// every Comm shares.
+#include <gtest/gtest.h>
+
+#include "comm_conformance.h"
+#include "common/errors.h"
+#include "parallel/local_comm.h"
+#include "parallel/parallel_state.h"
+
+namespace mtrain::parallel {
+namespace {
+
+TEST(ParallelLocalComm, SelfCommConformance) {
+  SelfComm c("tp");
+  testing::run_comm_conformance(c);
+}
+
+TEST(ParallelLocalComm, SelfCommCopiesShardsAndSelfMessages) {
+  SelfComm c;
+  float in[3] = {1, 2, 3}, out[3] = {0, 0, 0};
+  c.reduce_scatter(in, out, 3);
+  EXPECT_EQ(out[2], 3.0f);
+  c.all_gather(in, out, 3);
+  EXPECT_EQ(out[1], 2.0f);
+  float got[3] = {};
+  c.send_recv(in, 3, 0, got, 3, 0, 0);
+  EXPECT_EQ(got[0], 1.0f);
+  EXPECT_THROW(c.send_recv(in, 3, 0, got, 2, 0, 0), DistributedError);
+}
+
+TEST(ParallelLocalComm, MetaCommMovesNothingButReportsEverything) {
+  MetaComm c("dp", 2, 8);
+  EXPECT_EQ(c.rank(), 2);
+  EXPECT_EQ(c.size(), 8);
+  std::vector<CommEvent> events;
+  c.set_observer([&](const CommEvent& e) { events.push_back(e); });
+  c.all_reduce_sum(static_cast<float*>(nullptr), 1 << 20, Wire::of(DType::kBF16));
+  c.reduce_scatter(static_cast<const float*>(nullptr), static_cast<float*>(nullptr), 1000);
+  float untouched[2] = {5, 6};
+  c.recv(untouched, 2, 3, 0);
+  c.send_recv(static_cast<const float*>(nullptr), 10, 3, static_cast<float*>(nullptr), 20, 1, 4);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].bytes, (1 << 20) * 2);
+  EXPECT_EQ(events[1].bytes, 8 * 1000 * 4);
+  EXPECT_EQ(events[1].elements, 8 * 1000);
+  EXPECT_EQ(events[2].peer, 3);
+  EXPECT_EQ(events[3].recv_bytes, 80);
+  EXPECT_EQ(events[3].group, "dp");
+  EXPECT_EQ(untouched[0], 5.0f);
+  EXPECT_THROW(MetaComm("x", 8, 8), Error);
+}
+
+TEST(ParallelLocalComm, InvalidCallsAreBugs) {
+  MetaComm c("pp", 1, 4);
+  float x[4] = {};
+  EXPECT_THROW(c.send(x, 4, 4, 0), Error);                  // peer outside the group
+  EXPECT_THROW(c.send(x, 4, 1, 0), Error);                  // to itself
+  EXPECT_THROW(c.recv(x, -1, 0, 0), Error);                 // negative count
+  EXPECT_THROW(c.send(x, 4, 0, Comm::kMaxTag + 1), Error);  // tag
+  EXPECT_THROW(c.broadcast(x, 4, -1), Error);               // root
+  SelfComm s;
+  EXPECT_THROW(s.all_reduce_sum(static_cast<float*>(nullptr), 3), Error);  // null buffer that would be touched
+  try {
+    c.send(x, 4, 1, 0);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kInternal);
+    EXPECT_STREQ(e.what(), "comm 'pp': rank 1 send to itself would block forever");
+  }
+}
+
+TEST(ParallelLocalComm, SelfParallelState) {
+  ParallelState ps = make_self_parallel_state(ProcessGrid(ProcessGridConfig{}));
+  EXPECT_EQ(ps.world().size(), 1);
+  EXPECT_EQ(ps.tp().name(), "tp");
+  EXPECT_EQ(ps.dp_cp().name(), "dp-cp");
+  testing::check_groups_match_grid(ps);
+  ProcessGridConfig two;
+  two.world_size = 2;
+  EXPECT_THROW(make_self_parallel_state(ProcessGrid(two)), DistributedError);
+}
+
+// A dry run builds any rank's state without other processes.
+TEST(ParallelLocalComm, MetaParallelStateForEveryRank) {
+  ProcessGridConfig cfg;
+  cfg.world_size = 16;
+  cfg.tensor_model_parallel_size = 2;
+  cfg.pipeline_model_parallel_size = 4;
+  const ProcessGrid grid(cfg);
+  for (int r = 0; r < 16; ++r) {
+    ParallelState ps = make_meta_parallel_state(grid, r);
+    EXPECT_EQ(ps.tp().size(), 2);
+    EXPECT_EQ(ps.pp().size(), 4);
+    EXPECT_EQ(ps.dp().size(), 2);
+    EXPECT_EQ(ps.pp().rank(), grid.coords(r).pp);
+    EXPECT_EQ(ps.in_group(GroupKind::kEmbedding), ps.is_first_pipeline_stage() || ps.is_last_pipeline_stage());
+    if (!ps.in_group(GroupKind::kEmbedding)) {
+      EXPECT_THROW(ps.group(GroupKind::kEmbedding), Error);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mtrain::parallel
