@@ -27,7 +27,7 @@ struct Flags {
   int steps = 5;
   int warmup = 2;
   int sgemm_size = 2048;
-  int sgemm_reps = 6;  // half before the training steps, half after
+  int sgemm_reps = 9;  // spread over probes before, between and after the shapes
   std::string shape = "all";
   std::string json_path;
 };
@@ -44,7 +44,7 @@ void set_threads(int n) {
 const char* blas_parallel_name(int p) { return p == 0 ? "sequential" : (p == 1 ? "pthreads" : "OpenMP"); }
 
 nlohmann::json phases_json(const PhaseMs& p) {
-  return {{"forward_ms", p.forward}, {"backward_ms", p.backward}, {"grad_norm_ms", p.grad_norm},
+  return {{"forward_ms", p.forward}, {"backward_ms", p.backward},     {"grad_norm_ms", p.grad_norm},
           {"adamw_ms", p.adamw},     {"optimizer_ms", p.optimizer()}, {"total_ms", p.total}};
 }
 
@@ -108,6 +108,39 @@ nlohmann::json results_json(const Flags& f, const mtrain::bench::SgemmRate& s, c
   return j;
 }
 
+// The sgemm probe runs before each shape and once after the last, its reps
+// spread evenly, so that a quiet moment on a shared machine is likely caught.
+struct Measured {
+  mtrain::bench::SgemmRate sgemm;
+  std::vector<ShapeResult> shapes;
+};
+
+Measured run_all(const Flags& f) {
+  mtrain::bench::BenchOptions opts;
+  opts.steps = f.steps;
+  opts.warmup_steps = f.warmup;
+  std::vector<mtrain::bench::ShapeSpec> specs;
+  if (f.shape != "tiny-llama") specs.push_back(mtrain::bench::gpt2_small());
+  if (f.shape != "gpt2-small") specs.push_back(mtrain::bench::tiny_llama());
+  const int probes = static_cast<int>(specs.size()) + 1;
+  Measured m;
+  for (int i = 0; i < probes; ++i) {
+    const int reps = f.sgemm_reps / probes + (i < f.sgemm_reps % probes ? 1 : 0);
+    if (reps > 0) {
+      const mtrain::bench::SgemmRate s = mtrain::bench::measure_sgemm(f.sgemm_size, reps);
+      m.sgemm = m.sgemm.gflops.empty() ? s : mtrain::bench::combine(m.sgemm, s);
+      fmt::print("sgemm {}^3 probe {}: best {:.1f} GFLOP/s\n", s.size, i + 1, s.best_gflops);
+    }
+    if (i + 1 == probes) break;
+    m.shapes.push_back(mtrain::bench::run_shape(specs[i], opts));
+    const ShapeResult& r = m.shapes.back();
+    fmt::print("{}: {}; {} params ({} in matmuls), {:.1f} GFLOP/step\n", r.name, r.description, r.params,
+               r.matmul_params, r.flops_per_step * 1e-9);
+    std::fflush(stdout);
+  }
+  return m;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,7 +150,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", f.steps, "timed training steps per shape")->check(CLI::PositiveNumber);
   app.add_option("--warmup", f.warmup, "untimed warm-up steps per shape")->check(CLI::NonNegativeNumber);
   app.add_option("--sgemm_size", f.sgemm_size, "M = N = K of the sgemm probe")->check(CLI::PositiveNumber);
-  app.add_option("--sgemm_reps", f.sgemm_reps, "timed sgemm repetitions, half before and half after the steps")->check(CLI::PositiveNumber);
+  app.add_option("--sgemm_reps", f.sgemm_reps, "timed sgemm calls, spread before, between and after the shapes")
+      ->check(CLI::PositiveNumber);
   app.add_option("--shape", f.shape, "all | gpt2-small | tiny-llama")
       ->check(CLI::IsMember({"all", "gpt2-small", "tiny-llama"}));
   app.add_option("--json", f.json_path, "also write the results as JSON to this file");
@@ -126,36 +160,16 @@ int main(int argc, char** argv) {
   set_threads(f.threads);
   fmt::print("threads: {} (omp_get_max_threads {}, OpenBLAS {} build, {})\n", f.threads, omp_get_max_threads(),
              blas_parallel_name(openblas_get_parallel()), openblas_get_config());
-  const int reps_before = (f.sgemm_reps + 1) / 2;
-  const mtrain::bench::SgemmRate before = mtrain::bench::measure_sgemm(f.sgemm_size, reps_before);
-  fmt::print("sgemm {}^3 before the steps: best {:.1f} GFLOP/s\n", before.size, before.best_gflops);
   fmt::print("{}\n", kFlopsFormula);
-
-  mtrain::bench::BenchOptions opts;
-  opts.steps = f.steps;
-  opts.warmup_steps = f.warmup;
-  std::vector<mtrain::bench::ShapeSpec> specs;
-  if (f.shape != "tiny-llama") specs.push_back(mtrain::bench::gpt2_small());
-  if (f.shape != "gpt2-small") specs.push_back(mtrain::bench::tiny_llama());
-  std::vector<ShapeResult> results;
-  for (const auto& spec : specs) {
-    results.push_back(mtrain::bench::run_shape(spec, opts));
-    const ShapeResult& r = results.back();
-    fmt::print("{}: {}; {} params ({} in matmuls), {:.1f} GFLOP/step\n", r.name, r.description, r.params,
-               r.matmul_params, r.flops_per_step * 1e-9);
-    std::fflush(stdout);
-  }
-  mtrain::bench::SgemmRate sgemm = before;
-  if (f.sgemm_reps > reps_before)
-    sgemm = mtrain::bench::combine(before, mtrain::bench::measure_sgemm(f.sgemm_size, f.sgemm_reps - reps_before));
-  // The best repetition is the reference: other jobs on the machine only ever
-  // slow a repetition down, and a higher reference gives the lower ratio.
-  fmt::print("\nsgemm {}^3 (reference): best {:.1f} GFLOP/s, median {:.1f} over {} reps before and after the steps\n",
-             sgemm.size, sgemm.best_gflops, sgemm.median_gflops, sgemm.gflops.size());
-  print_results(results, sgemm.best_gflops);
+  const Measured m = run_all(f);
+  // The best sgemm call is the reference: other jobs on the machine only ever
+  // slow a call down, and the higher reference gives the lower ratio.
+  fmt::print("\nsgemm {}^3 (reference): best {:.1f} GFLOP/s, median {:.1f} over {} calls\n", m.sgemm.size,
+             m.sgemm.best_gflops, m.sgemm.median_gflops, m.sgemm.gflops.size());
+  print_results(m.shapes, m.sgemm.best_gflops);
   if (!f.json_path.empty()) {
     std::ofstream out(f.json_path);
-    out << results_json(f, sgemm, results).dump(2) << "\n";
+    out << results_json(f, m.sgemm, m.shapes).dump(2) << "\n";
     if (!out) {
       std::fprintf(stderr, "bench_train: cannot write %s\n", f.json_path.c_str());
       return 1;

@@ -9,8 +9,8 @@
 namespace mtrain::bench {
 
 struct SgemmRate {
-  int64_t size = 0;              // M = N = K
-  std::vector<double> gflops;    // one rate per timed repetition
+  int64_t size = 0;            // M = N = K
+  std::vector<double> gflops;  // one rate per timed repetition
   double best_gflops = 0;
   double median_gflops = 0;
 };

@@ -42,13 +42,13 @@ struct ShapeResult {
   int64_t params = 0;         // flat parameter count
   int64_t matmul_params = 0;  // model::matmul_params
   int64_t tokens_per_step = 0;
-  double flops_per_step = 0;  // model::train_flops
+  double flops_per_step = 0;   // model::train_flops
   std::vector<PhaseMs> steps;  // timed steps only
   PhaseMs median;              // per-phase medians over the timed steps
   PhaseMs best;                // the fastest timed step
   double last_loss = 0;        // mean loss of the last step (for rerun comparisons)
   double last_grad_norm = 0;
-  uint64_t params_hash = 0;    // FNV-1a over the final parameter bits: reruns must match
+  uint64_t params_hash = 0;  // FNV-1a over the final parameter bits: reruns must match
 };
 
 ShapeResult run_shape(const ShapeSpec& spec, const BenchOptions& opts);

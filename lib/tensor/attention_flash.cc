@@ -5,6 +5,7 @@
 // the dropped output: sum_k P_ik dP_ik = dout_i · sum_k P_ik Z_ik v_k.
 // Tiles entirely above the causal diagonal are never visited.
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,6 +40,15 @@ void transpose_tiles(float* xt, const float* x, int64_t T, int64_t D) {
     for (int64_t c = 0; c < nk; ++c)
       for (int64_t d = 0; d < D; ++d) dst[d * kK + c] = x[(k0 + c) * D + d];
   }
+}
+
+// Scratch slot of the calling thread: its thread number when every thread
+// has one (tasks >= threads), so a thread reuses the same, cache-warm tiles
+// from task to task; else the task's own slot. Every tile is written before
+// it is read, so the choice does not change any result.
+int64_t scratch_slot(int64_t task, int64_t ntasks) {
+  const int64_t nth = omp_get_num_threads();
+  return nth <= ntasks ? omp_get_thread_num() : task;
 }
 
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t lda, const float* b,
@@ -101,9 +111,9 @@ void online_softmax_tile(float* S, float* o, float* row_max, float* row_sum, con
 void flash_forward_pair(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc,
                         int64_t b, int64_t h, int64_t H, int64_t T, int64_t D, float p, uint64_t seed, float scale,
                         float* task) {
-  float* S = task;                  // (kQ, kK)
-  float* row_max = task + kQ * kK;  // (kQ)
-  float* row_sum = row_max + kQ;    // (kQ)
+  float* S = task;                        // (kQ, kK)
+  float* row_max = task + kQ * kK;        // (kQ)
+  float* row_sum = row_max + kQ;          // (kQ)
   float* kt = task + kForwardTaskFloats;  // keys, transposed per tile
   transpose_tiles(kt, k, T, D);
   for (int64_t q0 = 0; q0 < T; q0 += kQ) {
@@ -202,7 +212,7 @@ void attention_flash_forward(float* out, float* lse, const float* q, const float
     const int64_t b = pair / H, h = pair % H, kv = b * G + h / R;
     flash_forward_pair(out + pair * T * D, lse + pair * T, q + pair * T * D, k + kv * T * D, v + kv * T * D,
                        doc_ids ? doc_ids + b * T : nullptr, b, h, H, T, D, dropout_p, seed, scale,
-                       scratch + pair * forward_task_floats(T, D));
+                       scratch + scratch_slot(pair, B * H) * forward_task_floats(T, D));
   }
 }
 
@@ -219,7 +229,7 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
     const int64_t b = bg / G, g = bg % G;
     float* dkg = dk + bg * T * D;
     float* dvg = dv + bg * T * D;
-    float* task = scratch + bg * backward_task_floats(T, D);
+    float* task = scratch + scratch_slot(bg, B * G) * backward_task_floats(T, D);
     float* kt = task + kBackwardTaskFloats;  // keys, transposed per tile
     float* vt = kt + tiled_floats(T, D);     // values, likewise
     transpose_tiles(kt, k + bg * T * D, T, D);
@@ -229,9 +239,9 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
     for (int64_t r = 0; r < R; ++r) {
       const int64_t h = g * R + r, pair = b * H + h;
       for (int64_t q0 = 0; q0 < T; q0 += kQ)
-        flash_backward_qtile(dq + pair * T * D, dkg, dvg, dout + pair * T * D, q + pair * T * D, k + bg * T * D, kt,
-                             vt, out + pair * T * D, lse + pair * T, doc_ids ? doc_ids + b * T : nullptr, b, h, H, T, D,
-                             q0, dropout_p, seed, scale, task);
+        flash_backward_qtile(dq + pair * T * D, dkg, dvg, dout + pair * T * D, q + pair * T * D, k + bg * T * D, kt, vt,
+                             out + pair * T * D, lse + pair * T, doc_ids ? doc_ids + b * T : nullptr, b, h, H, T, D, q0,
+                             dropout_p, seed, scale, task);
     }
   }
 }

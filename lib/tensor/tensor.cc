@@ -1,7 +1,5 @@
 #include "tensor/tensor.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -110,22 +108,12 @@ void Tensor::zero() {
 }
 
 void zero_floats(float* x, int64_t n) {
-  // One contiguous piece per thread, so that glibc's memset still picks its
-  // strategy by size: non-temporal stores for a piece too big for the cache
-  // (no read-for-ownership of lines that are only overwritten), ordinary
-  // stores for a smaller one, whose zeros then stay in cache for the GEMM
-  // that accumulates into them next.
-  constexpr int64_t kParallelMin = int64_t{1} << 20;  // floats
-  if (n < kParallelMin) {
-    if (n > 0) std::memset(x, 0, static_cast<size_t>(n) * sizeof(float));
-    return;
-  }
-#pragma omp parallel
-  {
-    const int64_t nth = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t piece = (n + nth - 1) / nth;
-    const int64_t begin = std::min(n, t * piece), end = std::min(n, begin + piece);
-    if (end > begin) std::memset(x + begin, 0, static_cast<size_t>(end - begin) * sizeof(float));
+  constexpr int64_t kChunk = int64_t{1} << 20;  // floats (4 MiB) per task
+  const int64_t nchunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+  for (int64_t c = 0; c < nchunks; ++c) {
+    const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+    std::memset(x + begin, 0, static_cast<size_t>(end - begin) * sizeof(float));
   }
 }
 
