@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo (main job): installs what is missing, builds mtrain, and runs
 # `mtrain sft` on the shipped tiny Qwen-style model and instruction dataset.
-# Training takes about two minutes on 2 cores; the log shows the loss falling
+# Training takes about four minutes on 2 cores; the log shows the loss falling
 # and the run ends with what the model now answers to three dataset prompts.
 # Extra arguments are passed to mtrain (e.g. scripts/demo.sh --train_iters 100).
 set -euo pipefail

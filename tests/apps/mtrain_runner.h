@@ -171,12 +171,12 @@ inline std::vector<std::string> concat(std::vector<std::string> a, const std::ve
 }
 
 // The demo job (configs/sft_demo.yaml) cut to `iters` iterations. The lr
-// schedule keeps the demo's own decay length (300 = its train_iters), so the
+// schedule keeps the demo's own decay length (2400 = its train_iters), so the
 // first iterations are exactly those of `scripts/demo.sh`. One thread: the
 // reduction order of OpenBLAS and of the OpenMP kernels depends on the
 // thread count, so only a fixed count gives bit-identical reruns.
 inline std::vector<std::string> demo_sft_args(int iters, const fs::path& output_dir) {
-  return concat(words("sft configs/sft_demo.yaml --lr_decay_iters 300 --log_interval 1 --num_threads 1 "
+  return concat(words("sft configs/sft_demo.yaml --lr_decay_iters 2400 --log_interval 1 --num_threads 1 "
                       "--num_generate_samples 0"),
                 {"--train_iters", std::to_string(iters), "--output_dir", output_dir.string()});
 }

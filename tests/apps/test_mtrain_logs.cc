@@ -20,7 +20,7 @@ class Logs : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new fs::path(make_temp_dir("logs"));
     run_ = new RunResult(run_mtrain(
-        {"sft", "configs/sft_demo.yaml", "--train_iters", std::to_string(kIters), "--lr_decay_iters", "300",
+        {"sft", "configs/sft_demo.yaml", "--train_iters", std::to_string(kIters), "--lr_decay_iters", "2400",
          "--log_interval", std::to_string(kInterval), "--eval_interval", std::to_string(kInterval), "--num_threads",
          "1", "--num_generate_samples", "2", "--max_new_tokens", "8", "--output_dir", (*dir_ / "out").string()},
         *dir_));
