@@ -10,14 +10,14 @@ namespace mtrain {
 
 enum class ExitCode : int {
   kOk = 0,
-  kInternal = 1,      // a bug in mtrain
-  kUsage = 2,         // command line: unknown flag, bad value on the command line
-  kConfig = 3,        // YAML / argument validation
-  kData = 4,          // dataset, tokenizer
-  kCheckpoint = 5,    // checkpoint save/load
-  kOutOfMemory = 6,   // simulated NPU HBM exhausted
-  kNonFinite = 7,     // NaN/Inf in loss or gradient norm
-  kDistributed = 8,   // MPI, launch, rendezvous, a rank died
+  kInternal = 1,     // a bug in mtrain
+  kUsage = 2,        // command line: unknown flag, bad value on the command line
+  kConfig = 3,       // YAML / argument validation
+  kData = 4,         // dataset, tokenizer
+  kCheckpoint = 5,   // checkpoint save/load
+  kOutOfMemory = 6,  // simulated NPU HBM exhausted
+  kNonFinite = 7,    // NaN/Inf in loss or gradient norm
+  kDistributed = 8,  // MPI, launch, rendezvous, a rank died
 };
 
 const char* exit_code_name(ExitCode code);

@@ -121,7 +121,7 @@ struct Args {
   std::vector<std::string> dataset;
   std::vector<std::string> val_dataset;
   double split_dataset_ratio = 0.0;
-  std::optional<int> max_length;  // derived: seq_length (max_length <= seq_length)
+  std::optional<int> max_length;               // derived: seq_length (max_length <= seq_length)
   std::string truncation_strategy = "delete";  // delete | left | right
   std::optional<std::string> tokenizer;
   int data_seed = 42;

@@ -8,13 +8,20 @@ namespace mtrain::device {
 
 const char* mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::kWeights: return "weights";
-    case MemCategory::kGrads: return "gradients";
-    case MemCategory::kOptimizer: return "optimizer states";
-    case MemCategory::kActivations: return "activations";
-    case MemCategory::kCommBuffers: return "communication buffers";
-    case MemCategory::kOther: return "other";
-    case MemCategory::kCount: break;
+    case MemCategory::kWeights:
+      return "weights";
+    case MemCategory::kGrads:
+      return "gradients";
+    case MemCategory::kOptimizer:
+      return "optimizer states";
+    case MemCategory::kActivations:
+      return "activations";
+    case MemCategory::kCommBuffers:
+      return "communication buffers";
+    case MemCategory::kOther:
+      return "other";
+    case MemCategory::kCount:
+      break;
   }
   return "?";
 }
@@ -46,8 +53,8 @@ void Device::allocate(int64_t bytes, MemCategory category, const std::string& wh
                     "already allocated {:.2f} MiB, reserved {:.2f} MiB. Allocated by category:\n{}  This request:\n"
                     "    {:<22} {:>12.2f} MiB ({})",
                     name(), mib(bytes), what, mem_category_name(category), mib(profile_.hbm_bytes),
-                    mib(stats_.allocated), mib(stats_.reserved), breakdown(), mem_category_name(category),
-                    mib(bytes), what),
+                    mib(stats_.allocated), mib(stats_.reserved), breakdown(), mem_category_name(category), mib(bytes),
+                    what),
         "reduce --micro_batch_size, --seq_length or the model size; use --recompute_granularity full; "
         "or plan the job with more devices (tensor/pipeline parallelism)");
   }

@@ -13,12 +13,12 @@ namespace mtrain::device {
 
 struct DeviceProfile {
   std::string name = "Ascend910B3";
-  int64_t hbm_bytes = 64LL << 30;         // 64 GiB
-  double peak_tflops_16bit = 294.9;       // cube unit, bf16/fp16
+  int64_t hbm_bytes = 64LL << 30;    // 64 GiB
+  double peak_tflops_16bit = 294.9;  // cube unit, bf16/fp16
   double peak_tflops_fp32 = 73.7;
-  double hbm_gbps = 1600.0;               // HBM bandwidth, GB/s
-  double intra_node_link_gbps = 56.0;     // HCCS per NPU pair
-  double inter_node_link_gbps = 25.0;     // RoCE per NPU per direction
+  double hbm_gbps = 1600.0;            // HBM bandwidth, GB/s
+  double intra_node_link_gbps = 56.0;  // HCCS per NPU pair
+  double inter_node_link_gbps = 25.0;  // RoCE per NPU per direction
   int devices_per_node = 8;
   int64_t allocator_block_bytes = 2LL << 20;  // reserved memory grows in these blocks
 };

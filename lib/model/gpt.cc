@@ -128,8 +128,7 @@ void GptModel::forward(const TokenBatch& b, uint64_t seed, bool training) {
     throw Error(ExitCode::kInternal, "micro-batch larger than the model's activation buffers");
   float* res = residuals_.data();
   const int64_t stride = c.micro_batch * c.seq_length * C;
-  k::embedding_forward(res, b.tokens, b.positions, params_.param(wte_), wpe_ < 0 ? nullptr : params_.param(wpe_), N,
-                       C);
+  k::embedding_forward(res, b.tokens, b.positions, params_.param(wte_), wpe_ < 0 ? nullptr : params_.param(wpe_), N, C);
   if (training && c.hidden_dropout > 0)
     k::dropout_forward(res, res, N * C, c.hidden_dropout, stream_seed(seed, kSiteEmbeddingDropout));
   if (c.dtype != DType::kF32) k::round_to_dtype(res, N * C, c.dtype);
@@ -166,8 +165,8 @@ void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, 
                             b.targets, dloss, N, V, c.fusions.cross_entropy,
                             c.fusions.cross_entropy ? nullptr : ce_scratch_.data());
   if (zero_grads) zero_grad(out_w_);  // tied: the word embeddings, before the scatter below adds to them
-  k::linear_backward(dlnf_.data(), params_.grad(out_w_), nullptr, logits_.data(), lnf_.data(), params_.param(out_w_),
-                     N, C, V);
+  k::linear_backward(dlnf_.data(), params_.grad(out_w_), nullptr, logits_.data(), lnf_.data(), params_.param(out_w_), N,
+                     C, V);
   if (c.dtype != DType::kF32) k::round_to_dtype(dlnf_.data(), N * C, c.dtype);
   std::memset(dres_.data(), 0, sizeof(float) * N * C);
   const float* h = res + c.num_layers * stride;
@@ -176,8 +175,8 @@ void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, 
     zero_grad(lnf_b_);
   }
   if (c.rmsnorm) {
-    k::rmsnorm_backward(dres_.data(), params_.grad(lnf_w_), dlnf_.data(), h, params_.param(lnf_w_), lnf_rstd_.data(),
-                        N, C, c.fusions.rmsnorm, scratch);
+    k::rmsnorm_backward(dres_.data(), params_.grad(lnf_w_), dlnf_.data(), h, params_.param(lnf_w_), lnf_rstd_.data(), N,
+                        C, c.fusions.rmsnorm, scratch);
   } else {
     k::layernorm_backward(dres_.data(), params_.grad(lnf_w_), params_.grad(lnf_b_), dlnf_.data(), h,
                           params_.param(lnf_w_), lnf_mean_.data(), lnf_rstd_.data(), N, C);

@@ -60,14 +60,14 @@ class GptModel {
   std::vector<LayerActs> slots_;
   std::vector<int> slot_of_;  // layer -> activation slot; recomputed layers share slot 0
   Workspace ws_;
-  Tensor residuals_;     // (L+1, N, C): input of each layer, then the final hidden state
+  Tensor residuals_;                  // (L+1, N, C): input of each layer, then the final hidden state
   Tensor lnf_, lnf_mean_, lnf_rstd_;  // (N, C), (N), (N)
-  Tensor logits_;        // (N, Vp); holds d(logits) after backward with the fused loss
-  Tensor ce_stats_;      // (N, 2) fused cross-entropy max / log-sum-exp
-  Tensor ce_scratch_;    // (N, Vp) log-softmax for the unfused loss
-  Tensor losses_;        // (N)
-  Tensor dres_;          // (N, C) gradient of the residual stream
-  Tensor dlnf_;          // (N, C)
+  Tensor logits_;                     // (N, Vp); holds d(logits) after backward with the fused loss
+  Tensor ce_stats_;                   // (N, 2) fused cross-entropy max / log-sum-exp
+  Tensor ce_scratch_;                 // (N, Vp) log-softmax for the unfused loss
+  Tensor losses_;                     // (N)
+  Tensor dres_;                       // (N, C) gradient of the residual stream
+  Tensor dlnf_;                       // (N, C)
 };
 
 }  // namespace mtrain::model

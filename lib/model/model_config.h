@@ -15,30 +15,30 @@ struct Args;
 namespace mtrain::model {
 
 struct Fusions {
-  bool masked_softmax = true;    // --masked_softmax_fusion
-  bool bias_dropout = true;      // --bias_dropout_fusion
-  bool bias_activation = true;   // --bias_swiglu_fusion / --bias_activation_fusion
-  bool cross_entropy = true;     // --cross_entropy_loss_fusion
-  bool rope = true;              // --apply_rope_fusion
-  bool rmsnorm = true;           // --use_fused_rmsnorm
-  bool flash_attention = true;   // --attention_backend flash / --use_flash_attn
-  bool grad_accumulation = true; // --gradient_accumulation_fusion
+  bool masked_softmax = true;     // --masked_softmax_fusion
+  bool bias_dropout = true;       // --bias_dropout_fusion
+  bool bias_activation = true;    // --bias_swiglu_fusion / --bias_activation_fusion
+  bool cross_entropy = true;      // --cross_entropy_loss_fusion
+  bool rope = true;               // --apply_rope_fusion
+  bool rmsnorm = true;            // --use_fused_rmsnorm
+  bool flash_attention = true;    // --attention_backend flash / --use_flash_attn
+  bool grad_accumulation = true;  // --gradient_accumulation_fusion
 };
 
 enum class Recompute { kNone, kSelective, kFull };
 
 struct ModelConfig {
   int64_t num_layers = 0;
-  int64_t hidden = 0;          // C
-  int64_t ffn = 0;             // F
-  int64_t heads = 0;           // H (query heads)
-  int64_t groups = 0;          // G (key/value heads)
-  int64_t head_dim = 0;        // D = kv_channels
-  int64_t vocab = 0;           // tokenizer vocabulary
-  int64_t padded_vocab = 0;    // Vp: padded to make_vocab_size_divisible_by * TP
+  int64_t hidden = 0;        // C
+  int64_t ffn = 0;           // F
+  int64_t heads = 0;         // H (query heads)
+  int64_t groups = 0;        // G (key/value heads)
+  int64_t head_dim = 0;      // D = kv_channels
+  int64_t vocab = 0;         // tokenizer vocabulary
+  int64_t padded_vocab = 0;  // Vp: padded to make_vocab_size_divisible_by * TP
   int64_t max_positions = 0;
-  int64_t seq_length = 0;      // T used to size activation buffers
-  int64_t micro_batch = 1;     // B used to size activation buffers
+  int64_t seq_length = 0;   // T used to size activation buffers
+  int64_t micro_batch = 1;  // B used to size activation buffers
   bool rmsnorm = true;
   bool swiglu = true;
   bool rope = true;

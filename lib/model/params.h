@@ -18,7 +18,7 @@ namespace mtrain::model {
 enum class Init { kNormal, kScaledNormal, kZeros, kOnes };
 
 struct ParamInfo {
-  std::string name;   // e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
+  std::string name;  // e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
   Shape shape;
   int64_t offset = 0;  // into the flat buffers, in elements
   int64_t numel = 0;

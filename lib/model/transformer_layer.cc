@@ -24,8 +24,7 @@ static Tensor act_tensor(device::Device& dev, Shape s, DType t, const std::strin
 }
 
 void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot) {
-  const int64_t B = c.micro_batch, T = c.seq_length, N = B * T, C = c.hidden, H = c.heads, G = c.groups,
-                D = c.head_dim;
+  const int64_t B = c.micro_batch, T = c.seq_length, N = B * T, C = c.hidden, H = c.heads, G = c.groups, D = c.head_dim;
   const DType t = c.dtype;
   const std::string p = "layer slot " + std::to_string(slot) + " ";
   a.ln1 = act_tensor(dev, {N, C}, t, p + "input norm", meta);
@@ -50,8 +49,8 @@ void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev
 }
 
 static int64_t scratch_floats(const ModelConfig& c) {
-  const int64_t B = c.micro_batch, T = c.seq_length, N = B * T, C = c.hidden, H = c.heads, G = c.groups,
-                D = c.head_dim, F = c.ffn;
+  const int64_t B = c.micro_batch, T = c.seq_length, N = B * T, C = c.hidden, H = c.heads, G = c.groups, D = c.head_dim,
+                F = c.ffn;
   int64_t s = 0;
   const Fusions& f = c.fusions;
   if (c.rmsnorm && !f.rmsnorm) s = std::max(s, 2 * N * C);
@@ -69,8 +68,7 @@ static int64_t scratch_floats(const ModelConfig& c) {
 }
 
 void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev, bool meta) {
-  const int64_t B = c.micro_batch, T = c.seq_length, N = B * T, C = c.hidden, H = c.heads, G = c.groups,
-                D = c.head_dim;
+  const int64_t B = c.micro_batch, T = c.seq_length, N = B * T, C = c.hidden, H = c.heads, G = c.groups, D = c.head_dim;
   const DType t = c.dtype;
   w.qkv = act_tensor(dev, {N, c.qkv_width()}, t, "qkv projection", meta);
   if (!c.fusions.flash_attention && c.recompute == Recompute::kSelective)
@@ -154,8 +152,8 @@ void layer_forward(const ModelConfig& c, ParamStore& ps, const LayerParams& lp, 
   }
   const uint64_t att_seed = stream_seed(seed, kSiteAttnDropout);
   if (c.fusions.flash_attention) {
-    k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids,
-                               B, H, G, T, D, p_att, att_seed, scratch);
+    k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids, B,
+                               H, G, T, D, p_att, att_seed, scratch);
   } else {
     float* probs = c.recompute == Recompute::kSelective ? w.probs.data() : a.softmax_stats.data();
     k::attention_unfused_forward(a.att.data(), probs, a.q.data(), a.k.data(), a.v.data(), b.doc_ids, B, H, G, T, D,
@@ -174,8 +172,7 @@ void layer_forward(const ModelConfig& c, ParamStore& ps, const LayerParams& lp, 
   k::linear_forward(a.fc1.data(), a.ln2.data(), ps.param(lp.fc1_w), nullptr, N, C, c.fc1_width());
   round_act(c, a.fc1.data(), N * c.fc1_width());
   if (c.swiglu) {
-    k::bias_swiglu_forward(a.act.data(), a.fc1.data(), opt(ps, lp.fc1_b), N, c.ffn, c.fusions.bias_activation,
-                           scratch);
+    k::bias_swiglu_forward(a.act.data(), a.fc1.data(), opt(ps, lp.fc1_b), N, c.ffn, c.fusions.bias_activation, scratch);
   } else {
     k::bias_gelu_forward(a.act.data(), a.fc1.data(), opt(ps, lp.fc1_b), N, c.ffn, c.fusions.bias_activation, scratch);
   }
@@ -200,11 +197,11 @@ void layer_backward(const ModelConfig& c, ParamStore& ps, const LayerParams& lp,
   linear_bwd(c, ps, lp.fc2_w, -1, w.d_act.data(), w.d_proj.data(), a.act.data(), N, c.ffn, C, scratch);
   round_act(c, w.d_act.data(), N * c.ffn);
   if (c.swiglu) {
-    k::bias_swiglu_backward(w.d_fc1.data(), opt_grad(ps, lp.fc1_b), w.d_act.data(), a.fc1.data(),
-                            opt(ps, lp.fc1_b), N, c.ffn, c.fusions.bias_activation, scratch);
+    k::bias_swiglu_backward(w.d_fc1.data(), opt_grad(ps, lp.fc1_b), w.d_act.data(), a.fc1.data(), opt(ps, lp.fc1_b), N,
+                            c.ffn, c.fusions.bias_activation, scratch);
   } else {
-    k::bias_gelu_backward(w.d_fc1.data(), opt_grad(ps, lp.fc1_b), w.d_act.data(), a.fc1.data(), opt(ps, lp.fc1_b),
-                          N, c.ffn, c.fusions.bias_activation, scratch);
+    k::bias_gelu_backward(w.d_fc1.data(), opt_grad(ps, lp.fc1_b), w.d_act.data(), a.fc1.data(), opt(ps, lp.fc1_b), N,
+                          c.ffn, c.fusions.bias_activation, scratch);
   }
   round_act(c, w.d_fc1.data(), N * c.fc1_width());
   linear_bwd(c, ps, lp.fc1_w, -1, w.d_ln.data(), w.d_fc1.data(), a.ln2.data(), N, C, c.fc1_width(), scratch);

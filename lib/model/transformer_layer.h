@@ -46,17 +46,17 @@ struct LayerActs {
 
 // Temporaries shared by all layers (forward and backward).
 struct Workspace {
-  Tensor qkv;      // (N, QKV) forward projection output / backward dqkv
-  Tensor probs;    // (B, H, T, T) recomputed probs under selective recompute (unfused only)
-  Tensor d_ln;     // (N, C)
-  Tensor d_proj;   // (N, C)
-  Tensor d_merged; // (N, H*D)
-  Tensor d_att;    // (B, H, T, D)
-  Tensor d_q;      // (B, H, T, D)
-  Tensor d_k, d_v; // (B, G, T, D)
-  Tensor d_fc1;    // (N, F or 2F)
-  Tensor d_act;    // (N, F)
-  Tensor scratch;  // kernel scratch for unfused paths, attention tiles
+  Tensor qkv;       // (N, QKV) forward projection output / backward dqkv
+  Tensor probs;     // (B, H, T, T) recomputed probs under selective recompute (unfused only)
+  Tensor d_ln;      // (N, C)
+  Tensor d_proj;    // (N, C)
+  Tensor d_merged;  // (N, H*D)
+  Tensor d_att;     // (B, H, T, D)
+  Tensor d_q;       // (B, H, T, D)
+  Tensor d_k, d_v;  // (B, G, T, D)
+  Tensor d_fc1;     // (N, F or 2F)
+  Tensor d_act;     // (N, F)
+  Tensor scratch;   // kernel scratch for unfused paths, attention tiles
 };
 
 void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot);

@@ -15,15 +15,15 @@ namespace mtrain::kernels {
 void bias_swiglu_forward(float* out, const float* inp, const float* bias, int64_t N, int64_t F, bool fused,
                          float* scratch);
 // dinp (N, 2F) OVERWRITTEN; dbias (2F) ACCUMULATED (skipped if null).
-void bias_swiglu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias,
-                          int64_t N, int64_t F, bool fused, float* scratch);
+void bias_swiglu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias, int64_t N,
+                          int64_t F, bool fused, float* scratch);
 
 // GELU, tanh approximation in both paths (GPT-2's gelu, Megatron's bias_gelu).
 // inp (N, F), bias (F) or null, out (N, F). scratch: 2*N*F floats when !fused.
 void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t N, int64_t F, bool fused,
                        float* scratch);
-void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias,
-                        int64_t N, int64_t F, bool fused, float* scratch);
+void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias, int64_t N,
+                        int64_t F, bool fused, float* scratch);
 
 // out (N,C) = residual (N,C) + dropout(inp (N,C) + bias (C), p). bias may be null.
 // out may alias residual. scratch: N*C floats when !fused.
@@ -41,8 +41,8 @@ void dropout_backward(float* din, const float* dout, int64_t n, float p, uint64_
 
 // Scratch floats the unfused (!fused) paths need, forward and backward alike.
 // The fused paths ignore scratch (it may be null).
-int64_t bias_swiglu_scratch_floats(int64_t N, int64_t F);      // 3*N*F
-int64_t bias_gelu_scratch_floats(int64_t N, int64_t F);        // 2*N*F
+int64_t bias_swiglu_scratch_floats(int64_t N, int64_t F);       // 3*N*F
+int64_t bias_gelu_scratch_floats(int64_t N, int64_t F);         // 2*N*F
 int64_t bias_dropout_add_scratch_floats(int64_t N, int64_t C);  // N*C
 
 }  // namespace mtrain::kernels

@@ -16,8 +16,8 @@ namespace mtrain::kernels {
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t G, int64_t R,
                        int64_t D);
 // dqkv OVERWRITTEN.
-void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T,
-                        int64_t G, int64_t R, int64_t D);
+void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T, int64_t G,
+                        int64_t R, int64_t D);
 
 // out (B, T, H*D) from inp (B, H, T, D) and back.
 void heads_merge_forward(float* out, const float* inp, int64_t B, int64_t H, int64_t T, int64_t D);

@@ -9,8 +9,8 @@
 namespace mtrain::kernels {
 
 // out (N,C) = (inp - mean) * rstd * weight (C) + bias (C); saves mean (N), rstd (N).
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C, float eps);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int64_t N, int64_t C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
 
@@ -18,8 +18,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 // fused = one pass per row (the fused RMSNorm kernel); unfused = the op sequence
 // pow -> mean -> rsqrt -> mul -> mul through `scratch` (N*C floats forward,
 // rmsnorm_scratch_floats(N, C) for backward; fused ignores scratch, may be null).
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
-                     float eps, bool fused, float* scratch);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps,
+                     bool fused, float* scratch);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int64_t N, int64_t C, bool fused, float* scratch);
 // Scratch floats the unfused path needs (enough for forward and backward).

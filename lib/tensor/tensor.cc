@@ -13,9 +13,12 @@ int dtype_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "float32";
-    case DType::kBF16: return "bfloat16";
-    case DType::kF16: return "float16";
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
   }
   return "?";
 }
@@ -51,8 +54,7 @@ static int64_t host_available_bytes() {
 
 void Tensor::FreeDeleter::operator()(float* p) const { std::free(p); }
 
-Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategory category, std::string name,
-               bool meta)
+Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategory category, std::string name, bool meta)
     : shape_(std::move(shape)), dtype_(dtype), category_(category), name_(std::move(name)) {
   numel_ = shape_numel(shape_);
   dev.allocate(numel_ * dtype_bytes(dtype_), category_, name_);

@@ -16,7 +16,8 @@ namespace {
 class LoaderSource : public BatchSource {
  public:
   LoaderSource(std::vector<data::Sample> samples, const config::Args& a, int32_t pad)
-      : loader_(std::move(samples), data::DataLoaderOptions{static_cast<uint64_t>(a.data_seed), a.dataset_shuffle, pad}),
+      : loader_(std::move(samples),
+                data::DataLoaderOptions{static_cast<uint64_t>(a.data_seed), a.dataset_shuffle, pad}),
         gbs_(a.global_batch_size),
         mbs_(a.micro_batch_size) {}
 
@@ -47,8 +48,9 @@ data::SftOptions sft_options(const config::Args& a, const data::Tokenizer& tok) 
     o.chat_template = *t;
   }
   auto ls = data::loss_scale_from_name(a.loss_scale.value_or("default"));
-  if (!ls) throw ConfigError("--loss_scale " + a.loss_scale.value_or("") + ": unknown strategy",
-                             "use default, all or last_round");
+  if (!ls)
+    throw ConfigError("--loss_scale " + a.loss_scale.value_or("") + ": unknown strategy",
+                      "use default, all or last_round");
   o.loss_scale = *ls;
   o.max_length = a.max_length.value_or(a.seq_length.value());
   o.truncation = data::truncation_strategy_from_name(a.truncation_strategy).value();
@@ -88,29 +90,30 @@ DataPipeline build_data_pipeline(config::Args& a) {
   if (!a.val_dataset.empty()) {
     p.val_ = load(a.val_dataset, false);
   } else if (a.split_dataset_ratio > 0) {
-    data::TrainValSplit s = data::split_train_val(std::move(p.train_), a.split_dataset_ratio,
-                                                  static_cast<uint64_t>(a.data_seed));
+    data::TrainValSplit s =
+        data::split_train_val(std::move(p.train_), a.split_dataset_ratio, static_cast<uint64_t>(a.data_seed));
     p.train_ = std::move(s.train);
     p.val_ = std::move(s.val);
   }
-  if (p.train_.empty()) throw DataError("the training set is empty after filtering", "check --dataset and --max_length");
+  if (p.train_.empty())
+    throw DataError("the training set is empty after filtering", "check --dataset and --max_length");
   if (!a.train_iters) {
     // swift: len(ds) // (mbs*dp) * (mbs*dp) * epochs // gbs.
     const int64_t per = static_cast<int64_t>(a.micro_batch_size) * a.data_parallel_size;
-    const int64_t n = static_cast<int64_t>(p.train_.size()) / per * per * a.num_train_epochs.value() /
-                      a.global_batch_size;
+    const int64_t n =
+        static_cast<int64_t>(p.train_.size()) / per * per * a.num_train_epochs.value() / a.global_batch_size;
     if (n < 1)
       throw ConfigError(fmt::format("--num_train_epochs {} over {} samples gives no full global batch of {}",
                                     a.num_train_epochs.value(), p.train_.size(), a.global_batch_size),
                         "lower --global_batch_size or raise --num_train_epochs");
     config::set_train_iters(a, static_cast<int>(n));
   }
-  fmt::print(" > data: {} training samples, {} validation samples, {} tokens{}; {} iterations of {} samples "
-             "({:.2f} epochs)\n",
-             p.train_.size(), p.val_.size(), tokens,
-             dropped ? fmt::format(" ({} samples dropped: too long or no loss tokens)", dropped) : "",
-             a.train_iters.value(), a.global_batch_size,
-             static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
+  fmt::print(
+      " > data: {} training samples, {} validation samples, {} tokens{}; {} iterations of {} samples "
+      "({:.2f} epochs)\n",
+      p.train_.size(), p.val_.size(), tokens,
+      dropped ? fmt::format(" ({} samples dropped: too long or no loss tokens)", dropped) : "", a.train_iters.value(),
+      a.global_batch_size, static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
   return p;
 }
 

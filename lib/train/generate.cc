@@ -4,8 +4,8 @@
 
 namespace mtrain::train {
 
-std::vector<int32_t> greedy_generate(model::GptModel& model, const std::vector<int32_t>& prompt,
-                                     int64_t max_new_tokens, const std::vector<int32_t>& stop_ids) {
+std::vector<int32_t> greedy_generate(model::GptModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                                     const std::vector<int32_t>& stop_ids) {
   const model::ModelConfig& c = model.config();
   std::vector<int32_t> seq = prompt;
   std::vector<int32_t> out;

@@ -11,7 +11,7 @@ namespace mtrain::train {
 
 // Appends up to max_new_tokens argmax tokens to `prompt`, stopping after any of
 // `stop_ids`; never beyond the model's sequence length. Returns the new tokens.
-std::vector<int32_t> greedy_generate(model::GptModel& model, const std::vector<int32_t>& prompt,
-                                     int64_t max_new_tokens, const std::vector<int32_t>& stop_ids);
+std::vector<int32_t> greedy_generate(model::GptModel& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                                     const std::vector<int32_t>& stop_ids);
 
 }  // namespace mtrain::train

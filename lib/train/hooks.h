@@ -14,21 +14,21 @@ namespace mtrain::train {
 
 // What one optimizer step did; handed to on_step_end.
 struct StepMetrics {
-  int64_t iteration = 0;          // 1-based, after this step
+  int64_t iteration = 0;  // 1-based, after this step
   int64_t train_iters = 0;
-  int64_t consumed_samples = 0;   // after this step
+  int64_t consumed_samples = 0;  // after this step
   int64_t global_batch_size = 0;
-  int64_t loss_tokens = 0;        // tokens that carried loss in this global batch
-  int64_t tokens = 0;             // tokens processed (incl. padding) in this global batch
-  double lm_loss = 0;             // mean loss per loss token over the global batch
+  int64_t loss_tokens = 0;  // tokens that carried loss in this global batch
+  int64_t tokens = 0;       // tokens processed (incl. padding) in this global batch
+  double lm_loss = 0;       // mean loss per loss token over the global batch
   double learning_rate = 0;
-  double grad_norm = 0;           // before clipping
-  bool has_grad_norm = true;      // false when an fp16 overflow skipped the step (Megatron logs none)
+  double grad_norm = 0;       // before clipping
+  bool has_grad_norm = true;  // false when an fp16 overflow skipped the step (Megatron logs none)
   double loss_scale = 1;
-  double elapsed_ms = 0;          // wall time of this step
-  double model_flops = 0;         // model FLOPs of this step (see model::train_flops)
-  bool skipped = false;           // optimizer step skipped (fp16 overflow or non-finite skip)
-  int64_t skipped_iterations = 0; // running totals
+  double elapsed_ms = 0;           // wall time of this step
+  double model_flops = 0;          // model FLOPs of this step (see model::train_flops)
+  bool skipped = false;            // optimizer step skipped (fp16 overflow or non-finite skip)
+  int64_t skipped_iterations = 0;  // running totals
   int64_t nan_iterations = 0;
 };
 
@@ -58,11 +58,21 @@ class TrainHook {
 class HookList {
  public:
   void add(std::shared_ptr<TrainHook> h) { hooks_.push_back(std::move(h)); }
-  void train_begin(const TrainInfo& i) { for (auto& h : hooks_) h->on_train_begin(i); }
-  void step_begin(int64_t it) { for (auto& h : hooks_) h->on_step_begin(it); }
-  void step_end(const StepMetrics& m) { for (auto& h : hooks_) h->on_step_end(m); }
-  void eval_end(const EvalMetrics& m) { for (auto& h : hooks_) h->on_eval_end(m); }
-  void train_end(const TrainInfo& i) { for (auto& h : hooks_) h->on_train_end(i); }
+  void train_begin(const TrainInfo& i) {
+    for (auto& h : hooks_) h->on_train_begin(i);
+  }
+  void step_begin(int64_t it) {
+    for (auto& h : hooks_) h->on_step_begin(it);
+  }
+  void step_end(const StepMetrics& m) {
+    for (auto& h : hooks_) h->on_step_end(m);
+  }
+  void eval_end(const EvalMetrics& m) {
+    for (auto& h : hooks_) h->on_eval_end(m);
+  }
+  void train_end(const TrainInfo& i) {
+    for (auto& h : hooks_) h->on_train_end(i);
+  }
 
  private:
   std::vector<std::shared_ptr<TrainHook>> hooks_;

@@ -102,10 +102,11 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
   constexpr double kMB = 1 << 20;
   if (!memory_reported_) {
     memory_reported_ = true;
-    fmt::print("[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max allocated: {} | reserved: {} | "
-               "max reserved: {}\n",
-               opts_.rank, m.iteration, py_float(st.allocated / kMB), py_float(st.max_allocated / kMB),
-               py_float(st.reserved / kMB), py_float(st.max_reserved / kMB));
+    fmt::print(
+        "[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max allocated: {} | reserved: {} | "
+        "max reserved: {}\n",
+        opts_.rank, m.iteration, py_float(st.allocated / kMB), py_float(st.max_allocated / kMB),
+        py_float(st.reserved / kMB), py_float(st.max_reserved / kMB));
   }
   std::fflush(stdout);
   if (jsonl_) {

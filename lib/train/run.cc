@@ -119,7 +119,7 @@ int run_training(const config::Args& input) {
   // Ranks sharing this node (set by mpirun); each gets an equal share of the cores.
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const int threads = configure_threads(args, local ? std::max(1, std::atoi(local)) : 1);
-  DataPipeline data = build_data_pipeline(args);  // may derive train_iters from epochs
+  DataPipeline data = build_data_pipeline(args);                                // may derive train_iters from epochs
   if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args);
 
@@ -128,8 +128,7 @@ int run_training(const config::Args& input) {
   fmt::print(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n", mc.vocab, mc.padded_vocab - mc.vocab,
              mc.padded_vocab);
   model::GptModel model(mc, dev);
-  fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}\n",
-             model.params().numel());
+  fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}\n", model.params().numel());
   fmt::print(" > {} on {} with {} threads\n", model::describe(mc), dev.name(), threads);
 
   optim::OptimizerConfig oc;

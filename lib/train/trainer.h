@@ -38,7 +38,7 @@ struct TrainerOptions {
   int64_t eval_interval = 0;  // 0: never
   double clip_grad = 1.0;
   bool check_nonfinite = true;
-  bool skip_nonfinite = false;         // --on_nonfinite skip
+  bool skip_nonfinite = false;  // --on_nonfinite skip
   int64_t max_consecutive_skips = 5;
   uint64_t seed = 42;
 };

@@ -121,8 +121,7 @@ std::pair<std::vector<float>, std::vector<float>> run(const ModelConfig& c, bool
 
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rtol, const char* what) {
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_NEAR(a[i], b[i], 1e-6 + rtol * std::abs(b[i])) << what << " index " << i;
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6 + rtol * std::abs(b[i])) << what << " index " << i;
 }
 
 TEST(ModelFusion, EachFusionFlagMatchesUnfused) {
@@ -131,9 +130,14 @@ TEST(ModelFusion, EachFusionFlagMatchesUnfused) {
       base.hidden_dropout = 0.1f;
       base.attention_dropout = 0.1f;
       ModelConfig other = base;
-      bool* flags[] = {&other.fusions.masked_softmax, &other.fusions.bias_dropout, &other.fusions.bias_activation,
-                       &other.fusions.cross_entropy,  &other.fusions.rope,         &other.fusions.rmsnorm,
-                       &other.fusions.flash_attention, &other.fusions.grad_accumulation};
+      bool* flags[] = {&other.fusions.masked_softmax,
+                       &other.fusions.bias_dropout,
+                       &other.fusions.bias_activation,
+                       &other.fusions.cross_entropy,
+                       &other.fusions.rope,
+                       &other.fusions.rmsnorm,
+                       &other.fusions.flash_attention,
+                       &other.fusions.grad_accumulation};
       *flags[which] = false;
       if (which == 0) other.fusions.flash_attention = false;  // masked softmax only exists on the unfused path
       auto [la, ga] = run(base, true);

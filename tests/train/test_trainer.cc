@@ -144,7 +144,10 @@ TEST(Trainer, SkipModeCountsAndStopsAfterTheCap) {
     train_with(4, 5, nan, /*skip=*/true);
     FAIL() << "expected NonFiniteError after 2 consecutive skips";
   } catch (const NonFiniteError& e) {
-    EXPECT_NE(std::string(e.what()).find("non-finite in 3 consecutive iterations, more than --max_consecutive_nonfinite_skips 2 allows"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  "non-finite in 3 consecutive iterations, more than --max_consecutive_nonfinite_skips 2 allows"),
+              std::string::npos)
+        << e.what();
   }
 }
 
