@@ -10,6 +10,7 @@
 #include "optim/grad_clip.h"
 #include "optim/optimizer.h"
 #include "sgemm_probe.h"
+#include "train/trainer.h"
 
 namespace mtrain::bench {
 namespace {
@@ -45,12 +46,6 @@ RandomTokens random_tokens(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
     r.targets.push_back(static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab)));
     r.positions.push_back(static_cast<int32_t>(i % T));
   }
-  return r;
-}
-
-std::vector<optim::ParamRange> param_ranges(const model::ParamStore& ps) {
-  std::vector<optim::ParamRange> r;
-  for (const model::ParamInfo& p : ps.infos()) r.push_back({p.name, p.offset, p.numel, p.weight_decay});
   return r;
 }
 
@@ -135,7 +130,7 @@ ShapeResult run_shape(const ShapeSpec& spec, const BenchOptions& opts) {
   oc.beta1 = 0.9;
   oc.beta2 = 0.95;
   oc.weight_decay = 0.1;
-  optim::Optimizer adamw(dev, param_ranges(ps), ps.numel(), c.dtype, oc);
+  optim::Optimizer adamw(dev, train::optimizer_ranges(ps), ps.numel(), c.dtype, oc);
   adamw.init_master_from(ps.params().data());
 
   const int64_t B = c.micro_batch, T = c.seq_length, N = B * T;

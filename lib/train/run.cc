@@ -74,12 +74,6 @@ static device::DeviceProfile device_profile(const config::Args& args) {
   return p;
 }
 
-static std::vector<optim::ParamRange> param_ranges(const model::ParamStore& ps) {
-  std::vector<optim::ParamRange> r;
-  for (const model::ParamInfo& p : ps.infos()) r.push_back({p.name, p.offset, p.numel, p.weight_decay});
-  return r;
-}
-
 static optim::LrScheduleConfig schedule_config(const config::Args& a) {
   optim::LrScheduleConfig s;
   s.lr = a.lr.value();
@@ -138,7 +132,7 @@ int run_training(const config::Args& input) {
   oc.eps = args.adam_eps;
   oc.weight_decay = args.weight_decay;
   oc.sgd_momentum = args.sgd_momentum;
-  optim::Optimizer optimizer(dev, param_ranges(model.params()), model.params().numel(), mc.dtype, oc);
+  optim::Optimizer optimizer(dev, optimizer_ranges(model.params()), model.params().numel(), mc.dtype, oc);
   optimizer.init_master_from(model.params().params().data());
   optim::LrScheduler scheduler(schedule_config(args));
   optim::DynamicGradScalerConfig sc;

@@ -25,6 +25,12 @@ model::TokenBatch token_batch(const data::Batch& b) {
   return t;
 }
 
+std::vector<optim::ParamRange> optimizer_ranges(const model::ParamStore& ps) {
+  std::vector<optim::ParamRange> r;
+  for (const model::ParamInfo& p : ps.infos()) r.push_back({p.name, p.offset, p.numel, p.weight_decay});
+  return r;
+}
+
 static double weighted_loss(const float* losses, const std::vector<float>& w) {
   double s = 0;
   for (size_t i = 0; i < w.size(); ++i)
@@ -35,10 +41,15 @@ static double weighted_loss(const float* losses, const std::vector<float>& w) {
 // NaN prints as "nan" whatever its sign bit.
 static std::string show(double v) { return std::isnan(v) ? "nan" : fmt::format("{}", v); }
 
+static double weight_sum(const data::Batch& b) {
+  double s = 0;
+  for (float w : b.loss_weights) s += w;
+  return s;
+}
+
 static double weight_sum(const std::vector<data::Batch>& batches) {
   double s = 0;
-  for (const auto& b : batches)
-    for (float w : b.loss_weights) s += w;
+  for (const auto& b : batches) s += weight_sum(b);
   return s;
 }
 
@@ -180,7 +191,7 @@ double Trainer::evaluate(const std::vector<data::Batch>& batches) {
   for (const data::Batch& b : batches) {
     model_.forward(token_batch(b), 0, /*training=*/false);
     loss_sum += weighted_loss(model_.losses(), b.loss_weights);
-    for (float w : b.loss_weights) tokens += w;
+    tokens += weight_sum(b);
   }
   return tokens > 0 ? loss_sum / tokens : 0.0;
 }

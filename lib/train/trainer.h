@@ -80,5 +80,8 @@ class Trainer {
 };
 
 model::TokenBatch token_batch(const data::Batch& b);
+// The optimizer's view of the model's flat parameter buffer (norms and
+// biases without weight decay, as the ParamStore marks them).
+std::vector<optim::ParamRange> optimizer_ranges(const model::ParamStore& ps);
 
 }  // namespace mtrain::train

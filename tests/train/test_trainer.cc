@@ -82,8 +82,7 @@ RunResult train_with(int64_t mbs, int iters, float poison = 0.f, bool skip = fal
   model::ModelConfig c = tiny();
   model::GptModel m(c, dev);
   if (poison != 0.f) m.params().params().data()[0] = poison;
-  std::vector<optim::ParamRange> ranges;
-  for (const auto& p : m.params().infos()) ranges.push_back({p.name, p.offset, p.numel, p.weight_decay});
+  const std::vector<optim::ParamRange> ranges = optimizer_ranges(m.params());
   optim::OptimizerConfig oc;
   optim::Optimizer opt(dev, ranges, m.params().numel(), DType::kF32, oc);
   optim::LrScheduleConfig sc;
