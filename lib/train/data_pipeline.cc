@@ -1,6 +1,7 @@
 #include "train/data_pipeline.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -57,6 +58,19 @@ data::SftOptions sft_options(const config::Args& a, const data::Tokenizer& tok) 
   return o;
 }
 
+// " (N samples dropped: ...; M cut to --max_length ...)", or "" when nothing was.
+std::string dropped_text(int64_t dropped, int64_t truncated, const config::Args& a) {
+  std::vector<std::string> parts;
+  if (dropped)
+    parts.push_back(fmt::format(
+        "{} samples dropped: {}", dropped,
+        a.truncation_strategy == "delete" ? "longer than --max_length or no loss tokens" : "no loss tokens left"));
+  if (truncated)
+    parts.push_back(fmt::format("{} samples cut to --max_length {} (--truncation_strategy {})", truncated,
+                                a.max_length.value_or(a.seq_length.value()), a.truncation_strategy));
+  return parts.empty() ? "" : fmt::format(" ({})", fmt::join(parts, "; "));
+}
+
 }  // namespace
 
 DataPipeline build_data_pipeline(config::Args& a) {
@@ -67,7 +81,9 @@ DataPipeline build_data_pipeline(config::Args& a) {
     throw ConfigError("no training data: --dataset is not set", "pass --dataset <file.jsonl> [more files]");
   DataPipeline p(data::Tokenizer::load(*a.tokenizer));
   const data::Tokenizer& tok = p.tokenizer_;
-  int64_t dropped = 0, tokens = 0;
+  // Samples longer than --max_length are dropped (delete) or cut (left/right);
+  // samples left without loss tokens are always dropped.
+  int64_t dropped = 0, truncated = 0, tokens = 0;
   auto load = [&](const std::vector<std::string>& paths, bool keep_conversations) {
     std::vector<data::Sample> out;
     for (const std::string& path : paths) {
@@ -78,7 +94,8 @@ DataPipeline build_data_pipeline(config::Args& a) {
       } else {
         std::vector<data::Conversation> conv = data::read_sft_jsonl(path);
         data::SftDataset d = data::build_sft_dataset(conv, tok, sft_options(a, tok), path);
-        dropped += d.num_too_long + d.num_no_loss;
+        (a.truncation_strategy == "delete" ? dropped : truncated) += d.num_too_long;
+        dropped += d.num_no_loss;
         tokens += d.num_tokens;
         std::move(d.samples.begin(), d.samples.end(), std::back_inserter(out));
         if (keep_conversations) std::move(conv.begin(), conv.end(), std::back_inserter(p.conversations_));
@@ -111,8 +128,7 @@ DataPipeline build_data_pipeline(config::Args& a) {
   fmt::print(
       " > data: {} training samples, {} validation samples, {} tokens{}; {} iterations of {} samples "
       "({:.2f} epochs)\n",
-      p.train_.size(), p.val_.size(), tokens,
-      dropped ? fmt::format(" ({} samples dropped: too long or no loss tokens)", dropped) : "", a.train_iters.value(),
+      p.train_.size(), p.val_.size(), tokens, dropped_text(dropped, truncated, a), a.train_iters.value(),
       a.global_batch_size, static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
   return p;
 }

@@ -65,6 +65,27 @@ TEST_F(Cli, BadValueOnTheCommandLineExits2NamingTheFlag) {
   EXPECT_TRUE(contains(b.err, "yes/no, true/false, t/f, y/n, 1/0")) << b.err;
 }
 
+// --truncation_strategy reaches the data pipeline: at --max_length 24 the demo
+// data loses its 221 longer samples with `delete` and keeps them cut with
+// `right` (those whose answer is cut away entirely are still dropped).
+TEST_F(Cli, TruncationStrategyDeletesOrCutsLongSamples) {
+  auto data_line = [&](const std::string& strategy) {
+    const RunResult r =
+        run(one_iteration({"--train_iters", "1", "--lr_warmup_iters", "0", "--max_length", "24",
+                           "--truncation_strategy", strategy, "--output_dir", (tmp_ / strategy).string()}),
+            strategy);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    const size_t at = r.out.find(" > data: ");
+    return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find('\n', at) - at);
+  };
+  const std::string del = data_line("delete");
+  EXPECT_TRUE(contains(del, " > data: 245 training samples, 5 validation samples")) << del;
+  EXPECT_TRUE(contains(del, "(221 samples dropped: longer than --max_length or no loss tokens)")) << del;
+  const std::string right = data_line("right");
+  EXPECT_TRUE(contains(right, " > data: 402 training samples, 8 validation samples")) << right;
+  EXPECT_TRUE(contains(right, "221 samples cut to --max_length 24 (--truncation_strategy right)")) << right;
+}
+
 // --flag_x and --flag-x, '--flag value' and '--flag=value', the bool forms and
 // the v3/v4 aliases resolve to the same arguments (and the same training).
 TEST_F(Cli, SpellingsAliasesAndBooleanFormsGiveTheSameArgsJson) {
