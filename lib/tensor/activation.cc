@@ -212,7 +212,7 @@ void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const floa
 // ---- Dropout -----------------------------------------------------------------------------------
 
 void bias_dropout_add_forward(float* out, const float* inp, const float* bias, const float* residual, int64_t N,
-                              int64_t C, float p, uint64_t seed, bool fused, float* scratch) {
+                              int64_t C, float p, uint64_t seed, bool fused, float* scratch, int64_t index_offset) {
   const int64_t n = N * C;
   const float keep_scale = detail::dropout_keep_scale(p);
   if (fused) {
@@ -222,7 +222,8 @@ void bias_dropout_add_forward(float* out, const float* inp, const float* bias, c
         for (int64_t j = 0; j < C; ++j) {
           const int64_t e = i * C + j;
           const float v = inp[e] + (bias ? bias[j] : 0.0f);
-          out[e] = residual[e] + v * detail::dropout_multiplier(seed, static_cast<uint64_t>(e), p, keep_scale);
+          out[e] = residual[e] +
+                   v * detail::dropout_multiplier(seed, static_cast<uint64_t>(index_offset + e), p, keep_scale);
         }
       } else {
         for (int64_t j = 0; j < C; ++j)
@@ -233,18 +234,18 @@ void bias_dropout_add_forward(float* out, const float* inp, const float* bias, c
   }
   float* v = scratch;  // (N, C): inp + bias, then dropout in place
   add_bias(v, inp, bias, N, C, C);
-  if (p > 0.0f) dropout_forward(v, v, n, p, seed);
+  if (p > 0.0f) dropout_forward(v, v, n, p, seed, index_offset);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) out[e] = residual[e] + v[e];
 }
 
 void bias_dropout_add_backward(float* dinp, float* dbias, const float* dout, int64_t N, int64_t C, float p,
-                               uint64_t seed) {
-  dropout_backward(dinp, dout, N * C, p, seed);
+                               uint64_t seed, int64_t index_offset) {
+  dropout_backward(dinp, dout, N * C, p, seed, index_offset);
   if (dbias) detail::column_sums_accumulate(dbias, dinp, N, C, C);
 }
 
-void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed) {
+void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t index_offset) {
   if (p <= 0.0f) {
     if (out != inp)
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
@@ -254,11 +255,11 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t 
   const float keep_scale = detail::dropout_keep_scale(p);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e)
-    out[e] = inp[e] * detail::dropout_multiplier(seed, static_cast<uint64_t>(e), p, keep_scale);
+    out[e] = inp[e] * detail::dropout_multiplier(seed, static_cast<uint64_t>(index_offset + e), p, keep_scale);
 }
 
-void dropout_backward(float* din, const float* dout, int64_t n, float p, uint64_t seed) {
-  dropout_forward(din, dout, n, p, seed);  // the mask is its own adjoint
+void dropout_backward(float* din, const float* dout, int64_t n, float p, uint64_t seed, int64_t index_offset) {
+  dropout_forward(din, dout, n, p, seed, index_offset);  // the mask is its own adjoint
 }
 
 int64_t bias_swiglu_scratch_floats(int64_t N, int64_t F) { return 3 * N * F; }

@@ -25,19 +25,24 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t 
 void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias, int64_t N,
                         int64_t F, bool fused, float* scratch);
 
+// Dropout index offset: element e of the buffer draws mask index
+// index_offset + e, so a shard of a larger tensor (a sequence-parallel rank's
+// tokens [r*N/tp, (r+1)*N/tp) pass index_offset = r*(N/tp)*C) gets exactly the
+// mask the corresponding slice of the unsharded call gets.
+
 // out (N,C) = residual (N,C) + dropout(inp (N,C) + bias (C), p). bias may be null.
 // out may alias residual. scratch: N*C floats when !fused.
 void bias_dropout_add_forward(float* out, const float* inp, const float* bias, const float* residual, int64_t N,
-                              int64_t C, float p, uint64_t seed, bool fused, float* scratch);
+                              int64_t C, float p, uint64_t seed, bool fused, float* scratch, int64_t index_offset = 0);
 // dinp (N,C) = dropout_backward(dout) OVERWRITTEN; dbias (C) ACCUMULATED (skipped if null).
 // (The residual's gradient is dout itself; the caller keeps it.)
 void bias_dropout_add_backward(float* dinp, float* dbias, const float* dout, int64_t N, int64_t C, float p,
-                               uint64_t seed);
+                               uint64_t seed, int64_t index_offset = 0);
 
 // Plain dropout (embedding dropout): out (n) = inp * keep / (1-p). out may alias inp.
-void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed);
+void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t index_offset = 0);
 // din (n) = dout * keep / (1-p). din may alias dout.
-void dropout_backward(float* din, const float* dout, int64_t n, float p, uint64_t seed);
+void dropout_backward(float* din, const float* dout, int64_t n, float p, uint64_t seed, int64_t index_offset = 0);
 
 // Scratch floats the unfused (!fused) paths need, forward and backward alike.
 // The fused paths ignore scratch (it may be null).

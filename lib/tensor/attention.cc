@@ -139,8 +139,10 @@ void heads_merge_backward(float* dinp, const float* dout, int64_t B, int64_t H, 
 
 void attention_unfused_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                                const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                               float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch) {
+                               float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch,
+                               int64_t head_offset, int64_t total_heads) {
   const int64_t R = H / G;
+  const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // One (b, h) pair per task; BLAS runs single-threaded inside the region.
 #pragma omp parallel for schedule(dynamic) if (B * H * T * T * D > kParallelWork)
@@ -161,7 +163,7 @@ void attention_unfused_forward(float* out, float* probs, const float* q, const f
     }
     const float* PV = P;
     if (dropout_p > 0.0f) {
-      apply_attention_dropout(S, P, b, h, H, T, dropout_p, seed);
+      apply_attention_dropout(S, P, b, head_offset + h, H_mask, T, dropout_p, seed);
       PV = S;
     }
     gemm(false, false, T, D, T, 1.0f, PV, T, vg, D, 0.0f, out + pair * T * D, D);
@@ -170,9 +172,11 @@ void attention_unfused_forward(float* out, float* probs, const float* q, const f
 
 void attention_unfused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                 const float* v, const float* probs, const int32_t* doc_ids, int64_t B, int64_t H,
-                                int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch) {
+                                int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch,
+                                int64_t head_offset, int64_t total_heads) {
   (void)doc_ids;  // invisible entries have probs == 0, so the mask is already in probs
   const int64_t R = H / G;
+  const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const float keep_scale = detail::dropout_keep_scale(dropout_p);
   // dv (b, g) = sum over the group's heads, in head order, of dropped(P)^T · dout.
@@ -183,7 +187,7 @@ void attention_unfused_backward(float* dq, float* dk, float* dv, const float* do
       const int64_t h = g * R + r, pair = b * H + h;
       const float* PV = probs + pair * T * T;
       if (dropout_p > 0.0f) {
-        apply_attention_dropout(scratch + pair * T * T, PV, b, h, H, T, dropout_p, seed);
+        apply_attention_dropout(scratch + pair * T * T, PV, b, head_offset + h, H_mask, T, dropout_p, seed);
         PV = scratch + pair * T * T;
       }
       gemm(true, false, T, D, T, 1.0f, PV, T, dout + pair * T * D, D, r == 0 ? 0.0f : 1.0f, dv + bg * T * D, D);
@@ -201,8 +205,8 @@ void attention_unfused_backward(float* dq, float* dk, float* dv, const float* do
       const float* prow = P + tq * T;
       if (dropout_p > 0.0f)
         for (int64_t tk = 0; tk <= tq; ++tk)
-          row[tk] *= detail::dropout_multiplier(seed, detail::attention_dropout_index(b, h, H, T, tq, tk), dropout_p,
-                                                keep_scale);
+          row[tk] *= detail::dropout_multiplier(
+              seed, detail::attention_dropout_index(b, head_offset + h, H_mask, T, tq, tk), dropout_p, keep_scale);
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (int64_t tk = 0; tk <= tq; ++tk) dot += row[tk] * prow[tk];

@@ -7,6 +7,13 @@
 // only to keys with the same doc id (packed samples never see each other).
 // Scores are scaled by 1/sqrt(D). Attention dropout (p) uses common/rng.h on
 // the flattened (b, h, tq, tk) index.
+//
+// Head sharding (tensor parallelism): the trailing head_offset / total_heads
+// say that the H local heads are heads [head_offset, head_offset + H) of a
+// layer with total_heads heads (0 = H: unsharded). They only change the
+// dropout index (local head h draws the mask of global head head_offset + h
+// out of total_heads), so a TP rank's heads are masked exactly like the same
+// heads of the single-device run. head_offset + H > total_heads throws.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +38,13 @@ void heads_merge_backward(float* dinp, const float* dout, int64_t B, int64_t H, 
 // it; probs must survive from forward to backward).
 void attention_unfused_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                                const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                               float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch);
+                               float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch,
+                               int64_t head_offset = 0, int64_t total_heads = 0);
 // dq (B,H,T,D), dk, dv (B,G,T,D) all OVERWRITTEN.
 void attention_unfused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                 const float* v, const float* probs, const int32_t* doc_ids, int64_t B, int64_t H,
-                                int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch);
+                                int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch,
+                                int64_t head_offset = 0, int64_t total_heads = 0);
 int64_t attention_unfused_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
 
 // Flash-style: tiles of queries x keys with an online softmax; saves only the
@@ -47,11 +56,12 @@ int64_t attention_unfused_scratch_floats(int64_t B, int64_t H, int64_t G, int64_
 // Both paths: out must not alias q/k/v; gradients must not alias inputs.
 void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                             float dropout_p, uint64_t seed, float* scratch);
+                             float dropout_p, uint64_t seed, float* scratch, int64_t head_offset = 0,
+                             int64_t total_heads = 0);
 void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, const int32_t* doc_ids, int64_t B,
                               int64_t H, int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed,
-                              float* scratch);
+                              float* scratch, int64_t head_offset = 0, int64_t total_heads = 0);
 int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
 
 }  // namespace mtrain::kernels

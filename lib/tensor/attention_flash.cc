@@ -63,6 +63,9 @@ inline bool tile_unmasked(const int32_t* doc, int64_t q0, int64_t k0, int64_t nk
   return doc == nullptr && k0 + nk - 1 <= q0;
 }
 
+// In the per-pair helpers below, (b, h, H) only place the dropout mask: h is
+// the global head and H the head count of attention_dropout_index.
+
 // Dropout multipliers of a tile into z (nq rows, stride kK).
 void tile_dropout(float* z, int64_t b, int64_t h, int64_t H, int64_t T, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
                   float p, uint64_t seed) {
@@ -204,14 +207,15 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
 
 void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                             float dropout_p, uint64_t seed, float* scratch) {
+                             float dropout_p, uint64_t seed, float* scratch, int64_t head_offset, int64_t total_heads) {
   const int64_t R = H / G;
+  const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel for schedule(dynamic) if (B * H * T * T * D > kParallelWork)
   for (int64_t pair = 0; pair < B * H; ++pair) {
     const int64_t b = pair / H, h = pair % H, kv = b * G + h / R;
     flash_forward_pair(out + pair * T * D, lse + pair * T, q + pair * T * D, k + kv * T * D, v + kv * T * D,
-                       doc_ids ? doc_ids + b * T : nullptr, b, h, H, T, D, dropout_p, seed, scale,
+                       doc_ids ? doc_ids + b * T : nullptr, b, head_offset + h, H_mask, T, D, dropout_p, seed, scale,
                        scratch + scratch_slot(pair, B * H) * forward_task_floats(T, D));
   }
 }
@@ -219,8 +223,9 @@ void attention_flash_forward(float* out, float* lse, const float* q, const float
 void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, const int32_t* doc_ids, int64_t B,
                               int64_t H, int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed,
-                              float* scratch) {
+                              float* scratch, int64_t head_offset, int64_t total_heads) {
   const int64_t R = H / G;
+  const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // One task per (b, g): it owns dk, dv of the group and the dq of its R
   // heads, and walks heads and tiles in a fixed order (deterministic).
@@ -240,8 +245,8 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
       const int64_t h = g * R + r, pair = b * H + h;
       for (int64_t q0 = 0; q0 < T; q0 += kQ)
         flash_backward_qtile(dq + pair * T * D, dkg, dvg, dout + pair * T * D, q + pair * T * D, k + bg * T * D, kt, vt,
-                             out + pair * T * D, lse + pair * T, doc_ids ? doc_ids + b * T : nullptr, b, h, H, T, D, q0,
-                             dropout_p, seed, scale, task);
+                             out + pair * T * D, lse + pair * T, doc_ids ? doc_ids + b * T : nullptr, b,
+                             head_offset + h, H_mask, T, D, q0, dropout_p, seed, scale, task);
     }
   }
 }

@@ -1,6 +1,9 @@
 #include "tensor/kernel_util.h"
 
 #include <algorithm>
+#include <string>
+
+#include "common/errors.h"
 
 namespace mtrain::kernels::detail {
 
@@ -19,6 +22,15 @@ void column_sums_accumulate(float* dst, const float* src, int64_t N, int64_t C, 
     }
     for (int64_t j = 0; j < c1 - c0; ++j) dst[c0 + j] += acc[j];
   }
+}
+
+int64_t attention_dropout_heads(int64_t H, int64_t head_offset, int64_t total_heads) {
+  const int64_t total = total_heads == 0 ? H : total_heads;
+  if (head_offset < 0 || total < 0 || head_offset + H > total)
+    throw Error(ExitCode::kInternal, "attention: local heads [" + std::to_string(head_offset) + ", " +
+                                         std::to_string(head_offset + H) + ") do not fit in total_heads " +
+                                         std::to_string(total_heads));
+  return total;
 }
 
 }  // namespace mtrain::kernels::detail

@@ -1,6 +1,7 @@
 // Internal helpers shared by the kernel .cc files of lib/tensor (not part of
 // the public kernel contract): deterministic column sums, the dropout mask,
-// a vectorisable exp for softmax arguments.
+// a vectorisable exp for softmax arguments. lib/parallel's vocab-parallel
+// cross-entropy uses softmax_exp too, so it matches kernels::cross_entropy.
 #pragma once
 
 #include <bit>
@@ -79,5 +80,10 @@ inline float dropout_keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) :
 inline uint64_t attention_dropout_index(int64_t b, int64_t h, int64_t H, int64_t T, int64_t tq, int64_t tk) {
   return static_cast<uint64_t>(((b * H + h) * T + tq) * T + tk);
 }
+
+// The head count H of attention_dropout_index for a call on H local heads
+// that are heads [head_offset, head_offset + H) of total_heads (0 = H).
+// Throws Error(kInternal) when the local heads do not fit.
+int64_t attention_dropout_heads(int64_t H, int64_t head_offset, int64_t total_heads);
 
 }  // namespace mtrain::kernels::detail

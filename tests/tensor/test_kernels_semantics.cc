@@ -1,10 +1,12 @@
 // The contract details the model code relies on: which outputs are
 // OVERWRITTEN and which ACCUMULATED, the documented aliasing, and determinism
 // (the same call twice gives the same bits; the column-sum and scatter
-// kernels give the same bits for any thread count).
+// kernels give the same bits for any thread count), and dropout masks that do
+// not depend on sharding (index_offset, head_offset/total_heads).
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include "common/errors.h"
 #include "kernel_test_util.h"
 #include "tensor/activation.h"
 #include "tensor/attention.h"
@@ -200,6 +202,108 @@ TEST(Determinism, RepeatedCallsBitIdentical) {
   };
   const auto l1 = lin(), l2 = lin();
   for (size_t i = 0; i < l1.size(); ++i) EXPECT_TRUE(bit_equal(l1[i], l2[i])) << "linear output " << i;
+}
+
+// ---- Dropout masks independent of sharding -----------------------------------------------------
+
+// Rows [row0, row0 + rows) of a row-major buffer with `cols` columns.
+Vec rows_of(const Vec& x, int64_t row0, int64_t rows, int64_t cols) {
+  return Vec(x.begin() + row0 * cols, x.begin() + (row0 + rows) * cols);
+}
+
+// Heads [h0, h0 + Hl) of a (B, H, T*D) buffer.
+Vec heads_of(const Vec& x, int64_t B, int64_t H, int64_t h0, int64_t Hl, int64_t TD) {
+  Vec out;
+  for (int64_t b = 0; b < B; ++b)
+    out.insert(out.end(), x.begin() + (b * H + h0) * TD, x.begin() + (b * H + h0 + Hl) * TD);
+  return out;
+}
+
+// A token shard (rows [r*N/tp, (r+1)*N/tp)) with index_offset = r*(N/tp)*C
+// draws exactly the mask of the same rows of the unsharded call.
+TEST(ShardedDropout, IndexOffsetMatchesSliceOfFullRun) {
+  const int64_t N = 48, C = 40, tp = 4, Nl = N / tp;
+  const float p = 0.3f;
+  const uint64_t seed = 99;
+  const Vec inp = randn(N * C, 30), bias = randn(C, 31), residual = randn(N * C, 32), dout = randn(N * C, 33);
+  for (bool fused : {true, false}) {
+    Vec out(N * C), din(N * C), drop(N * C), ddrop(N * C), db(C, 0.0f), scratch(N * C);
+    bias_dropout_add_forward(out.data(), inp.data(), bias.data(), residual.data(), N, C, p, seed, fused,
+                             scratch.data());
+    bias_dropout_add_backward(din.data(), db.data(), dout.data(), N, C, p, seed);
+    dropout_forward(drop.data(), inp.data(), N * C, p, seed);
+    dropout_backward(ddrop.data(), dout.data(), N * C, p, seed);
+    for (int64_t r = 0; r < tp; ++r) {
+      const int64_t offset = r * Nl * C;
+      const Vec x = rows_of(inp, r * Nl, Nl, C), res = rows_of(residual, r * Nl, Nl, C),
+                g = rows_of(dout, r * Nl, Nl, C);
+      Vec o(Nl * C), di(Nl * C), d(Nl * C), dd(Nl * C), dbl(C, 0.0f), naive(Nl * C);
+      bias_dropout_add_forward(o.data(), x.data(), bias.data(), res.data(), Nl, C, p, seed, fused, scratch.data(),
+                               offset);
+      bias_dropout_add_backward(di.data(), dbl.data(), g.data(), Nl, C, p, seed, offset);
+      dropout_forward(d.data(), x.data(), Nl * C, p, seed, offset);
+      dropout_backward(dd.data(), g.data(), Nl * C, p, seed, offset);
+      EXPECT_TRUE(bit_equal(o, rows_of(out, r * Nl, Nl, C))) << "bias_dropout_add fwd, fused=" << fused << " r=" << r;
+      EXPECT_TRUE(bit_equal(di, rows_of(din, r * Nl, Nl, C))) << "bias_dropout_add bwd, r=" << r;
+      EXPECT_TRUE(bit_equal(d, rows_of(drop, r * Nl, Nl, C))) << "dropout fwd, r=" << r;
+      EXPECT_TRUE(bit_equal(dd, rows_of(ddrop, r * Nl, Nl, C))) << "dropout bwd, r=" << r;
+      if (r > 0) {  // control: without the offset a shard draws the first rows' mask
+        dropout_forward(naive.data(), x.data(), Nl * C, p, seed);
+        EXPECT_FALSE(bit_equal(naive, d)) << "r=" << r;
+      }
+    }
+  }
+}
+
+struct AttnOutputs {
+  Vec out, dq, dk, dv;
+};
+
+AttnOutputs run_attention(bool flash, const Vec& q, const Vec& k, const Vec& v, const Vec& dout, int64_t B, int64_t H,
+                          int64_t G, int64_t T, int64_t D, float p, int64_t head_offset, int64_t total_heads) {
+  AttnOutputs r{Vec(q.size()), Vec(q.size()), Vec(k.size()), Vec(v.size())};
+  if (flash) {
+    Vec lse(B * H * T), s(attention_flash_scratch_floats(B, H, G, T, D));
+    attention_flash_forward(r.out.data(), lse.data(), q.data(), k.data(), v.data(), nullptr, B, H, G, T, D, p, 5,
+                            s.data(), head_offset, total_heads);
+    attention_flash_backward(r.dq.data(), r.dk.data(), r.dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                             r.out.data(), lse.data(), nullptr, B, H, G, T, D, p, 5, s.data(), head_offset,
+                             total_heads);
+  } else {
+    Vec probs(B * H * T * T), s(attention_unfused_scratch_floats(B, H, G, T, D));
+    attention_unfused_forward(r.out.data(), probs.data(), q.data(), k.data(), v.data(), nullptr, B, H, G, T, D, p, 5,
+                              true, s.data(), head_offset, total_heads);
+    attention_unfused_backward(r.dq.data(), r.dk.data(), r.dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                               probs.data(), nullptr, B, H, G, T, D, p, 5, s.data(), head_offset, total_heads);
+  }
+  return r;
+}
+
+// A TP rank holding query heads [r*H/tp, ...) and key/value groups
+// [r*G/tp, ...) with head_offset/total_heads reproduces the slice of the
+// full run (same masks); same shapes per (b, h) pair, so to rounding only.
+TEST(ShardedDropout, AttentionHeadOffsetMatchesSliceOfFullRun) {
+  const int64_t B = 2, H = 8, G = 4, T = 70, D = 8, tp = 2, Hl = H / tp, Gl = G / tp;
+  const float p = 0.2f;
+  const Vec q = randn(B * H * T * D, 40), k = randn(B * G * T * D, 41), v = randn(B * G * T * D, 42);
+  const Vec dout = randn(q.size(), 43);
+  EXPECT_THROW(run_attention(true, q, k, v, dout, B, H, G, T, D, p, 1, H), Error);
+  for (bool flash : {true, false}) {
+    const AttnOutputs full = run_attention(flash, q, k, v, dout, B, H, G, T, D, p, 0, 0);
+    for (int64_t r = 0; r < tp; ++r) {
+      const Vec ql = heads_of(q, B, H, r * Hl, Hl, T * D), gl = heads_of(dout, B, H, r * Hl, Hl, T * D);
+      const Vec kl = heads_of(k, B, G, r * Gl, Gl, T * D), vl = heads_of(v, B, G, r * Gl, Gl, T * D);
+      const AttnOutputs shard = run_attention(flash, ql, kl, vl, gl, B, Hl, Gl, T, D, p, r * Hl, H);
+      EXPECT_TRUE(all_close(shard.out, heads_of(full.out, B, H, r * Hl, Hl, T * D), 1e-6, 1e-6)) << flash << r;
+      EXPECT_TRUE(all_close(shard.dq, heads_of(full.dq, B, H, r * Hl, Hl, T * D), 1e-6, 1e-6)) << flash << r;
+      EXPECT_TRUE(all_close(shard.dk, heads_of(full.dk, B, G, r * Gl, Gl, T * D), 1e-6, 1e-6)) << flash << r;
+      EXPECT_TRUE(all_close(shard.dv, heads_of(full.dv, B, G, r * Gl, Gl, T * D), 1e-6, 1e-6)) << flash << r;
+      if (r > 0) {  // control: without the offsets the shard draws head 0's masks
+        const AttnOutputs naive = run_attention(flash, ql, kl, vl, gl, B, Hl, Gl, T, D, p, 0, 0);
+        EXPECT_FALSE(all_close(naive.out, shard.out, 1e-3, 1e-3)) << flash;
+      }
+    }
+  }
 }
 
 }  // namespace
