@@ -179,6 +179,22 @@ void Comm::run_recv(void* data, int64_t n, ScalarType t, int peer, int tag, Wire
   report(e, t0);
 }
 
+SendRequest Comm::run_isend(const void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire) {
+  check_count("isend", n, data);
+  check_peer("isend", "peer", peer, /*allow_self=*/false);
+  check_tag("isend", tag);
+  const double t0 = now_seconds();
+  SendRequest request(do_isend(data, n, t, peer, tag));
+  CommEvent e{.op = CommOp::kSend,
+              .type = t,
+              .elements = n,
+              .bytes = wire_bytes(n, t, wire),
+              .peer = peer,
+              .nonblocking = true};
+  report(e, t0);
+  return request;
+}
+
 void Comm::run_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                          ScalarType t, int tag, Wire wire) {
   check_count("send_recv", send_n, send_data);

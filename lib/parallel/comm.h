@@ -16,6 +16,10 @@
 //   must not rely on buffering. Messages between a pair of ranks with the same
 //   tag arrive in the order they were sent. send_recv posts both sides at once
 //   (use it for pipeline exchanges that would otherwise deadlock).
+// - isend copies the message into a buffer the returned SendRequest owns and
+//   returns at once; it matches recv like send (same FIFO per pair and tag).
+//   Its request completes once the message is delivered (synchronous
+//   SimComm: received) or handed to the transport (MPI); wait for it.
 // - Every call is reported to the observer (if set) after it completes, with
 //   its payload bytes and wall time, for the profiler and the cost model.
 #pragma once
@@ -23,6 +27,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -78,8 +83,46 @@ struct CommEvent {
   int peer = -1;           // send: destination; recv: source; send_recv: destination; broadcast: root
   int recv_peer = -1;      // send_recv: source
   double seconds = 0;      // wall time of the call on this rank (includes waiting for peers)
+  // isend: reported as a kSend when posted; `seconds` is the time to post it
+  // (copy + enqueue), the transfer itself overlaps what the rank does next.
+  bool nonblocking = false;
 };
 using CommObserver = std::function<void(const CommEvent&)>;
+
+namespace detail {
+// One implementation's state of a non-blocking send (Comm::isend).
+class PendingSend {
+ public:
+  virtual ~PendingSend() = default;  // unfinished: abandoned (still delivered), never cancelled
+  virtual bool test() = 0;           // true once the send has completed; never blocks
+  virtual void wait() = 0;           // blocks until the send has completed
+};
+}  // namespace detail
+
+// A non-blocking send in flight (Comm::isend). Move-only; a default one is
+// complete. Must not outlive its Comm. Destroying a request that has not
+// completed abandons it: the message is still delivered when the peer
+// receives it (the Comm keeps its copy), but errors are no longer reported.
+// That is for unwinding after an error; normal code waits.
+class SendRequest {
+ public:
+  SendRequest() = default;
+  explicit SendRequest(std::unique_ptr<detail::PendingSend> pending) : pending_(std::move(pending)) {}
+  // True once complete (completes it if that needs no waiting).
+  bool done() {
+    if (pending_ && pending_->test()) pending_.reset();
+    return pending_ == nullptr;
+  }
+  // Blocks until complete; DistributedError if the transfer failed. Idempotent.
+  void wait() {
+    if (!pending_) return;
+    pending_->wait();
+    pending_.reset();
+  }
+
+ private:
+  std::unique_ptr<detail::PendingSend> pending_;
+};
 
 class Comm {
  public:
@@ -136,6 +179,12 @@ class Comm {
   void recv(T* data, int64_t n, int peer, int tag, Wire wire = {}) {
     run_recv(data, n, scalar_type_of<T>(), peer, tag, wire);
   }
+  // Non-blocking send: copies data (n) and returns; `data` may be reused at
+  // once. Received by recv (or send_recv) like a send with the same tag.
+  template <CommScalar T>
+  [[nodiscard]] SendRequest isend(const T* data, int64_t n, int peer, int tag, Wire wire = {}) {
+    return run_isend(data, n, scalar_type_of<T>(), peer, tag, wire);
+  }
   // Sends to `dest` and receives from `src` at the same time (same tag).
   template <CommScalar T>
   void send_recv(const T* send_data, int64_t send_n, int dest, T* recv_data, int64_t recv_n, int src, int tag,
@@ -144,6 +193,9 @@ class Comm {
   }
 
   void barrier();
+
+  // False for MetaComm (shape-only): buffers may be null and are never touched.
+  virtual bool moves_data() const { return true; }
 
  protected:
   // Implementations see validated arguments (counts >= 0, ranks in range, a
@@ -157,8 +209,9 @@ class Comm {
   virtual void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                             ScalarType t, int tag) = 0;
   virtual void do_barrier() = 0;
-  // False for MetaComm: buffers may be null and are never touched.
-  virtual bool moves_data() const { return true; }
+  // Copies the message and posts it; nullptr when it is already complete.
+  virtual std::unique_ptr<detail::PendingSend> do_isend(const void* data, int64_t n, ScalarType t, int peer,
+                                                        int tag) = 0;
 
  private:
   void run_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op, Wire wire);
@@ -167,6 +220,7 @@ class Comm {
   void run_broadcast(void* data, int64_t n, ScalarType t, int root, Wire wire);
   void run_send(const void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire);
   void run_recv(void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire);
+  SendRequest run_isend(const void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire);
   void run_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                      ScalarType t, int tag, Wire wire);
 

@@ -27,6 +27,9 @@ class SelfComm final : public Comm {
   void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                     ScalarType t, int tag) override;
   void do_barrier() override {}
+  std::unique_ptr<detail::PendingSend> do_isend(const void*, int64_t, ScalarType, int, int) override {
+    return nullptr;  // unreachable: no peer exists
+  }
 };
 
 class MetaComm final : public Comm {
@@ -34,6 +37,7 @@ class MetaComm final : public Comm {
   MetaComm(std::string name, int rank, int size);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  bool moves_data() const override { return false; }
 
  protected:
   void do_all_reduce(void*, int64_t, ScalarType, ReduceOp) override {}
@@ -44,7 +48,9 @@ class MetaComm final : public Comm {
   void do_recv(void*, int64_t, ScalarType, int, int) override {}
   void do_send_recv(const void*, int64_t, int, void*, int64_t, int, ScalarType, int) override {}
   void do_barrier() override {}
-  bool moves_data() const override { return false; }
+  std::unique_ptr<detail::PendingSend> do_isend(const void*, int64_t, ScalarType, int, int) override {
+    return nullptr;  // nothing to deliver: complete at once
+  }
 
  private:
   int rank_, size_;

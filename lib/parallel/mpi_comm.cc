@@ -50,6 +50,33 @@ std::string mpi_error_string(int rc) {
 
 }  // namespace
 
+namespace detail {
+
+// One MPI_Isend and the copy it sends from. Abandoned before completion, it
+// hands both to its MpiComm, which frees them once MPI is done with them.
+class MpiPendingSend final : public PendingSend {
+ public:
+  MpiPendingSend(MpiComm& comm, std::unique_ptr<std::byte[]> payload) : comm_(&comm), payload_(std::move(payload)) {}
+  ~MpiPendingSend() override {
+    if (request_ != MPI_REQUEST_NULL) comm_->adopt({request_, std::move(payload_)});
+  }
+  bool test() override {
+    int flag = 0;
+    comm_->check(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test");
+    return flag != 0;
+  }
+  void wait() override { comm_->check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait"); }
+  MPI_Request* request() { return &request_; }
+  const std::byte* payload() const { return payload_.get(); }
+
+ private:
+  MpiComm* comm_;
+  std::unique_ptr<std::byte[]> payload_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+}  // namespace detail
+
 MpiComm::MpiComm(MPI_Comm comm, std::string name) : Comm(std::move(name)), comm_(comm) {
   check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -59,7 +86,22 @@ MpiComm::MpiComm(MPI_Comm comm, std::string name) : Comm(std::move(name)), comm_
 MpiComm::~MpiComm() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (finalized) return;
+  reap_orphans();
+  for (OrphanSend& o : orphans_) {
+    // Never received: the job is failing. MPI may still read the payload, so
+    // it is deliberately leaked rather than freed under a live transfer.
+    MPI_Request_free(&o.request);
+    static_cast<void>(o.payload.release());
+  }
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiComm::reap_orphans() {
+  std::erase_if(orphans_, [](OrphanSend& o) {
+    int flag = 0;
+    return MPI_Test(&o.request, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag != 0;
+  });
 }
 
 std::unique_ptr<MpiComm> MpiComm::duplicate(MPI_Comm comm, std::string name) {
@@ -172,6 +214,17 @@ void MpiComm::do_send_recv(const void* send_data, int64_t send_n, int dest, void
                      count(recv_n, "send_recv"), mpi_type(t), src, tag, comm_, &status),
         "MPI_Sendrecv");
   check_received(status, recv_n, t, src, tag);
+}
+
+std::unique_ptr<detail::PendingSend> MpiComm::do_isend(const void* data, int64_t n, ScalarType t, int peer, int tag) {
+  reap_orphans();
+  const int c = count(n, "isend");
+  const size_t bytes = static_cast<size_t>(n) * scalar_bytes(t);
+  auto payload = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  if (bytes) std::memcpy(payload.get(), data, bytes);
+  auto pending = std::make_unique<detail::MpiPendingSend>(*this, std::move(payload));
+  check(MPI_Isend(pending->payload(), c, mpi_type(t), peer, tag, comm_, pending->request()), "MPI_Isend");
+  return pending;
 }
 
 void MpiComm::do_barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }

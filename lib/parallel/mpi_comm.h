@@ -30,7 +30,13 @@
 
 namespace mtrain::parallel {
 
+namespace detail {
+class MpiPendingSend;  // mpi_comm.cc
+}
+
 class MpiComm final : public Comm {
+  friend class detail::MpiPendingSend;
+
  public:
   // Takes ownership of `comm` (freed by the destructor, which must run before
   // MPI_Finalize) and makes MPI errors on it return codes, which become
@@ -54,8 +60,18 @@ class MpiComm final : public Comm {
   void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                     ScalarType t, int tag) override;
   void do_barrier() override;
+  // MPI_Isend of a copy the request owns.
+  std::unique_ptr<detail::PendingSend> do_isend(const void* data, int64_t n, ScalarType t, int peer, int tag) override;
 
  private:
+  // An abandoned isend still in flight: its payload must outlive the transfer.
+  struct OrphanSend {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::unique_ptr<std::byte[]> payload;
+  };
+  void adopt(OrphanSend orphan) { orphans_.push_back(std::move(orphan)); }
+  void reap_orphans();  // frees the orphans whose transfer has completed
+
   void check(int rc, const char* call) const;
   int count(int64_t n, const char* call) const;  // MPI counts are int
   void check_received(const MPI_Status& status, int64_t n, ScalarType t, int peer, int tag) const;
@@ -66,6 +82,7 @@ class MpiComm final : public Comm {
   std::vector<const void*> inputs_;              // (size) pointers into scratch_
   std::vector<int> send_counts_, send_offsets_;  // (size) in elements
   std::vector<int> recv_counts_, recv_offsets_;  // (size) in elements
+  std::vector<OrphanSend> orphans_;
 };
 
 // Initialises MPI for the process lifetime (MPI_Init_thread / MPI_Finalize).

@@ -26,7 +26,8 @@ struct Post {
 };
 
 // A point-to-point message in flight. Synchronous sends lend their buffer
-// (`data`) until the receiver marks the message consumed; buffered sends copy.
+// (`data`) until the receiver marks the message consumed; buffered sends and
+// isends copy. An abandoned isend's message is erased by its receiver.
 struct Message {
   int src = 0, dst = 0, tag = 0;
   ScalarType type = ScalarType::kF32;
@@ -34,6 +35,7 @@ struct Message {
   const void* data = nullptr;
   std::vector<std::byte> copy{};
   bool consumed = false;
+  bool orphaned = false;
 };
 
 struct SimGroup {
@@ -69,7 +71,25 @@ std::string post_str(const Post& p) {
   return s + ")";
 }
 
+class SimComm;
+
+// A synchronous-mode isend: complete once the receiver has taken the copy.
+class SimPendingSend final : public detail::PendingSend {
+ public:
+  SimPendingSend(SimComm& comm, std::list<Message>::iterator msg) : comm_(&comm), msg_(msg) {}
+  ~SimPendingSend() override;
+  bool test() override;
+  void wait() override;
+
+ private:
+  SimComm* comm_;
+  std::list<Message>::iterator msg_;
+  bool done_ = false;
+};
+
 class SimComm final : public Comm {
+  friend class SimPendingSend;
+
  public:
   SimComm(SimWorld& world, std::shared_ptr<SimGroup> group, int rank)
       : Comm(group->name), world_(&world), group_(std::move(group)), rank_(rank) {}
@@ -138,6 +158,13 @@ class SimComm final : public Comm {
     finish_send(lk, msg);
   }
 
+  std::unique_ptr<detail::PendingSend> do_isend(const void* data, int64_t n, ScalarType t, int peer, int tag) override {
+    std::lock_guard lk(group_->mu);
+    auto msg = post_message(data, n, t, peer, tag, /*copy=*/true);
+    if (!world_->options().synchronous_send) return nullptr;  // buffered: the receiver erases it
+    return std::make_unique<SimPendingSend>(*this, msg);
+  }
+
  private:
   // Waits (group lock held) until done(), bounded by the world's timeout.
   template <class Done, class Describe>
@@ -197,10 +224,11 @@ class SimComm final : public Comm {
     return "";
   }
 
-  std::list<Message>::iterator post_message(const void* data, int64_t n, ScalarType t, int peer, int tag) {
+  std::list<Message>::iterator post_message(const void* data, int64_t n, ScalarType t, int peer, int tag,
+                                            bool copy = false) {
     SimGroup& g = *group_;
     Message m{.src = rank_, .dst = peer, .tag = tag, .type = t, .n = n, .data = data};
-    if (!world_->options().synchronous_send) {
+    if (copy || !world_->options().synchronous_send) {
       m.copy.resize(static_cast<size_t>(n) * scalar_bytes(t));
       if (n) std::memcpy(m.copy.data(), data, m.copy.size());
       m.data = m.copy.data();
@@ -236,7 +264,7 @@ class SimComm final : public Comm {
       throw DistributedError(msg);
     }
     if (n) std::memcpy(data, it->data, static_cast<size_t>(n) * scalar_bytes(t));
-    if (world_->options().synchronous_send) {
+    if (world_->options().synchronous_send && !it->orphaned) {
       it->consumed = true;  // the sender erases it
     } else {
       g.messages.erase(it);
@@ -250,6 +278,36 @@ class SimComm final : public Comm {
   std::vector<std::byte> scratch_;   // reduction result before it is copied out
   std::vector<const void*> inputs_;  // (size) per-rank input pointers of a reduction
 };
+
+SimPendingSend::~SimPendingSend() {
+  if (done_) return;
+  std::lock_guard lk(comm_->group_->mu);
+  if (msg_->consumed) {
+    comm_->group_->messages.erase(msg_);
+  } else {
+    msg_->orphaned = true;
+  }
+}
+
+bool SimPendingSend::test() {
+  if (done_) return true;
+  std::lock_guard lk(comm_->group_->mu);
+  if (msg_->consumed) {
+    comm_->group_->messages.erase(msg_);
+    done_ = true;
+  }
+  return done_;
+}
+
+void SimPendingSend::wait() {
+  if (done_) return;
+  std::unique_lock lk(comm_->group_->mu);
+  const int peer = msg_->dst, tag = msg_->tag;
+  comm_->wait(
+      lk, [&] { return msg_->consumed; }, [&] { return fmt::format("isend to rank {} (tag {})", peer, tag); });
+  comm_->group_->messages.erase(msg_);
+  done_ = true;
+}
 
 }  // namespace
 

@@ -9,7 +9,8 @@
 // - collectives check that every rank called the same op with the same
 //   type, count, reduction and root (MPI would hang or corrupt);
 // - send is synchronous by default (returns once the receiver has the data),
-//   so a schedule that relies on MPI's eager buffering deadlocks here;
+//   so a schedule that relies on MPI's eager buffering deadlocks here; an
+//   isend copies eagerly, and its request completes once the receiver has it;
 // - every wait is bounded: past SimWorldOptions::timeout_seconds the rank fails with
 //   a DistributedError naming the group, op and peer, and the world aborts so
 //   every other rank fails promptly instead of hanging.

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -274,6 +275,64 @@ inline void check_observer(Comm& c) {
   EXPECT_EQ(events[4].recv_bytes, 16);
 }
 
+// Non-blocking sends: an exchange that would deadlock with blocking sends,
+// the payload copied at the call, FIFO per (pair, tag) with many requests in
+// flight, tags matched independently, an abandoned request still delivered,
+// and one observer event (a non-blocking kSend) per isend.
+inline void check_isend(Comm& c) {
+  EXPECT_TRUE(SendRequest().done());
+  if (c.size() < 2) return;
+  const int p = c.size(), r = c.rank(), next = (r + 1) % p, prev = (r + p - 1) % p;
+  std::vector<CommEvent> events;
+  c.set_observer([&](const CommEvent& e) { events.push_back(e); });
+  const int64_t n = 1 << 17;  // 512 KiB: past MPI's eager limit, so a blocking send would wait for the recv
+  std::vector<float> out = test_values<float>(1100, r, n), in(n, 0.0f);
+  SendRequest request = c.isend(out.data(), n, next, /*tag=*/21, Wire::of(DType::kBF16));
+  std::fill(out.begin(), out.end(), -1.0f);  // the request owns a copy
+  c.recv(in.data(), n, prev, /*tag=*/21);
+  request.wait();
+  request.wait();  // idempotent
+  EXPECT_TRUE(request.done());
+  c.set_observer(nullptr);
+  EXPECT_EQ(std::memcmp(in.data(), test_values<float>(1100, prev, n).data(), n * sizeof(float)), 0);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].op, CommOp::kSend);
+  EXPECT_TRUE(events[0].nonblocking);
+  EXPECT_EQ(events[0].bytes, 2 * n);
+  EXPECT_EQ(events[0].peer, next);
+  EXPECT_EQ(events[1].op, CommOp::kRecv);
+  EXPECT_FALSE(events[1].nonblocking);
+  // Rank 0 posts 10 messages on each of two tags before rank 1 receives any;
+  // rank 1 takes tag 23 first. Then an abandoned request.
+  const int kMessages = 10;
+  if (r == 0) {
+    std::vector<SendRequest> requests;
+    for (int m = 0; m < kMessages; ++m) {
+      const int64_t v[2] = {m, 100 + m};
+      requests.push_back(c.isend(&v[0], 1, 1, /*tag=*/22));
+      requests.push_back(c.isend(&v[1], 1, 1, /*tag=*/23));
+    }
+    const int32_t dropped = 77;
+    static_cast<void>(c.isend(&dropped, 1, 1, /*tag=*/24));  // destroyed unfinished: abandoned
+    for (SendRequest& q : requests) q.wait();
+  } else if (r == 1) {
+    int64_t wrong = 0, v = -1;
+    for (int m = 0; m < kMessages; ++m) {
+      c.recv(&v, 1, 0, /*tag=*/23);
+      wrong += v != 100 + m;
+    }
+    for (int m = 0; m < kMessages; ++m) {
+      c.recv(&v, 1, 0, /*tag=*/22);
+      wrong += v != m;
+    }
+    EXPECT_EQ(wrong, 0);
+    int32_t dropped = -1;
+    c.recv(&dropped, 1, 0, /*tag=*/24);
+    EXPECT_EQ(dropped, 77);
+  }
+  c.barrier();
+}
+
 inline void run_comm_conformance(Comm& c) {
   check_all_reduce(c);
   check_nan_propagation(c);
@@ -284,6 +343,7 @@ inline void run_comm_conformance(Comm& c) {
   check_send_recv_ring(c);
   check_p2p_ordering(c);
   check_observer(c);
+  check_isend(c);
 }
 
 // Each group communicator of `ps` spans exactly the grid's members, in order:

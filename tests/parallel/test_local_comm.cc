@@ -39,7 +39,14 @@ TEST(ParallelLocalComm, MetaCommMovesNothingButReportsEverything) {
   float untouched[2] = {5, 6};
   c.recv(untouched, 2, 3, 0);
   c.send_recv(static_cast<const float*>(nullptr), 10, 3, static_cast<float*>(nullptr), 20, 1, 4);
-  ASSERT_EQ(events.size(), 4u);
+  SendRequest request = c.isend(static_cast<const float*>(nullptr), 6, 1, 2);
+  EXPECT_TRUE(request.done());
+  EXPECT_FALSE(c.moves_data());
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[4].op, CommOp::kSend);
+  EXPECT_TRUE(events[4].nonblocking);
+  EXPECT_EQ(events[4].bytes, 24);
+  EXPECT_EQ(events[4].peer, 1);
   EXPECT_EQ(events[0].bytes, (1 << 20) * 2);
   EXPECT_EQ(events[1].bytes, 8 * 1000 * 4);
   EXPECT_EQ(events[1].elements, 8 * 1000);
@@ -53,12 +60,16 @@ TEST(ParallelLocalComm, MetaCommMovesNothingButReportsEverything) {
 TEST(ParallelLocalComm, InvalidCallsAreBugs) {
   MetaComm c("pp", 1, 4);
   float x[4] = {};
-  EXPECT_THROW(c.send(x, 4, 4, 0), Error);                  // peer outside the group
-  EXPECT_THROW(c.send(x, 4, 1, 0), Error);                  // to itself
-  EXPECT_THROW(c.recv(x, -1, 0, 0), Error);                 // negative count
-  EXPECT_THROW(c.send(x, 4, 0, Comm::kMaxTag + 1), Error);  // tag
-  EXPECT_THROW(c.broadcast(x, 4, -1), Error);               // root
+  EXPECT_THROW(c.send(x, 4, 4, 0), Error);                       // peer outside the group
+  EXPECT_THROW(c.send(x, 4, 1, 0), Error);                       // to itself
+  EXPECT_THROW(c.recv(x, -1, 0, 0), Error);                      // negative count
+  EXPECT_THROW(c.send(x, 4, 0, Comm::kMaxTag + 1), Error);       // tag
+  EXPECT_THROW(c.broadcast(x, 4, -1), Error);                    // root
+  EXPECT_THROW(static_cast<void>(c.isend(x, 4, 1, 0)), Error);   // isend to itself
+  EXPECT_THROW(static_cast<void>(c.isend(x, 4, 2, -1)), Error);  // tag
   SelfComm s;
+  EXPECT_TRUE(s.moves_data());
+  EXPECT_THROW(static_cast<void>(s.isend(x, 4, 0, 0)), Error);             // a group of one has no peer
   EXPECT_THROW(s.all_reduce_sum(static_cast<float*>(nullptr), 3), Error);  // null buffer that would be touched
   try {
     c.send(x, 4, 1, 0);

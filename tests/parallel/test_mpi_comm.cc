@@ -9,6 +9,8 @@
 #include "comm_conformance.h"
 #include "common/errors.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/pipeline_schedule.h"
+#include "pipeline_toy.h"
 
 namespace mtrain::parallel {
 namespace {
@@ -101,6 +103,37 @@ TEST(ParallelMpiComm, WrongWorldSizeIsReported) {
   } catch (const DistributedError& e) {
     EXPECT_EQ(std::string(e.what()), "the process grid has " + std::to_string(2 * world_size()) +
                                          " ranks but the MPI world has " + std::to_string(world_size()));
+  }
+}
+
+// The pipeline schedules over MPI, every rank one stage: plain 1F1B and
+// interleaved, training and evaluation, equal the sequential toy model bit
+// for bit; every transfer is reported.
+TEST(ParallelMpiComm, PipelineMatchesSequential) {
+  auto pp = MpiComm::duplicate(MPI_COMM_WORLD, "pp");
+  const int stages = pp->size(), stage = pp->rank();
+  int p2p = 0;
+  pp->set_observer([&](const CommEvent& e) { p2p += e.op == CommOp::kSend || e.op == CommOp::kRecv; });
+  for (const auto& [chunks, microbatches] :
+       {std::pair{1, stages + 3}, std::pair{2, 2 * stages}, std::pair{3, stages}}) {
+    const PipelineShape shape{stages, stage, chunks, microbatches};
+    const testing::ToyResult ref = testing::toy_reference(stages, chunks, microbatches);
+    testing::ToyStage train(shape, /*training=*/true), eval(shape, /*training=*/false);
+    p2p = 0;
+    run_pipeline(*pp, shape, train.callbacks());
+    const int first = stage == 0, last = stage == stages - 1;
+    EXPECT_EQ(p2p, 2 * microbatches * (2 * chunks - first - last));
+    run_pipeline_forward_only(*pp, shape, eval.callbacks());
+    EXPECT_EQ(train.violations + eval.violations, 0);
+    for (int c = 0; c < chunks; ++c) {
+      const int k = c * stages + stage;
+      EXPECT_EQ(train.result.da[k], ref.da[k]) << "virtual stage " << k << ", " << chunks << " chunks";
+      EXPECT_EQ(train.result.db[k], ref.db[k]) << "virtual stage " << k << ", " << chunks << " chunks";
+    }
+    if (last) {
+      EXPECT_EQ(train.result.loss, ref.loss);
+      EXPECT_EQ(eval.result.loss, ref.loss);
+    }
   }
 }
 

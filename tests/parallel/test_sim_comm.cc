@@ -169,6 +169,39 @@ TEST(ParallelSimComm, UnsafeSendOrderIsReportedAsDeadlock) {
   });
 }
 
+// A synchronous-mode isend completes once the receiver has the message; a
+// buffered one at once. Either way the sender never blocks in isend.
+TEST(ParallelSimComm, IsendCompletesWhenReceived) {
+  for (bool synchronous : {true, false}) {
+    SimWorld world(2, SimWorldOptions{.timeout_seconds = 5, .synchronous_send = synchronous});
+    world.run([&](int rank) {
+      auto comm = world.make_world_comm(rank);
+      float v = 3.5f;
+      if (rank == 0) {
+        SendRequest request = comm->isend(&v, 1, 1, 5);
+        EXPECT_EQ(request.done(), !synchronous);
+        comm->barrier();  // rank 1 receives only after this
+        request.wait();
+        EXPECT_TRUE(request.done());
+      } else {
+        comm->barrier();
+        comm->recv(&v, 1, 0, 5);
+        EXPECT_EQ(v, 3.5f);
+      }
+    });
+  }
+}
+
+TEST(ParallelSimComm, UnreceivedIsendIsReportedOnWait) {
+  SimWorld world(2, SimWorldOptions{.timeout_seconds = 0.2});
+  const std::string error = run_error(world, [&](int rank) {
+    auto comm = world.make_world_comm(rank);
+    const float v = 1;
+    if (rank == 0) comm->isend(&v, 1, 1, 5).wait();
+  });
+  EXPECT_NE(error.find("rank 0 waited 0.2 s in isend to rank 1 (tag 5)"), std::string::npos) << error;
+}
+
 TEST(ParallelSimComm, WrongMessageSizeIsAnError) {
   SimWorld world(2, SimWorldOptions{.timeout_seconds = 5});
   const std::string error = run_error(world, [&](int rank) {

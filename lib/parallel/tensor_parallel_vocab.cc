@@ -1,0 +1,226 @@
+// The vocab-parallel layers of tensor_parallel.h: the embedding (masked
+// lookup + all-reduce or reduce-scatter) and the cross-entropy whose softmax
+// spans every TP rank's vocabulary slice. With one TP rank (and vocab_start
+// 0) they call the single-device kernels; the sharded loops repeat those
+// kernels' operations (kernel_util.h's softmax_exp, the same per-row order)
+// so the only differences are the cross-rank sums.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "common/errors.h"
+#include "parallel/tensor_parallel.h"
+#include "tensor/cross_entropy.h"
+#include "tensor/embedding.h"
+#include "tensor/kernel_util.h"
+
+namespace mtrain::parallel {
+namespace {
+
+constexpr int64_t kParallelMin = 16384;  // as in lib/tensor's embedding and cross-entropy kernels
+constexpr int64_t kColumnBlock = 64;     // columns per task of the deterministic embedding scatter
+
+int group_size(const TpConfig& tp) { return tp.tp == nullptr ? 1 : tp.tp->size(); }
+
+// Every id must be a row of the padded vocabulary [0, vocab).
+void check_ids(const int32_t* ids, int64_t N, int64_t vocab, const char* who, const char* what) {
+  for (int64_t i = 0; i < N; ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      throw Error(ExitCode::kInternal, std::string(who) + ": " + what + " " + std::to_string(ids[i]) + " at " +
+                                           std::to_string(i) + " is outside the padded vocabulary [0, " +
+                                           std::to_string(vocab) + ")");
+}
+
+// out (N, C): row i = w[tokens[i] - vocab_start] if the token is in this slice, else zeros.
+void embedding_rows_masked(float* out, const int32_t* tokens, const float* w, int64_t N, int64_t C, int64_t vocab_start,
+                           int64_t V_local) {
+#pragma omp parallel for schedule(static) if (N * C > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_start;
+    float* o = out + i * C;
+    if (row < 0 || row >= V_local) {
+      for (int64_t j = 0; j < C; ++j) o[j] = 0.0f;
+    } else {
+      const float* te = w + row * C;
+      for (int64_t j = 0; j < C; ++j) o[j] = te[j];
+    }
+  }
+}
+
+// dw (V_local, C) += rows of g (N, C) for the tokens in this slice. Like kernels::embedding_backward, each task
+// owns a block of columns and walks the tokens in order: no races, same sums for any thread count.
+void embedding_scatter_masked(float* dw, const float* g, const int32_t* tokens, int64_t N, int64_t C,
+                              int64_t vocab_start, int64_t V_local) {
+  const int64_t nblocks = (C + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static) if (N * C > kParallelMin)
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kColumnBlock, nc = std::min(C, c0 + kColumnBlock) - c0;
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_start;
+      if (row < 0 || row >= V_local) continue;
+      const float* gi = g + i * C + c0;
+      float* d = dw + row * C + c0;
+      for (int64_t j = 0; j < nc; ++j) d[j] += gi[j];
+    }
+  }
+}
+
+float row_max(const float* x, int64_t V) {
+  float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int64_t j = 0; j < V; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+float row_sum_exp(const float* x, float shift, int64_t V) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < V; ++j) sum += kernels::detail::softmax_exp(x[j] - shift);
+  return sum;
+}
+
+// losses (N) = the global row max (all-reduce max over the TP ranks).
+void global_row_max(Comm& tp, float* losses, const float* logits, int64_t N, int64_t V) {
+#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) losses[i] = row_max(logits + i * V, V);
+  tp.all_reduce(losses, N, ReduceOp::kMax);
+}
+
+// Fused: stats (N, 2) first carries this slice's (sum of exp, target logit or 0), all-reduced in one call, then
+// the (max, log-sum-exp) the backward needs.
+void ce_forward_fused(Comm& tp, float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
+                      int64_t V, int64_t vocab_start) {
+  global_row_max(tp, losses, logits, N, V);
+#pragma omp parallel for schedule(static) if (N * V > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = logits + i * V;
+    const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
+    stats[2 * i] = row_sum_exp(x, losses[i], V);
+    stats[2 * i + 1] = (t >= 0 && t < V) ? x[t] : 0.0f;
+  }
+  tp.all_reduce_sum(stats, 2 * N);
+  for (int64_t i = 0; i < N; ++i) {
+    const float m = losses[i], lse = m + std::log(stats[2 * i]);
+    losses[i] = lse - stats[2 * i + 1];
+    stats[2 * i] = m;
+    stats[2 * i + 1] = lse;
+  }
+}
+
+// Unfused: max -> sub -> exp/sum -> log -> sub into logp (N, V), then the target's log-probability; losses (N)
+// carries each all-reduced quantity in turn.
+void ce_forward_unfused(Comm& tp, float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
+                        int64_t V, int64_t vocab_start, float* logp) {
+  const bool par = N * V > kParallelMin;
+  global_row_max(tp, losses, logits, N, V);
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < N; ++i) {
+    const float m = losses[i];
+    for (int64_t j = 0; j < V; ++j) logp[i * V + j] = logits[i * V + j] - m;
+    if (stats) stats[2 * i] = m;
+    losses[i] = row_sum_exp(logp + i * V, 0.0f, V);
+  }
+  tp.all_reduce_sum(losses, N);
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < N; ++i) {
+    const float log_sum = std::log(losses[i]);
+    for (int64_t j = 0; j < V; ++j) logp[i * V + j] -= log_sum;
+    if (stats) stats[2 * i + 1] = stats[2 * i] + log_sum;
+  }
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
+    losses[i] = (t >= 0 && t < V) ? -logp[i * V + t] : 0.0f;
+  }
+  tp.all_reduce_sum(losses, N);
+}
+
+}  // namespace
+
+void vocab_parallel_embedding_forward(const TpConfig& tp, float* out, float* out_full, const int32_t* tokens,
+                                      const float* w, int64_t N, int64_t C, int64_t vocab_start, int64_t V_local) {
+  constexpr const char* kWho = "vocab_parallel_embedding_forward";
+  const int p = group_size(tp);
+  const bool sp = tp.sequence_parallel && p > 1;
+  check_ids(tokens, N, V_local * p, kWho, "token");
+  if (sp && (out_full == nullptr || N % p != 0))
+    throw Error(ExitCode::kInternal, std::string(kWho) + ": sequence parallelism needs out_full and N (" +
+                                         std::to_string(N) + ") divisible by the TP size");
+  float* full = sp ? out_full : out;  // (N, C): this rank's rows, zeros elsewhere
+  if (p == 1 && vocab_start == 0) {
+    kernels::embedding_forward(full, tokens, nullptr, w, nullptr, N, C);
+    return;
+  }
+  embedding_rows_masked(full, tokens, w, N, C, vocab_start, V_local);
+  if (sp)
+    sp_reduce_scatter(*tp.tp, out_full, out, N / p * C);
+  else if (p > 1)
+    tp.tp->all_reduce_sum(out, N * C);
+}
+
+void vocab_parallel_embedding_backward(const TpConfig& tp, float* dw, float* dout_full, const float* dout,
+                                       const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_start,
+                                       int64_t V_local) {
+  constexpr const char* kWho = "vocab_parallel_embedding_backward";
+  const int p = group_size(tp);
+  check_ids(tokens, N, V_local * p, kWho, "token");
+  const float* g = dout;  // (N, C): the gradient of every token's embedding
+  if (tp.sequence_parallel && p > 1) {
+    if (dout_full == nullptr || N % p != 0)
+      throw Error(ExitCode::kInternal, std::string(kWho) + ": sequence parallelism needs dout_full and N (" +
+                                           std::to_string(N) + ") divisible by the TP size");
+    sp_all_gather(*tp.tp, dout, dout_full, N / p * C);
+    g = dout_full;
+  }
+  if (p == 1 && vocab_start == 0)
+    kernels::embedding_backward(dw, nullptr, g, tokens, nullptr, N, C);
+  else
+    embedding_scatter_masked(dw, g, tokens, N, C, vocab_start, V_local);
+}
+
+void vocab_parallel_cross_entropy_forward(Comm& tp, float* losses, float* stats, const float* logits,
+                                          const int32_t* targets, int64_t N, int64_t V_local, int64_t vocab_start,
+                                          bool fused, float* scratch) {
+  constexpr const char* kWho = "vocab_parallel_cross_entropy_forward";
+  check_ids(targets, N, V_local * tp.size(), kWho, "target");
+  if ((fused && stats == nullptr) || (!fused && scratch == nullptr && N * V_local > 0))
+    throw Error(ExitCode::kInternal, std::string(kWho) + ": " + (fused ? "stats" : "scratch") + " is null");
+  if (tp.size() == 1 && vocab_start == 0)
+    kernels::cross_entropy_forward(losses, stats, logits, targets, N, V_local, fused, scratch);
+  else if (fused)
+    ce_forward_fused(tp, losses, stats, logits, targets, N, V_local, vocab_start);
+  else
+    ce_forward_unfused(tp, losses, stats, logits, targets, N, V_local, vocab_start, scratch);
+}
+
+void vocab_parallel_cross_entropy_backward(float* dlogits, const float* logits, const float* stats,
+                                           const int32_t* targets, const float* dlosses, int64_t N, int64_t V_local,
+                                           int64_t vocab_start, bool fused, const float* scratch) {
+  const int64_t V = V_local;
+  const bool par = N * V > kParallelMin;
+  check_ids(targets, N, int64_t{1} << 31, "vocab_parallel_cross_entropy_backward", "target");  // negative ids
+  if (fused) {
+    // softmax from the logits and the global lse; logit j is read before gradient j is written (may alias).
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t i = 0; i < N; ++i) {
+      const float lse = stats[2 * i + 1], dl = dlosses[i];
+      const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;  // outside [0, V): not in this slice
+      const float* x = logits + i * V;
+      float* g = dlogits + i * V;
+      for (int64_t j = 0; j < V; ++j) g[j] = dl * (kernels::detail::softmax_exp(x[j] - lse) - (j == t ? 1.0f : 0.0f));
+    }
+    return;
+  }
+  // exp(log_softmax) -> subtract the one-hot (on the rank holding the target) -> scale by dlosses.
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t e = 0; e < N * V; ++e) dlogits[e] = kernels::detail::softmax_exp(scratch[e]);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
+    if (t >= 0 && t < V) dlogits[i * V + t] -= 1.0f;
+  }
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < V; ++j) dlogits[i * V + j] *= dlosses[i];
+}
+
+}  // namespace mtrain::parallel
