@@ -12,11 +12,21 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace mtrain::optim {
 
 // Sum of squares of grads (n), in double, deterministic.
 double grad_norm_sq_local(const float* grads, int64_t n);
+// Sum of squares of grads over the [begin, end) intervals (flat offsets), in
+// double, deterministic: the intervals, in the order given, are read as one
+// concatenated sequence and summed with grad_norm_sq_local's block scheme, so
+// {[0, n)} gives exactly grad_norm_sq_local(grads, n), and splitting an
+// interval into adjacent pieces does not change a bit. The caller lists the
+// elements this rank counts (TP duplicates excluded; with the distributed
+// optimizer only its owned shard). Throws Error(kInternal) for begin < 0 or end < begin.
+double grad_norm_sq_intervals(const float* grads, const std::vector<std::pair<int64_t, int64_t>>& intervals);
 // sqrt of the (all-reduced) sum of squares; NaN/Inf pass through so the caller sees them.
 double grad_norm_from_sq(double total_sq);
 // Single-process convenience: grad_norm_from_sq(grad_norm_sq_local(grads, n)).

@@ -54,6 +54,48 @@ void validate_config(const OptimizerConfig& cfg) {
 
 bool needs_master(DType model_dtype) { return model_dtype != DType::kF32; }
 
+// The shard sorted, validated, and clipped to [0, numel) (DP padding past the
+// end of the parameters is dropped); empty pieces removed.
+FlatIntervals normalized_shard(FlatIntervals shard, int64_t numel) {
+  std::sort(shard.begin(), shard.end());
+  FlatIntervals out;
+  for (size_t i = 0; i < shard.size(); ++i) {
+    const auto [begin, end] = shard[i];
+    if (begin < 0 || end < begin) {
+      throw Error(ExitCode::kInternal,
+                  "optimizer: bad shard interval [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+    }
+    if (i > 0 && shard[i - 1].second > begin) {
+      throw Error(ExitCode::kInternal, "optimizer: shard intervals [" + std::to_string(shard[i - 1].first) + ", " +
+                                           std::to_string(shard[i - 1].second) + ") and [" + std::to_string(begin) +
+                                           ", " + std::to_string(end) + ") overlap");
+    }
+    if (std::min(end, numel) > begin) out.emplace_back(begin, std::min(end, numel));
+  }
+  return out;
+}
+
+// ranges ∩ shard (sorted shard), ascending by offset; Segment::state unset.
+template <class Segment>
+std::vector<Segment> intersect_ranges(const std::vector<ParamRange>& ranges, const FlatIntervals& shard) {
+  std::vector<const ParamRange*> sorted;
+  for (const ParamRange& r : ranges) sorted.push_back(&r);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ParamRange* a, const ParamRange* b) { return a->offset < b->offset; });
+  std::vector<Segment> out;
+  size_t k = 0;
+  for (const ParamRange* r : sorted) {
+    const int64_t r_end = r->offset + r->numel;
+    while (k < shard.size() && shard[k].second <= r->offset) ++k;  // shard pieces before this range
+    for (size_t j = k; j < shard.size() && shard[j].first < r_end; ++j) {
+      const int64_t begin = std::max(r->offset, shard[j].first);
+      const int64_t end = std::min(r_end, shard[j].second);
+      if (begin < end) out.push_back({begin, end, 0, r->apply_weight_decay});
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t Optimizer::state_bytes(int64_t numel, DType model_dtype, const OptimizerConfig& cfg) {
@@ -66,11 +108,25 @@ int64_t Optimizer::state_bytes(int64_t numel, DType model_dtype, const Optimizer
 
 Optimizer::Optimizer(device::Device& dev, std::vector<ParamRange> ranges, int64_t numel, DType model_dtype,
                      OptimizerConfig cfg, bool meta)
-    : ranges_(std::move(ranges)), numel_(numel), model_dtype_(model_dtype), cfg_(std::move(cfg)), meta_(meta) {
+    : Optimizer(dev, std::move(ranges), numel, model_dtype, std::move(cfg), FlatIntervals{}, meta) {}
+
+Optimizer::Optimizer(device::Device& dev, std::vector<ParamRange> ranges, int64_t numel, DType model_dtype,
+                     OptimizerConfig cfg, FlatIntervals shard, bool meta)
+    : ranges_(std::move(ranges)),
+      numel_(numel),
+      model_dtype_(model_dtype),
+      cfg_(std::move(cfg)),
+      meta_(meta),
+      sharded_(!shard.empty()) {
   validate_config(cfg_);
   validate_ranges(ranges_, numel_);
   kind_ = cfg_.type == "adam" ? Kind::kAdam : Kind::kSgd;
-  const Shape shape{numel_};
+  build_segments(normalized_shard(std::move(shard), numel_));
+  allocate_states(dev);
+}
+
+void Optimizer::allocate_states(device::Device& dev) {
+  const Shape shape{state_numel_};
   if (kind_ == Kind::kAdam) {
     exp_avg_ = Tensor(dev, shape, DType::kF32, MemCategory::kOptimizer, "optimizer exp_avg (Adam m)", meta_);
     exp_avg_sq_ = Tensor(dev, shape, DType::kF32, MemCategory::kOptimizer, "optimizer exp_avg_sq (Adam v)", meta_);
@@ -80,28 +136,60 @@ Optimizer::Optimizer(device::Device& dev, std::vector<ParamRange> ranges, int64_
   if (needs_master(model_dtype_)) {
     master_ = Tensor(dev, shape, DType::kF32, MemCategory::kOptimizer, "optimizer fp32 master params", meta_);
   }
-  build_segments();
 }
 
-void Optimizer::build_segments() {
-  for (const ParamRange& r : ranges_) {
-    for (int64_t b = r.offset; b < r.offset + r.numel; b += kSegmentElems) {
-      segments_.push_back({b, std::min(b + kSegmentElems, r.offset + r.numel), r.apply_weight_decay});
+// Unsharded: the states are flat (P) buffers indexed like params. Sharded: the
+// pieces shard ∩ ranges in ascending order, packed back to back. A meta
+// optimizer never touches data, so it keeps no segments (a dry run of a large
+// model would otherwise hold millions).
+void Optimizer::build_segments(const FlatIntervals& shard) {
+  std::vector<Segment> pieces;
+  if (!sharded_) {
+    for (const ParamRange& r : ranges_) {
+      pieces.push_back({r.offset, r.offset + r.numel, r.offset, r.apply_weight_decay});
+    }
+    state_numel_ = numel_;
+    if (numel_ > 0) state_intervals_.emplace_back(0, numel_);
+  } else {
+    pieces = intersect_ranges<Segment>(ranges_, shard);
+    for (Segment& p : pieces) {
+      p.state = state_numel_;
+      state_numel_ += p.end - p.begin;
+      if (!state_intervals_.empty() && state_intervals_.back().second == p.begin) {
+        state_intervals_.back().second = p.end;
+      } else {
+        state_intervals_.emplace_back(p.begin, p.end);
+      }
+    }
+  }
+  if (meta_) return;
+  for (const Segment& p : pieces) {
+    for (int64_t b = p.begin; b < p.end; b += kSegmentElems) {
+      segments_.push_back({b, std::min(b + kSegmentElems, p.end), p.state + (b - p.begin), p.decay});
     }
   }
 }
 
 void Optimizer::init_master_from(const float* params) {
   if (!master_.defined()) return;
-  if (master_.data() && numel_ > 0) std::memcpy(master_.data(), params, static_cast<size_t>(numel_) * sizeof(float));
+  float* master = master_.data();
+  if (master && !sharded_ && numel_ > 0) {
+    std::memcpy(master, params, static_cast<size_t>(numel_) * sizeof(float));
+  } else if (master) {
+    for (const Segment& s : segments_) {
+      std::memcpy(master + s.state, params + s.begin, static_cast<size_t>(s.end - s.begin) * sizeof(float));
+    }
+  }
   master_valid_ = true;
 }
 
 void Optimizer::sync_params_from_master(float* params) {
   if (!master_.defined()) return;
-  if (master_.data() && numel_ > 0) {
+  if (master_.data() && !sharded_ && numel_ > 0) {
     std::memcpy(params, master_.data(), static_cast<size_t>(numel_) * sizeof(float));
     kernels::round_to_dtype(params, numel_, model_dtype_);
+  } else if (master_.data()) {
+    for (const Segment& s : segments_) publish_segment(params, s);
   }
   master_valid_ = true;
 }
@@ -131,9 +219,9 @@ void Optimizer::step(float* params, const float* grads, double lr, double grad_s
 }
 
 void Optimizer::publish_segment(float* params, const Segment& s) const {
-  const float* master = master_.data();
-  for (int64_t i = s.begin; i < s.end; ++i) params[i] = master[i];
-  kernels::round_to_dtype(params + s.begin, s.end - s.begin, model_dtype_);
+  const int64_t n = s.end - s.begin;
+  std::memcpy(params + s.begin, master_.data() + s.state, static_cast<size_t>(n) * sizeof(float));
+  kernels::round_to_dtype(params + s.begin, n, model_dtype_);
 }
 
 // Arithmetic of apex's FusedAdam in AdamW mode (what Megatron's "adam" runs),
@@ -151,26 +239,31 @@ void Optimizer::adam_step(float* params, const float* grads, double lr, float gr
   const float eps = static_cast<float>(cfg_.eps);
   const float lr_f = static_cast<float>(lr);
   const float wd = static_cast<float>(cfg_.weight_decay);
-  float* target = master_.defined() ? master_.data() : params;
-  float* m = exp_avg_.data();
-  float* v = exp_avg_sq_.data();
+  float* master = master_.data();  // nullptr: fp32 model, params are the target
+  float* m_all = exp_avg_.data();
+  float* v_all = exp_avg_sq_.data();
   const int64_t nseg = static_cast<int64_t>(segments_.size());
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < nseg; ++k) {
     const Segment& s = segments_[k];
     const float decay = s.decay ? wd : 0.0f;
+    const int64_t n = s.end - s.begin;
+    const float* g_seg = grads + s.begin;
+    float* p = master ? master + s.state : params + s.begin;
+    float* m = m_all + s.state;
+    float* v = v_all + s.state;
 #pragma omp simd
-    for (int64_t i = s.begin; i < s.end; ++i) {
-      const float g = grads[i] * grad_scale;
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = g_seg[i] * grad_scale;
       const float mi = b1 * m[i] + one_minus_b1 * g;
       const float vi = b2 * v[i] + one_minus_b2 * g * g;
       m[i] = mi;
       v[i] = vi;
       const float denom = std::sqrt(vi / bc2) + eps;
-      const float update = (mi / bc1) / denom + decay * target[i];
-      target[i] = target[i] - lr_f * update;
+      const float update = (mi / bc1) / denom + decay * p[i];
+      p[i] = p[i] - lr_f * update;
     }
-    if (target != params) publish_segment(params, s);
+    if (master) publish_segment(params, s);
   }
 }
 
@@ -180,28 +273,30 @@ void Optimizer::sgd_step(float* params, const float* grads, double lr, float gra
   const float momentum = static_cast<float>(cfg_.sgd_momentum);
   const float lr_f = static_cast<float>(lr);
   const float wd = static_cast<float>(cfg_.weight_decay);
-  float* target = master_.defined() ? master_.data() : params;
-  float* buf = momentum_.data();  // nullptr when momentum == 0
+  float* master = master_.data();     // nullptr: fp32 model, params are the target
+  float* buf_all = momentum_.data();  // nullptr when momentum == 0
   const int64_t nseg = static_cast<int64_t>(segments_.size());
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < nseg; ++k) {
     const Segment& s = segments_[k];
     const float decay = s.decay ? wd : 0.0f;
-    if (buf) {
+    const int64_t n = s.end - s.begin;
+    const float* g = grads + s.begin;
+    float* p = master ? master + s.state : params + s.begin;
+    if (buf_all) {
+      float* buf = buf_all + s.state;
 #pragma omp simd
-      for (int64_t i = s.begin; i < s.end; ++i) {
-        const float d = grads[i] * grad_scale + decay * target[i];
+      for (int64_t i = 0; i < n; ++i) {
+        const float d = g[i] * grad_scale + decay * p[i];
         const float b = momentum * buf[i] + d;
         buf[i] = b;
-        target[i] = target[i] - lr_f * b;
+        p[i] = p[i] - lr_f * b;
       }
     } else {
 #pragma omp simd
-      for (int64_t i = s.begin; i < s.end; ++i) {
-        target[i] = target[i] - lr_f * (grads[i] * grad_scale + decay * target[i]);
-      }
+      for (int64_t i = 0; i < n; ++i) p[i] = p[i] - lr_f * (g[i] * grad_scale + decay * p[i]);
     }
-    if (target != params) publish_segment(params, s);
+    if (master) publish_segment(params, s);
   }
 }
 

@@ -4,10 +4,13 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
+#include "common/errors.h"
 #include "common/rng.h"
 
 namespace mtrain::optim {
@@ -50,6 +53,56 @@ TEST(GradNorm, BitIdenticalForAnyThreadCount) {
   const double two = grad_norm_sq_local(g.data(), n);
   omp_set_num_threads(saved);
   EXPECT_EQ(one, two);
+}
+
+// Intervals chosen to cut blocks and lanes at odd places: lengths not multiples
+// of 8, an empty interval, one longer than a block, out of flat order.
+std::vector<std::pair<int64_t, int64_t>> odd_intervals() {
+  return {{5, 1000}, {1000, 1003}, {77777, 77777}, {200003, 520011}, {2001, 3999}, {600000, 600001}, {700013, 999999}};
+}
+
+TEST(GradNormIntervals, MatchesNaiveDoubleLoop) {
+  const int64_t n = 1000003;
+  const std::vector<float> g = random_grads(n, 21);
+  double naive = 0.0;
+  for (const auto& [begin, end] : odd_intervals()) {
+    for (int64_t i = begin; i < end; ++i) naive += static_cast<double>(g[i]) * g[i];
+  }
+  EXPECT_NEAR(grad_norm_sq_intervals(g.data(), odd_intervals()), naive, 1e-12 * naive);
+  const float small[3] = {3.0f, 100.0f, 4.0f};
+  EXPECT_EQ(grad_norm_sq_intervals(small, {{0, 1}, {2, 3}}), 25.0);
+  EXPECT_EQ(grad_norm_sq_intervals(small, {}), 0.0);
+  EXPECT_EQ(grad_norm_sq_intervals(nullptr, {{4, 4}}), 0.0);
+  EXPECT_THROW(grad_norm_sq_intervals(small, {{2, 1}}), Error);
+  EXPECT_THROW(grad_norm_sq_intervals(small, {{-1, 1}}), Error);
+}
+
+// The same block scheme as grad_norm_sq_local: one interval gives its bits,
+// and cutting the sequence into adjacent pieces changes nothing.
+TEST(GradNormIntervals, SameBitsAsLocalSumAndIndependentOfPieces) {
+  for (int64_t n : {int64_t{1}, int64_t{63}, int64_t{1000}, int64_t{100003}}) {
+    const std::vector<float> g = random_grads(n, 33);
+    const double whole = grad_norm_sq_local(g.data(), n);
+    EXPECT_EQ(grad_norm_sq_intervals(g.data(), {{0, n}}), whole) << n;
+    std::vector<std::pair<int64_t, int64_t>> pieces;
+    for (int64_t b = 0; b < n; b += 1 + b % 13) pieces.emplace_back(b, std::min(n, b + 1 + b % 13));
+    EXPECT_EQ(grad_norm_sq_intervals(g.data(), pieces), whole) << n;
+  }
+}
+
+TEST(GradNormIntervals, BitIdenticalForAnyThreadCount) {
+  const int64_t n = 1000003;
+  const std::vector<float> g = random_grads(n, 9);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double one = grad_norm_sq_intervals(g.data(), odd_intervals());
+  omp_set_num_threads(2);
+  const double two = grad_norm_sq_intervals(g.data(), odd_intervals());
+  omp_set_num_threads(3);
+  const double three = grad_norm_sq_intervals(g.data(), odd_intervals());
+  omp_set_num_threads(saved);
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one, three);
 }
 
 TEST(GradNorm, NonFinitePropagates) {
