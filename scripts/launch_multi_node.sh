@@ -17,8 +17,7 @@
 # MASTER_PORT (default 29500; ompi-server uses MASTER_PORT+1), NPROC_PER_NODE
 # (default 2), MTRAIN_RDZV_TIMEOUT (default 120 s), MTRAIN_IFNAME (the NIC for
 # OpenMPI's traffic; default: the one that reaches MASTER_ADDR), TP / PP for `demo`.
-# Ports and firewalls: docs/LAUNCH.md. Until the parallel-training work lands,
-# `demo` with more than one rank stops with exit code 8 and says so.
+# Ports and firewalls: docs/LAUNCH.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${MTRAIN_BUILD_DIR:-$ROOT/build}"

@@ -10,8 +10,6 @@
 #
 # Variables: NPROC_PER_NODE (default 4), ASCEND_RT_VISIBLE_DEVICES, OMP_NUM_THREADS,
 # TP / PP for `demo` (DP = NPROC_PER_NODE / (TP*PP)); docs/LAUNCH.md has all of them.
-# Note: multi-rank training arrives with the parallel-training work; until then
-# `demo` with more than one rank stops with exit code 8 and says so.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${MTRAIN_BUILD_DIR:-$ROOT/build}"

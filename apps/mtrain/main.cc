@@ -8,12 +8,14 @@
 //    are joined into one world, rendezvous.h). Checks every rank makes alike are
 //    agreed across ranks and printed once (launch_rank.h); then the command runs.
 // Every mtrain::Error becomes its message, a hint and the exit code of its
-// class (README "Exit codes").
+// class (README "Exit codes"); an error every rank hits alike at run time is
+// printed once, others by their rank (launch_rank.h).
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "mtrain/launch/launch_rank.h"
 #include "mtrain/launch/launch_run.h"
 #include "mtrain/launch/rendezvous.h"
+#include "parallel/mpi_comm.h"
 #include "train/run.h"
 
 namespace {
@@ -62,17 +65,6 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   }
   const std::string profile = devices ? p.devices.device_profile : p.inv.args.device_profile;
   p.placement = mtrain::launch::place_device(profile, env, world, &p.warnings);
-  if (!devices && world.size > 1) {
-    const auto& a = p.inv.args;
-    throw mtrain::DistributedError(
-        fmt::format("multi-rank training is not implemented yet (world size {}: tensor parallel {}, pipeline "
-                    "parallel {}, data parallel {}); mtrain will not run {} independent trainings",
-                    world.size, a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.data_parallel_size,
-                    world.size),
-        "run `mtrain " + p.inv.command +
-            "` as one process (unset NPROC_PER_NODE/NNODES, no mpirun); `mtrain "
-            "devices` shows a launch's ranks and devices");
-  }
   return p;
 }
 
@@ -80,7 +72,16 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   if (p.inv.command == "devices") {
     return mtrain::launch::run_devices_command(p.devices, p.placement, world, mpi ? mpi->comm() : MPI_COMM_NULL);
   }
-  return mtrain::train::run_training(p.inv.args);
+  mtrain::train::RunContext ctx;
+  ctx.device_index = p.placement.device;
+  ctx.local_ranks = world.local_size;
+  if (!mpi) return mtrain::train::run_training(p.inv.args, ctx);
+  // The rank's communicators live only as long as the run: they must be gone
+  // before MPI is finalised (a cross-node communicator alive at MPI_Finalize hangs).
+  mtrain::parallel::ParallelState state =
+      mtrain::parallel::make_mpi_parallel_state(mtrain::train::process_grid_from_args(p.inv.args), mpi->comm());
+  ctx.parallel = &state;
+  return mtrain::train::run_training(p.inv.args, ctx);
 }
 
 // This process does the work: alone, or as one rank of a launch.
@@ -107,13 +108,18 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
   }
   int rc = 0;
   if (p.inv.action == mtrain::config::Invocation::Action::kRun && !p.devices.help) {
+    std::optional<mtrain::launch::FailureChannel> failures;
+    if (mpi && world.size > 1) failures.emplace(mpi->comm());
     try {
       rc = run_command(p, world, mpi.get());
     } catch (...) {
       error = std::current_exception();
-      mtrain::launch::print_error(error, world, world.size > 1);
       rc = mtrain::launch::exit_code_of(error);
-      if (mpi && world.size > 1) mpi->abort(rc);  // the others may be waiting in a collective
+      if (!failures) {
+        mtrain::launch::print_error(error, world, false);
+      } else if (!mtrain::launch::report_command_failure(*failures, world, error)) {
+        mpi->abort(rc);  // the others may be waiting in a collective
+      }
     }
   }
   if (mpi) mpi->finalize();

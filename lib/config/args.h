@@ -59,12 +59,14 @@ struct Args {
   int expert_model_parallel_size = 1;
   bool sequence_parallel = false;  // forced off (with a warning) at TP=1
   bool use_distributed_optimizer = true;
-  bool use_tp_pp_dp_mapping = false;  // rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp
+  bool use_tp_pp_dp_mapping = false;        // rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp
+  double distributed_timeout_minutes = 10;  // per-rank watchdog (train/watchdog.h); world size > 1 only
   std::optional<int> decoder_first_pipeline_num_layers;
   std::optional<int> decoder_last_pipeline_num_layers;
   std::optional<int> num_layers_per_virtual_pipeline_stage;
   std::optional<int> virtual_pipeline_model_parallel_size;  // derived from the above; None when 1
   bool overlap_grad_reduce = false;
+  std::optional<int> ddp_bucket_size;                              // None: Megatron's max(40M, 1M * DP)
   std::optional<std::string> recompute_granularity = "selective";  // full | selective; "none" -> None
   std::optional<std::string> recompute_method;                     // uniform | block (full only)
   std::optional<int> recompute_num_layers;

@@ -144,6 +144,13 @@ std::vector<FlagSpec> parallel_flags() {
        .field = &Args::use_distributed_optimizer,
        .group = P,
        .help = "Shard optimizer state across data-parallel ranks (ZeRO-1). Megatron-LM default false."},
+      {.name = "distributed_timeout_minutes",
+       .field = &Args::distributed_timeout_minutes,
+       .group = P,
+       .help = "Watchdog: a rank whose training makes no progress (no step, no collective) for this many minutes "
+               "ends with exit code 8, naming itself, so a stuck or dead peer never hangs the job. Fractions are "
+               "allowed (0.5 = 30 s). Active only with more than one rank (a single process has no peer to wait "
+               "for). Megatron-LM default 10."},
       {.name = "use_tp_pp_dp_mapping",
        .field = &Args::use_tp_pp_dp_mapping,
        .group = P,
@@ -169,7 +176,15 @@ std::vector<FlagSpec> parallel_flags() {
       {.name = "overlap_grad_reduce",
        .field = &Args::overlap_grad_reduce,
        .group = P,
-       .help = "Overlap the data-parallel gradient reduction with backward (not implemented yet)."},
+       .help = "Start each data-parallel gradient bucket's reduction as soon as the last micro-batch's backward has "
+               "produced all its gradients, overlapping it with the rest of backward. The results are "
+               "bit-identical to the reduction after backward."},
+      {.name = "ddp_bucket_size",
+       .field = &Args::ddp_bucket_size,
+       .group = P,
+       .help = "Elements per data-parallel gradient bucket (rounded up to a multiple of the DP size). Smaller "
+               "buckets start reducing earlier with --overlap_grad_reduce.",
+       .default_text = "max(40000000, 1000000 * data parallel size)"},
       {.name = "recompute_granularity",
        .field = &Args::recompute_granularity,
        .group = P,

@@ -144,13 +144,14 @@ void check_logging(Args& a) {
 
 std::vector<std::string> validate(Args& args, int world_size) {
   std::vector<std::string> warnings;
-  check_supported(args);
   check_model(args);
   check_kernels(args);
   detail::check_parallel(args, world_size, warnings);
   detail::check_training(args, warnings);
   check_data(args);
   check_logging(args);
+  // Last: a setting that is wrong in itself gets Megatron's message first.
+  check_supported(args);
   return warnings;
 }
 

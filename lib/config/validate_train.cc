@@ -1,6 +1,8 @@
 // Validation, part 2: parallel layout, batch sizes, schedule and precision.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "common/errors.h"
 #include "config/validate.h"
 #include "config/validate_parts.h"
@@ -105,11 +107,17 @@ void check_layout(Args& a, int world_size) {
                                   a.num_attention_heads, tp),
                       "each TP rank holds whole heads: change --num_attention_heads or --tensor_model_parallel_size");
   }
-  if (a.num_query_groups % tp != 0 && tp % a.num_query_groups != 0) {
-    throw ConfigError(fmt::format("num_query_groups ({}) must be a multiple or divisor of "
-                                  "tensor_model_parallel_size ({}).",
-                                  a.num_query_groups, tp),
-                      "change --num_query_groups or --tensor_model_parallel_size");
+  const int groups = a.group_query_attention ? a.num_query_groups : a.num_attention_heads;
+  if (groups % tp != 0) {
+    throw ConfigError(
+        fmt::format("num_query_groups ({}) must be a multiple of tensor_model_parallel_size ({}).", groups, tp),
+        "each TP rank holds whole key/value groups (mtrain does not replicate them over TP ranks): "
+        "change --num_query_groups or --tensor_model_parallel_size");
+  }
+  if (a.ffn_hidden_size && *a.ffn_hidden_size % tp != 0) {
+    throw ConfigError(fmt::format("ffn_hidden_size ({}) must be divisible by tensor_model_parallel_size ({})",
+                                  *a.ffn_hidden_size, tp),
+                      "the MLP is split evenly over the TP ranks");
   }
   if (a.num_layers_per_virtual_pipeline_stage || a.virtual_pipeline_model_parallel_size) {
     check_virtual_pipeline(a);
@@ -164,12 +172,23 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
     warnings.emplace_back("Disabling sequence parallelism because tensor model parallelism is disabled");
     a.sequence_parallel = false;
   }
+  if (a.sequence_parallel && *a.seq_length % a.tensor_model_parallel_size != 0) {
+    throw ConfigError(fmt::format("--seq_length {} must be divisible by tensor_model_parallel_size ({}) with "
+                                  "sequence parallelism",
+                                  *a.seq_length, a.tensor_model_parallel_size),
+                      "sequence parallelism splits the tokens of a micro-batch over the TP ranks");
+  }
   if (a.context_parallel_size > 1 && *a.seq_length % (2 * a.context_parallel_size) != 0) {
     throw ConfigError(
         "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.",
         fmt::format("--seq_length {} with --context_parallel_size {}", *a.seq_length, a.context_parallel_size));
   }
   check_recompute(a);
+  if (!(a.distributed_timeout_minutes > 0) || !std::isfinite(a.distributed_timeout_minutes)) {
+    throw ConfigError(
+        fmt::format("--distributed_timeout_minutes must be a number > 0, got {}", a.distributed_timeout_minutes),
+        "it is how long a rank may make no progress before the watchdog ends it (fractions allowed: 0.5 = 30 s)");
+  }
   require_positive(a.micro_batch_size, "micro_batch_size");
   require_positive(a.global_batch_size, "global_batch_size");
   const int per_step = a.micro_batch_size * a.data_parallel_size;
@@ -180,6 +199,13 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
                       "global_batch_size = micro_batch_size x data parallel size x number of micro batches");
   }
   a.num_micro_batches = a.global_batch_size / per_step;
+  if (a.virtual_pipeline_model_parallel_size && a.num_micro_batches % a.pipeline_model_parallel_size != 0) {
+    throw ConfigError(fmt::format("number of microbatches ({}) is not divisible by pipeline-model-parallel-size ({}) "
+                                  "when using interleaved schedule",
+                                  a.num_micro_batches, a.pipeline_model_parallel_size),
+                      "global_batch_size / (micro_batch_size x data parallel size) must be a multiple of "
+                      "--pipeline_model_parallel_size");
+  }
 }
 
 }  // namespace detail

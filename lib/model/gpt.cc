@@ -1,93 +1,152 @@
+// GptModel construction: parameters (with their TP shards), activation slots
+// per chunk, and the zeroing bookkeeping of backward(zero_grads). The forward
+// and backward passes are in gpt_step.cc.
 #include "model/gpt.h"
 
-#include <cstring>
-
 #include "common/errors.h"
-#include "common/rng.h"
-#include "tensor/activation.h"
-#include "tensor/cross_entropy.h"
-#include "tensor/embedding.h"
-#include "tensor/linear.h"
-#include "tensor/norm.h"
+#include "parallel/local_comm.h"
 #include "tensor/precision.h"
 
 namespace mtrain::model {
 
 using device::MemCategory;
-namespace k = kernels;
 
-enum : uint64_t { kSiteEmbeddingDropout = 1000 };
+GptModel::GptModel(const ModelConfig& config, device::Device& dev, bool meta)
+    : GptModel(config, dev, nullptr, meta, {}) {}
 
-GptModel::GptModel(const ModelConfig& config, device::Device& dev, bool meta) : config_(config), dev_(dev) {
+GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm& tp, bool meta,
+                   const std::function<int64_t(int64_t)>& padded_numel)
+    : GptModel(config, dev, &tp, meta, padded_numel) {}
+
+GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm* tp, bool meta,
+                   const std::function<int64_t(int64_t)>& padded_numel)
+    : config_(config), dev_(dev), tp_(tp) {
   const ModelConfig& c = config_;
+  if (!tp_) {
+    own_tp_ = std::make_unique<parallel::SelfComm>("tp");
+    tp_ = own_tp_.get();
+  }
+  if (tp_->size() != c.tp || tp_->rank() != c.tp_rank)
+    throw Error(ExitCode::kInternal, "GptModel: the TP group does not match ModelConfig tp / tp_rank");
+  if (c.heads % c.tp != 0 || c.groups % c.tp != 0 || c.ffn % c.tp != 0 || c.padded_vocab % c.tp != 0)
+    throw Error(ExitCode::kInternal, "GptModel: heads, query groups, FFN and padded vocabulary must split over TP");
+  for (const ModelChunk& spec : c.chunk_list()) chunks_.push_back(Chunk{spec, {}, {}});
   build_params();
   check_grad_coverage();
-  params_.finalize(dev, c.dtype, meta);
+  params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_.unpadded_numel()) : 0);
   params_.initialize(c.seed, c.init_std, c.num_layers, c.dtype);
-
-  const int64_t N = c.micro_batch * c.seq_length, C = c.hidden, V = c.padded_vocab;
-  auto act = [&](Shape s, DType t, const char* name) {
-    return Tensor(dev, std::move(s), t, MemCategory::kActivations, name, meta);
-  };
-  residuals_ = act({c.num_layers + 1, N, C}, c.dtype, "residual stream (per layer input)");
-  // Recomputed layers share slot 0; every other layer keeps its own.
-  int shared = -1, next = 0;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    if (c.layer_recomputed(l)) {
-      if (shared < 0) shared = next++;
-      slot_of_.push_back(shared);
-    } else {
-      slot_of_.push_back(next++);
-    }
-  }
-  slots_.resize(next);
-  for (size_t i = 0; i < slots_.size(); ++i) allocate_layer_acts(slots_[i], c, dev, meta, static_cast<int>(i));
-  allocate_workspace(ws_, c, dev, meta);
-  lnf_ = act({N, C}, c.dtype, "final norm output");
-  lnf_rstd_ = act({N}, DType::kF32, "final norm rstd");
-  if (!c.rmsnorm) lnf_mean_ = act({N}, DType::kF32, "final norm mean");
-  // Logits are computed in fp32 for the loss, as Megatron does.
-  logits_ = act({N, V}, DType::kF32, "logits");
-  if (c.fusions.cross_entropy) {
-    ce_stats_ = act({N, 2}, DType::kF32, "cross-entropy statistics");
-  } else {
-    ce_scratch_ = act({N, V}, DType::kF32, "log-softmax (unfused cross-entropy)");
-  }
-  losses_ = act({N}, DType::kF32, "per-token losses");
-  dres_ = act({N, C}, c.dtype, "grad of residual stream");
-  dlnf_ = act({N, C}, c.dtype, "grad of final norm output");
+  allocate_chunks(meta);
 }
+
+GptModel::~GptModel() = default;
 
 void GptModel::build_params() {
   const ModelConfig& c = config_;
   const int64_t C = c.hidden, QKV = c.qkv_width(), HD = c.heads * c.head_dim;
   const bool ln = !c.rmsnorm;
-  auto norm = [&](const std::string& prefix, int& w, int& b) {
-    w = params_.add(prefix + ".weight", {C}, false, Init::kOnes);
-    if (ln) b = params_.add(prefix + ".bias", {C}, false, Init::kZeros);
+  const TpShard rows{TpSplit::kRows, 1, c.tp, c.tp_rank}, cols{TpSplit::kCols, 1, c.tp, c.tp_rank};
+  const TpShard gate_up{TpSplit::kRows, c.swiglu ? 2 : 1, c.tp, c.tp_rank};
+  // Replicated over TP: counted in the norm once; partial per token shard under SP.
+  auto replicated = [&](const std::string& name, Shape shape, bool decay, Init init) {
+    const int i = params_.add(name, std::move(shape), decay, init);
+    params_.mutable_info(i).counts_in_norm = c.tp_rank == 0;
+    params_.mutable_info(i).sequence_parallel_grad = c.sequence_parallel;
+    return i;
   };
-  wte_ = params_.add("embedding.word_embeddings.weight", {c.padded_vocab, C}, true, Init::kNormal);
-  if (!c.rope) wpe_ = params_.add("embedding.position_embeddings.weight", {c.max_positions, C}, true, Init::kNormal);
-  layers_.resize(c.num_layers);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    LayerParams& lp = layers_[i];
-    const int first = static_cast<int>(params_.infos().size());
-    const std::string p = "decoder.layers." + std::to_string(i) + ".";
-    norm(p + "input_layernorm", lp.ln1_w, lp.ln1_b);
-    lp.qkv_w = params_.add(p + "self_attention.linear_qkv.weight", {QKV, C}, true, Init::kNormal);
-    if (c.add_bias_linear || c.add_qkv_bias)
-      lp.qkv_b = params_.add(p + "self_attention.linear_qkv.bias", {QKV}, false, Init::kZeros);
-    lp.proj_w = params_.add(p + "self_attention.linear_proj.weight", {C, HD}, true, Init::kScaledNormal);
-    if (c.add_bias_linear) lp.proj_b = params_.add(p + "self_attention.linear_proj.bias", {C}, false, Init::kZeros);
-    norm(p + "pre_mlp_layernorm", lp.ln2_w, lp.ln2_b);
-    lp.fc1_w = params_.add(p + "mlp.linear_fc1.weight", {c.fc1_width(), C}, true, Init::kNormal);
-    if (c.add_bias_linear) lp.fc1_b = params_.add(p + "mlp.linear_fc1.bias", {c.fc1_width()}, false, Init::kZeros);
-    lp.fc2_w = params_.add(p + "mlp.linear_fc2.weight", {C, c.ffn}, true, Init::kScaledNormal);
-    if (c.add_bias_linear) lp.fc2_b = params_.add(p + "mlp.linear_fc2.bias", {C}, false, Init::kZeros);
-    layer_param_span_.emplace_back(first, static_cast<int>(params_.infos().size()) - 1);
+  auto norm = [&](const std::string& prefix, int& w, int& b) {
+    w = replicated(prefix + ".weight", {C}, false, Init::kOnes);
+    if (ln) b = replicated(prefix + ".bias", {C}, false, Init::kZeros);
+  };
+  for (Chunk& ch : chunks_) {
+    if (ch.spec.pre) {
+      wte_ = params_.add("embedding.word_embeddings.weight", {c.padded_vocab, C}, true, Init::kNormal, rows);
+      if (!c.rope) wpe_ = replicated("embedding.position_embeddings.weight", {c.max_positions, C}, true, Init::kNormal);
+    }
+    for (int64_t i = 0; i < ch.spec.num_layers; ++i) {
+      LayerParams lp;
+      const int first = static_cast<int>(params_.infos().size());
+      const std::string p = "decoder.layers." + std::to_string(ch.spec.first_layer + i) + ".";
+      norm(p + "input_layernorm", lp.ln1_w, lp.ln1_b);
+      lp.qkv_w = params_.add(p + "self_attention.linear_qkv.weight", {QKV, C}, true, Init::kNormal, rows);
+      if (c.add_bias_linear || c.add_qkv_bias)
+        lp.qkv_b = params_.add(p + "self_attention.linear_qkv.bias", {QKV}, false, Init::kZeros, rows);
+      lp.proj_w = params_.add(p + "self_attention.linear_proj.weight", {C, HD}, true, Init::kScaledNormal, cols);
+      if (c.add_bias_linear) lp.proj_b = replicated(p + "self_attention.linear_proj.bias", {C}, false, Init::kZeros);
+      norm(p + "pre_mlp_layernorm", lp.ln2_w, lp.ln2_b);
+      lp.fc1_w = params_.add(p + "mlp.linear_fc1.weight", {c.fc1_width(), C}, true, Init::kNormal, gate_up);
+      if (c.add_bias_linear)
+        lp.fc1_b = params_.add(p + "mlp.linear_fc1.bias", {c.fc1_width()}, false, Init::kZeros, gate_up);
+      lp.fc2_w = params_.add(p + "mlp.linear_fc2.weight", {C, c.ffn}, true, Init::kScaledNormal, cols);
+      if (c.add_bias_linear) lp.fc2_b = replicated(p + "mlp.linear_fc2.bias", {C}, false, Init::kZeros);
+      ch.layer_index.push_back(static_cast<int>(layers_.size()));
+      layers_.push_back(lp);
+      layer_param_span_.emplace_back(first, static_cast<int>(params_.infos().size()) - 1);
+    }
+    if (ch.spec.post) {
+      norm("decoder.final_layernorm", lnf_w_, lnf_b_);
+      if (c.untie) {
+        out_w_ = params_.add("output_layer.weight", {c.padded_vocab, C}, true, Init::kNormal, rows);
+      } else if (wte_ >= 0) {
+        out_w_ = wte_;  // tied, on the same rank
+      } else {
+        // Tied across pipeline stages: the last stage keeps a copy that
+        // starts equal to the word embeddings; their gradients are summed.
+        out_w_ = params_.add("output_layer.weight", {c.padded_vocab, C}, true, Init::kNormal, rows);
+        ParamInfo& info = params_.mutable_info(out_w_);
+        info.init_name = "embedding.word_embeddings.weight";
+        info.counts_in_norm = false;
+        info.shared_embedding = true;
+      }
+    }
   }
-  norm("decoder.final_layernorm", lnf_w_, lnf_b_);
-  out_w_ = c.untie ? params_.add("output_layer.weight", {c.padded_vocab, C}, true, Init::kNormal) : wte_;
+  // Tied, with the output layer on the last pipeline stage: the first stage's
+  // word embeddings are the other half of the pair.
+  if (!c.untie && wte_ >= 0 && lnf_w_ < 0) params_.mutable_info(wte_).shared_embedding = true;
+}
+
+void GptModel::allocate_chunks(bool meta) {
+  for (size_t ci = 0; ci < chunks_.size(); ++ci) {
+    const int n = ci < config_.chunk_slots.size() ? config_.chunk_slots[ci] : 1;
+    if (n < 1) throw Error(ExitCode::kInternal, "GptModel: a chunk needs at least one activation slot");
+    chunks_[ci].slots.resize(n);
+    for (int s = 0; s < n; ++s) allocate_slot(chunks_[ci].slots[s], chunks_[ci], static_cast<int>(ci), s, meta);
+  }
+  bool any_recomputed = false;
+  for (const Chunk& ch : chunks_)
+    for (int64_t i = 0; i < ch.spec.num_layers; ++i) any_recomputed |= config_.layer_recomputed(i);
+  if (any_recomputed) allocate_layer_acts(recompute_acts_, config_, dev_, meta, -1);
+  allocate_workspace(ws_, config_, dev_, meta);
+  const int64_t Nl = config_.tokens_local(config_.micro_batch * config_.seq_length), C = config_.hidden;
+  auto act = [&](Shape s, const char* name) {
+    return Tensor(dev_, std::move(s), config_.dtype, MemCategory::kActivations, name, meta);
+  };
+  dres_ = act({Nl, C}, "grad of residual stream");
+  dlnf_ = act({Nl, C}, "grad of final norm output");
+}
+
+void GptModel::allocate_slot(ChunkSlot& s, const Chunk& ch, int chunk_id, int slot_id, bool meta) {
+  const ModelConfig& c = config_;
+  const int64_t N = c.micro_batch * c.seq_length, Nl = c.tokens_local(N), C = c.hidden, V = c.vocab_local();
+  const std::string tag = "chunk " + std::to_string(chunk_id) + " slot " + std::to_string(slot_id) + " ";
+  auto act = [&](Shape shape, DType t, const std::string& name) {
+    return Tensor(dev_, std::move(shape), t, MemCategory::kActivations, tag + name, meta);
+  };
+  s.residuals = act({ch.spec.num_layers + 1, Nl, C}, c.dtype, "residual stream (per layer input)");
+  s.layers.resize(ch.spec.num_layers);
+  for (int64_t i = 0; i < ch.spec.num_layers; ++i)
+    if (!c.layer_recomputed(i)) allocate_layer_acts(s.layers[i], c, dev_, meta, static_cast<int>(i));
+  if (!ch.spec.post) return;
+  s.lnf = act({Nl, C}, c.dtype, "final norm output");
+  s.lnf_rstd = act({Nl}, DType::kF32, "final norm rstd");
+  if (!c.rmsnorm) s.lnf_mean = act({Nl}, DType::kF32, "final norm mean");
+  // Logits are computed in fp32 for the loss, as Megatron does.
+  s.logits = act({N, V}, DType::kF32, "logits");
+  if (c.fusions.cross_entropy) {
+    s.ce_stats = act({N, 2}, DType::kF32, "cross-entropy statistics");
+  } else {
+    s.ce_scratch = act({N, V}, DType::kF32, "softmax (unfused cross-entropy)");
+  }
+  s.losses = act({N}, DType::kF32, "per-token losses");
 }
 
 void GptModel::check_grad_coverage() const {
@@ -103,9 +162,9 @@ void GptModel::check_grad_coverage() const {
 }
 
 // Parameter i's gradient plus the alignment padding after it (up to the next
-// parameter), so the zeroed spans tile the whole flat buffer.
+// parameter, or the end of the parameters), so the zeroed spans tile them.
 static int64_t grad_span_end(const ParamStore& ps, int i) {
-  return i + 1 < static_cast<int>(ps.infos().size()) ? ps.info(i + 1).offset : ps.numel();
+  return i + 1 < static_cast<int>(ps.infos().size()) ? ps.info(i + 1).offset : ps.unpadded_numel();
 }
 
 void GptModel::zero_grad(int param) {
@@ -114,92 +173,16 @@ void GptModel::zero_grad(int param) {
   zero_floats(params_.grads().data() + begin, grad_span_end(params_, param) - begin);
 }
 
-void GptModel::zero_layer_grads(int64_t layer) {
+void GptModel::report_ready(int first_param, int last_param) {
+  if (!grad_ready_ || first_param < 0) return;
+  grad_ready_(params_.info(first_param).offset, grad_span_end(params_, last_param));
+}
+
+void GptModel::zero_layer_grads(int layer) {
   if (params_.grads().is_meta()) return;
   const auto [first, last] = layer_param_span_[layer];
   const int64_t begin = params_.info(first).offset;
   zero_floats(params_.grads().data() + begin, grad_span_end(params_, last) - begin);
-}
-
-void GptModel::forward(const TokenBatch& b, uint64_t seed, bool training) {
-  const ModelConfig& c = config_;
-  const int64_t N = b.B * b.T, C = c.hidden, V = c.padded_vocab;
-  if (b.B > c.micro_batch || b.T > c.seq_length)
-    throw Error(ExitCode::kInternal, "micro-batch larger than the model's activation buffers");
-  float* res = residuals_.data();
-  const int64_t stride = c.micro_batch * c.seq_length * C;
-  k::embedding_forward(res, b.tokens, b.positions, params_.param(wte_), wpe_ < 0 ? nullptr : params_.param(wpe_), N, C);
-  if (training && c.hidden_dropout > 0)
-    k::dropout_forward(res, res, N * C, c.hidden_dropout, stream_seed(seed, kSiteEmbeddingDropout));
-  if (c.dtype != DType::kF32) k::round_to_dtype(res, N * C, c.dtype);
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    layer_forward(c, params_, layers_[l], slot_for(l), ws_, res + l * stride, res + (l + 1) * stride, b,
-                  stream_seed(seed, static_cast<uint64_t>(l)), training);
-  }
-  const float* h = res + c.num_layers * stride;
-  if (c.rmsnorm) {
-    k::rmsnorm_forward(lnf_.data(), lnf_rstd_.data(), h, params_.param(lnf_w_), N, C, c.norm_eps, c.fusions.rmsnorm,
-                       ws_.scratch.data());
-  } else {
-    k::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), h, params_.param(lnf_w_),
-                         params_.param(lnf_b_), N, C, c.norm_eps);
-  }
-  if (c.dtype != DType::kF32) k::round_to_dtype(lnf_.data(), N * C, c.dtype);
-  k::linear_forward(logits_.data(), lnf_.data(), params_.param(out_w_), nullptr, N, C, V);
-  if (b.targets) {
-    k::cross_entropy_forward(losses_.data(), c.fusions.cross_entropy ? ce_stats_.data() : nullptr, logits_.data(),
-                             b.targets, N, V, c.fusions.cross_entropy,
-                             c.fusions.cross_entropy ? nullptr : ce_scratch_.data());
-  }
-}
-
-void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, bool training, bool zero_grads) {
-  const ModelConfig& c = config_;
-  const int64_t N = b.B * b.T, C = c.hidden, V = c.padded_vocab;
-  const int64_t stride = c.micro_batch * c.seq_length * C;
-  float* res = residuals_.data();
-  float* scratch = ws_.scratch.data();
-
-  // Loss and LM head; with the fused loss, d(logits) overwrites the logits in place.
-  k::cross_entropy_backward(logits_.data(), logits_.data(), c.fusions.cross_entropy ? ce_stats_.data() : nullptr,
-                            b.targets, dloss, N, V, c.fusions.cross_entropy,
-                            c.fusions.cross_entropy ? nullptr : ce_scratch_.data());
-  if (zero_grads) zero_grad(out_w_);  // tied: the word embeddings, before the scatter below adds to them
-  k::linear_backward(dlnf_.data(), params_.grad(out_w_), nullptr, logits_.data(), lnf_.data(), params_.param(out_w_), N,
-                     C, V);
-  if (c.dtype != DType::kF32) k::round_to_dtype(dlnf_.data(), N * C, c.dtype);
-  std::memset(dres_.data(), 0, sizeof(float) * N * C);
-  const float* h = res + c.num_layers * stride;
-  if (zero_grads) {
-    zero_grad(lnf_w_);
-    zero_grad(lnf_b_);
-  }
-  if (c.rmsnorm) {
-    k::rmsnorm_backward(dres_.data(), params_.grad(lnf_w_), dlnf_.data(), h, params_.param(lnf_w_), lnf_rstd_.data(), N,
-                        C, c.fusions.rmsnorm, scratch);
-  } else {
-    k::layernorm_backward(dres_.data(), params_.grad(lnf_w_), params_.grad(lnf_b_), dlnf_.data(), h,
-                          params_.param(lnf_w_), lnf_mean_.data(), lnf_rstd_.data(), N, C);
-  }
-  for (int64_t l = c.num_layers - 1; l >= 0; --l) {
-    const uint64_t lseed = stream_seed(seed, static_cast<uint64_t>(l));
-    const float* x = res + l * stride;
-    if (c.layer_recomputed(l)) {
-      // Re-run this layer's forward from its saved input into the shared slot;
-      // the output lands in a spare buffer (d_ln is free at this point).
-      layer_forward(c, params_, layers_[l], slot_for(l), ws_, x, ws_.d_ln.data(), b, lseed, training);
-    }
-    if (zero_grads) zero_layer_grads(l);
-    layer_backward(c, params_, layers_[l], slot_for(l), ws_, x, dres_.data(), b, lseed, training);
-  }
-  if (training && c.hidden_dropout > 0)
-    k::dropout_backward(dres_.data(), dres_.data(), N * C, c.hidden_dropout, stream_seed(seed, kSiteEmbeddingDropout));
-  if (zero_grads) {
-    if (wte_ != out_w_) zero_grad(wte_);
-    zero_grad(wpe_);
-  }
-  k::embedding_backward(params_.grad(wte_), wpe_ < 0 ? nullptr : params_.grad(wpe_), dres_.data(), b.tokens,
-                        b.positions, N, C);
 }
 
 }  // namespace mtrain::model

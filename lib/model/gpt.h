@@ -1,14 +1,23 @@
-// GptModel: Megatron's GPT family (GPT-2, Llama, Qwen2 shapes) on one
-// simulated NPU: embedding -> L decoder layers -> final norm -> LM head ->
-// cross-entropy. Parameters live in a ParamStore; activations for one
-// micro-batch of up to (micro_batch, seq_length) tokens are allocated once on
-// the device at construction (the memory a real run would hold).
+// GptModel: Megatron's GPT family (GPT-2, Llama, Qwen2 shapes) as one rank
+// holds it: embedding -> L decoder layers -> final norm -> LM head ->
+// cross-entropy, cut into the model chunks of this rank's pipeline stage
+// (ModelConfig::chunks; the whole model by default) and split over the
+// tensor-parallel group (ModelConfig::tp: heads, FFN and vocabulary; with
+// sequence parallelism the residual stream holds N/tp tokens). The parallel
+// layers come from lib/parallel/tensor_parallel.h; this class only picks them.
 //
-// Recompute: with --recompute_granularity full, the recomputed layers share
-// one activation slot and backward re-runs each such layer's forward from its
-// saved input (dropout masks are counter-based, so recomputation is exact).
+// Parameters live in one ParamStore; activations are allocated once on the
+// device: chunk_slots[c] activation sets for chunk c (the micro-batches a
+// pipeline schedule keeps in flight), each for up to (micro_batch,
+// seq_length) tokens — the memory a real run would hold.
+//
+// Recompute: with --recompute_granularity full, the recomputed layers of all
+// chunks and slots share one activation set and backward re-runs each such
+// layer's forward from its saved input (dropout masks are counter-based, so
+// recomputation is exact).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -16,58 +25,113 @@
 #include "model/model_config.h"
 #include "model/params.h"
 #include "model/transformer_layer.h"
+#include "parallel/comm.h"
 
 namespace mtrain::model {
 
 class GptModel {
  public:
+  // Single device (config.tp must be 1).
   GptModel(const ModelConfig& config, device::Device& dev, bool meta = false);
+  // One rank of a tensor-parallel group `tp` (size config.tp).
+  // `padded_numel` maps the parameter count to the flat buffer size the
+  // data-parallel buckets need.
+  GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm& tp, bool meta = false,
+           const std::function<int64_t(int64_t)>& padded_numel = {});
+  ~GptModel();
 
+  // ---- Whole model (one chunk with embedding and head; slot 0) ----
   // Forward over one micro-batch; keeps what backward needs. Per-token losses
   // (B*T, unweighted) are available from losses() afterwards. `seed` selects
   // the dropout masks of this micro-batch; `training` false disables dropout.
   void forward(const TokenBatch& b, uint64_t seed, bool training);
-  const float* losses() const { return losses_.data(); }
+  const float* losses() const { return chunk_losses(0, 0); }
   // Backward of sum_i dloss[i] * loss_i after the matching forward(); weight
   // gradients accumulate into params().grads(). zero_grads = true (the first
   // micro-batch of a step) first sets every parameter's gradient to zero,
   // each just before its first contribution: the same result as zeroing the
-  // whole buffer beforehand, without a separate sweep over it (a layer's
-  // slice is zeroed while its GEMMs are about to pull it into cache anyway).
+  // whole buffer beforehand, without a separate sweep over it.
   void backward(const TokenBatch& b, const float* dloss, uint64_t seed, bool training, bool zero_grads = false);
-  // Logits (B*T, padded_vocab) of the last forward() (valid until backward()).
-  const float* logits() const { return logits_.data(); }
+  // Logits (B*T, vocab_local) of the last forward() (valid until backward()).
+  const float* logits() const;
+
+  // ---- Model chunks (pipeline schedules) ----
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  const ModelChunk& chunk(int c) const { return chunks_[c].spec; }
+  int slots(int c) const { return static_cast<int>(chunks_[c].slots.size()); }
+  // Elements of the hidden state a chunk receives or sends for a micro-batch
+  // of N = B*T tokens: tokens_local(N) * hidden.
+  int64_t hidden_elems(const TokenBatch& b) const { return config_.tokens_local(b.B * b.T) * config_.hidden; }
+  // Forward of chunk c in activation slot s. input: the previous stage's
+  // output (hidden_elems floats), ignored by a chunk with the embedding.
+  // Returns the output hidden state (valid until the slot is reused), or
+  // nullptr for the chunk with the loss (chunk_losses(c, s) then holds it).
+  const float* forward_chunk(int c, int s, const TokenBatch& b, const float* input, uint64_t seed, bool training);
+  const float* chunk_losses(int c, int s) const;
+  // Backward of chunk c, slot s. grad_output: d(output) from the next stage
+  // (ignored by the chunk with the loss, which uses dloss (B*T)). Returns
+  // d(input) (valid until the next call), or nullptr for the chunk with the
+  // embedding. zero_grads: first backward of this chunk in the step.
+  const float* backward_chunk(int c, int s, const TokenBatch& b, const float* grad_output, const float* dloss,
+                              uint64_t seed, bool training, bool zero_grads);
+
+  // --overlap_grad_reduce: while set, backward reports each flat gradient
+  // range [begin, end) as soon as its last contribution of this backward is
+  // in (a layer after its backward, the embedding and head at the end of
+  // theirs), so the trainer can start reducing it. Null: no reports.
+  void set_grad_ready(std::function<void(int64_t begin, int64_t end)> ready) { grad_ready_ = std::move(ready); }
 
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
+  parallel::Comm& tp_comm() { return *tp_; }
 
  private:
+  GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm* tp, bool meta,
+           const std::function<int64_t(int64_t)>& padded_numel);
+
+  struct ChunkSlot {
+    Tensor residuals;                // (L_chunk+1, N_loc, C): input of each layer, then the chunk output
+    std::vector<LayerActs> layers;   // per layer (unused for recomputed layers)
+    Tensor lnf, lnf_mean, lnf_rstd;  // post: (N_loc, C), (N_loc), (N_loc)
+    Tensor logits;                   // post: (N, V_loc); d(logits) after backward with the fused loss
+    Tensor ce_stats;                 // post: (N, 2) fused cross-entropy statistics
+    Tensor ce_scratch;               // post: (N, V_loc) probabilities for the unfused loss
+    Tensor losses;                   // post: (N)
+  };
+  struct Chunk {
+    ModelChunk spec;
+    std::vector<int> layer_index;  // into layers_, per layer of the chunk
+    std::vector<ChunkSlot> slots;
+  };
+
   void build_params();
-  // zero_grads support: each layer's parameters are contiguous in the flat
-  // buffer; the constructor checks that these ranges plus the embedding,
-  // final-norm and output parameters cover every parameter.
-  void zero_grad(int param);
-  void zero_layer_grads(int64_t layer);
+  void allocate_chunks(bool meta);
+  void allocate_slot(ChunkSlot& s, const Chunk& ch, int chunk_id, int slot_id, bool meta);
   void check_grad_coverage() const;
-  LayerActs& slot_for(int64_t layer) { return slots_[slot_of_[layer]]; }
+  void zero_grad(int param);
+  void zero_layer_grads(int layer);
+  void report_ready(int first_param, int last_param);
+  LayerActs& acts_for(ChunkSlot& s, int64_t i) { return config_.layer_recomputed(i) ? recompute_acts_ : s.layers[i]; }
+  void embed_forward(const TokenBatch& b, float* out, uint64_t seed, bool training);
+  void embed_backward(const TokenBatch& b, float* dout, uint64_t seed, bool training, bool zero_grads);
+  void head_forward(ChunkSlot& s, const TokenBatch& b, const float* h);
+  void head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, const float* dloss, bool zero_grads);
+  parallel::TpConfig tp_config() const { return parallel::TpConfig{tp_, config_.sequence_parallel}; }
 
   ModelConfig config_;
   device::Device& dev_;
+  std::unique_ptr<parallel::Comm> own_tp_;  // single-device constructor: a group of one
+  parallel::Comm* tp_ = nullptr;
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, out_w_ = -1;
-  std::vector<LayerParams> layers_;
-  std::vector<std::pair<int, int>> layer_param_span_;  // [first, last] parameter index of each layer
-  std::vector<LayerActs> slots_;
-  std::vector<int> slot_of_;  // layer -> activation slot; recomputed layers share slot 0
+  std::vector<LayerParams> layers_;                    // the layers this rank holds, in chunk order
+  std::vector<std::pair<int, int>> layer_param_span_;  // [first, last] parameter index of each
+  std::vector<Chunk> chunks_;
+  LayerActs recompute_acts_;  // shared by every recomputed layer
   Workspace ws_;
-  Tensor residuals_;                  // (L+1, N, C): input of each layer, then the final hidden state
-  Tensor lnf_, lnf_mean_, lnf_rstd_;  // (N, C), (N), (N)
-  Tensor logits_;                     // (N, Vp); holds d(logits) after backward with the fused loss
-  Tensor ce_stats_;                   // (N, 2) fused cross-entropy max / log-sum-exp
-  Tensor ce_scratch_;                 // (N, Vp) log-softmax for the unfused loss
-  Tensor losses_;                     // (N)
-  Tensor dres_;                       // (N, C) gradient of the residual stream
-  Tensor dlnf_;                       // (N, C)
+  Tensor dres_;  // (N_loc, C) gradient of the residual stream
+  Tensor dlnf_;  // (N_loc, C)
+  std::function<void(int64_t, int64_t)> grad_ready_;
 };
 
 }  // namespace mtrain::model

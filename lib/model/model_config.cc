@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/errors.h"
 #include "config/args.h"
 
 namespace mtrain::model {
@@ -49,7 +50,49 @@ ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   c.recompute = rg == "full" ? Recompute::kFull : (rg == "selective" ? Recompute::kSelective : Recompute::kNone);
   if (c.recompute == Recompute::kFull && a.recompute_method.value_or("uniform") == "block")
     c.recompute_block_layers = a.recompute_num_layers.value_or(c.num_layers);
+  c.tp = a.tensor_model_parallel_size;
+  c.sequence_parallel = a.sequence_parallel && c.tp > 1;
   return c;
+}
+
+std::vector<ModelChunk> pipeline_chunks(int64_t num_layers, int pp, int stage, int vpp, int64_t first_stage_layers,
+                                        int64_t last_stage_layers) {
+  auto fail = [&] {
+    throw Error(ExitCode::kInternal, fmt::format("pipeline_chunks: {} layers do not split over {} stages x {} chunks "
+                                                 "(first {}, last {})",
+                                                 num_layers, pp, vpp, first_stage_layers, last_stage_layers));
+  };
+  if (pp < 1 || vpp < 1 || stage < 0 || stage >= pp) fail();
+  std::vector<ModelChunk> out;
+  if (vpp > 1) {
+    if (num_layers % (int64_t{pp} * vpp) != 0 || first_stage_layers || last_stage_layers) fail();
+    const int64_t per = num_layers / (int64_t{pp} * vpp);
+    for (int c = 0; c < vpp; ++c) {
+      const int64_t v = int64_t{c} * pp + stage;
+      out.push_back({v * per, per, v == 0, v == int64_t{pp} * vpp - 1});
+    }
+    return out;
+  }
+  // Stage sizes: the first/last stages as given, the middle ones even.
+  std::vector<int64_t> sizes(pp, 0);
+  const int middle = pp - (first_stage_layers > 0 ? 1 : 0) - (last_stage_layers > 0 ? 1 : 0);
+  const int64_t rest = num_layers - first_stage_layers - last_stage_layers;
+  if (pp == 1 && (first_stage_layers || last_stage_layers)) fail();
+  if (middle == 0 ? rest != 0 : (rest < middle || rest % middle != 0)) fail();
+  for (int s = 0; s < pp; ++s) sizes[s] = middle > 0 ? rest / middle : 0;
+  if (first_stage_layers > 0) sizes[0] = first_stage_layers;
+  if (last_stage_layers > 0) sizes[pp - 1] = last_stage_layers;
+  int64_t first = 0;
+  for (int s = 0; s < stage; ++s) first += sizes[s];
+  out.push_back({first, sizes[stage], stage == 0, stage == pp - 1});
+  return out;
+}
+
+void place_on_rank(ModelConfig& c, const config::Args& a, int tp_rank, int pp_stage) {
+  c.tp_rank = tp_rank;
+  c.chunks = pipeline_chunks(
+      c.num_layers, a.pipeline_model_parallel_size, pp_stage, a.virtual_pipeline_model_parallel_size.value_or(1),
+      a.decoder_first_pipeline_num_layers.value_or(0), a.decoder_last_pipeline_num_layers.value_or(0));
 }
 
 int64_t matmul_params(const ModelConfig& c) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -26,6 +27,17 @@ struct Fusions {
 };
 
 enum class Recompute { kNone, kSelective, kFull };
+
+// A contiguous range of decoder layers held by one rank (one pipeline stage,
+// or one virtual stage of an interleaved pipeline). `pre`: it starts with the
+// embedding (first virtual stage); `post`: it ends with the final norm, the
+// output layer and the loss (last virtual stage).
+struct ModelChunk {
+  int64_t first_layer = 0;
+  int64_t num_layers = 0;
+  bool pre = true;
+  bool post = true;
+};
 
 struct ModelConfig {
   int64_t num_layers = 0;
@@ -58,16 +70,51 @@ struct ModelConfig {
   // recompute_num_layers layers; uniform recomputes every layer (each from its
   // own saved input; Megatron's uniform chunks of n > 1 layers compute the
   // same values). 0 = every layer.
+  // Megatron counts the block from the start of each model chunk.
   int64_t recompute_block_layers = 0;
-  bool layer_recomputed(int64_t layer) const {
-    return recompute == Recompute::kFull && (recompute_block_layers == 0 || layer < recompute_block_layers);
+  bool layer_recomputed(int64_t layer_in_chunk) const {
+    return recompute == Recompute::kFull && (recompute_block_layers == 0 || layer_in_chunk < recompute_block_layers);
   }
+
+  // Tensor parallelism of this rank: query heads, query groups, the FFN and
+  // the (padded) vocabulary are split over tp ranks; with sequence_parallel
+  // the residual stream between the TP regions holds N / tp tokens.
+  int64_t tp = 1;
+  int64_t tp_rank = 0;
+  bool sequence_parallel = false;
+  // What this rank holds; empty = the whole model as one chunk.
+  std::vector<ModelChunk> chunks;
+  // Activation sets per chunk (micro-batches in flight); empty = one each.
+  std::vector<int> chunk_slots;
 
   int64_t qkv_width() const { return groups * (heads / groups + 2) * head_dim; }
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
+  // This TP rank's share.
+  int64_t heads_local() const { return heads / tp; }
+  int64_t groups_local() const { return groups / tp; }
+  int64_t ffn_local() const { return ffn / tp; }
+  int64_t qkv_width_local() const { return qkv_width() / tp; }
+  int64_t fc1_width_local() const { return fc1_width() / tp; }
+  int64_t vocab_local() const { return padded_vocab / tp; }
+  int64_t vocab_start() const { return tp_rank * vocab_local(); }
+  // Tokens of an N-token micro-batch in this rank's residual stream.
+  int64_t tokens_local(int64_t N) const { return sequence_parallel ? N / tp : N; }
+  std::vector<ModelChunk> chunk_list() const {
+    return chunks.empty() ? std::vector<ModelChunk>{ModelChunk{0, num_layers, true, true}} : chunks;
+  }
 };
 
 ModelConfig model_config_from_args(const config::Args& args, int64_t vocab_size);
+
+// The chunks pipeline stage `stage` holds (Megatron's layouts): even stages;
+// uneven first/last stages (first_stage_layers / last_stage_layers > 0, the
+// other stages share the rest evenly); or, with vpp > 1 chunks per stage, the
+// interleaved layout where chunk c of stage s is virtual stage c * pp + s.
+// Throws Error(kInternal) when the layers do not split as validated.
+std::vector<ModelChunk> pipeline_chunks(int64_t num_layers, int pp, int stage, int vpp, int64_t first_stage_layers,
+                                        int64_t last_stage_layers);
+// Sets tp_rank and the chunks of pipeline stage `pp_stage` from the flags.
+void place_on_rank(ModelConfig& c, const config::Args& args, int tp_rank, int pp_stage);
 
 // Megatron's padding: multiple = divisible_by * tp; padded = ceil(vocab / multiple) * multiple.
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);

@@ -17,23 +17,56 @@ namespace mtrain::model {
 
 enum class Init { kNormal, kScaledNormal, kZeros, kOnes };
 
+// How a tensor is split over the tensor-parallel ranks (Megatron's
+// partition_dim). kRows: rank r holds rows [r*R/tp, (r+1)*R/tp) of each of
+// `parts` equal row blocks (parts = 2 for SwiGLU's [gate; up] fc1, so every
+// rank holds matching gate and up rows); kCols: columns [r*C/tp, ...).
+enum class TpSplit { kReplicated, kRows, kCols };
+struct TpShard {
+  TpSplit split = TpSplit::kReplicated;
+  int parts = 1;
+  int64_t tp = 1;
+  int64_t rank = 0;
+};
+
 struct ParamInfo {
-  std::string name;  // e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
-  Shape shape;
+  std::string name;    // e.g. "decoder.layers.0.self_attention.linear_qkv.weight"
+  Shape shape;         // this rank's shard
+  Shape full_shape;    // the whole tensor (= shape without TP)
   int64_t offset = 0;  // into the flat buffers, in elements
   int64_t numel = 0;
   bool weight_decay = true;  // false for norms and biases
   Init init = Init::kNormal;
+  TpShard shard;
+  // The random stream the values come from: the name, except for the last
+  // pipeline stage's copy of tied word embeddings (it starts equal to them).
+  std::string init_name;
+  // Counted in the gradient norm on this rank: false for a TP-replicated
+  // tensor on tp ranks > 0 and for the tied-embedding copy (Megatron counts
+  // each parameter once).
+  bool counts_in_norm = true;
+  // Replicated over TP but fed by a token shard under sequence parallelism
+  // (norm weights, row-parallel biases, position embeddings): its gradient
+  // is summed over the TP group before the optimizer.
+  bool sequence_parallel_grad = false;
+  // The last stage's copy of tied word embeddings: its gradient is summed
+  // with the first stage's over the embedding group.
+  bool shared_embedding = false;
 };
 
 class ParamStore {
  public:
-  // Registers a parameter; returns its index. Call finalize() after the last one.
-  int add(std::string name, Shape shape, bool weight_decay, Init init);
-  // Allocates params (emulated dtype, kWeights) and fp32 grads (kGrads) on the device.
-  void finalize(device::Device& dev, DType dtype, bool meta);
-  // Deterministic init: parameter i is drawn from its own stream seeded by
-  // (seed, name), so the same tensor comes out whatever else the model holds.
+  // Registers a parameter of full (unsharded) shape `full_shape`, of which
+  // this rank holds `shard`; returns its index. Call finalize() after the last one.
+  int add(std::string name, Shape full_shape, bool weight_decay, Init init, TpShard shard = {});
+  ParamInfo& mutable_info(int i) { return infos_[i]; }
+  // Allocates params (emulated dtype, kWeights) and fp32 grads (kGrads) on the
+  // device, padded to at least `min_numel` elements (the DP buckets' padding);
+  // padding is zero and stays zero.
+  void finalize(device::Device& dev, DType dtype, bool meta, int64_t min_numel = 0);
+  // Deterministic init: element j of parameter i is element j of its own
+  // stream seeded by (seed, init_name), so the same tensor comes out whatever
+  // else the model holds, and a TP shard holds exactly its slice of it.
   void initialize(uint64_t seed, float std, int64_t num_layers, DType dtype);
 
   float* param(int i) { return params_.data() + infos_[i].offset; }
@@ -44,11 +77,14 @@ class ParamStore {
 
   Tensor& params() { return params_; }
   Tensor& grads() { return grads_; }
-  int64_t numel() const { return total_; }
+  int64_t numel() const { return total_; }  // flat buffer size incl. alignment and padding
+  int64_t count() const;                    // parameters this rank holds
+  int64_t unpadded_numel() const { return used_; }
 
  private:
   std::vector<ParamInfo> infos_;
   int64_t total_ = 0;
+  int64_t used_ = 0;
   Tensor params_;
   Tensor grads_;
 };

@@ -1,14 +1,20 @@
 // One decoder layer (pre-norm): x2 = x + dropout(proj(attn(norm1(x))) + b_o),
-// out = x2 + dropout(fc2(act(fc1(norm2(x2)))) + b_2). The layer owns no
-// memory: weights come from the ParamStore, saved activations from a
-// LayerActs slot, temporaries from the shared Workspace. Buffers are sized for
-// (B, T) = (micro batch, seq length) and used for any smaller (B, T).
+// out = x2 + dropout(fc2(act(fc1(norm2(x2)))) + b_2), as one tensor-parallel
+// rank runs it: qkv and fc1 are column-parallel, proj and fc2 row-parallel
+// (lib/parallel/tensor_parallel.h), this rank holds H/tp heads, G/tp query
+// groups and F/tp of the FFN. N = B*T tokens; N_loc = N, or N/tp with sequence
+// parallelism (the norms, dropouts and residuals then see a token shard).
+// The layer owns no memory: weights come from the ParamStore, saved
+// activations from a LayerActs slot, temporaries from the shared Workspace.
+// Buffers are sized for (B, T) = (micro batch, seq length) and used for any
+// smaller (B, T).
 #pragma once
 
 #include <cstdint>
 
 #include "model/model_config.h"
 #include "model/params.h"
+#include "parallel/tensor_parallel.h"
 #include "tensor/tensor.h"
 
 namespace mtrain::model {
@@ -28,18 +34,19 @@ struct LayerParams {
   int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
 };
 
-// Saved activations of one layer; shapes in comments, N = B*T.
+// Saved activations of one layer; shapes in comments, N = B*T, H, G, F and
+// QKV are this rank's shares.
 struct LayerActs {
-  Tensor ln1;                 // (N, C) norm1 output
-  Tensor ln1_mean, ln1_rstd;  // (N) (mean only for LayerNorm)
+  Tensor ln1;                 // (N_loc, C) norm1 output
+  Tensor ln1_mean, ln1_rstd;  // (N_loc) (mean only for LayerNorm)
   Tensor q;                   // (B, H, T, D) after RoPE
   Tensor k, v;                // (B, G, T, D) k after RoPE
   Tensor att;                 // (B, H, T, D) attention output per head
   Tensor merged;              // (N, H*D) heads merged
   Tensor softmax_stats;       // flash: lse (B, H, T); unfused: probs (B, H, T, T) unless selective recompute
-  Tensor x2;                  // (N, C) residual after attention
-  Tensor ln2;                 // (N, C)
-  Tensor ln2_mean, ln2_rstd;  // (N)
+  Tensor x2;                  // (N_loc, C) residual after attention
+  Tensor ln2;                 // (N_loc, C)
+  Tensor ln2_mean, ln2_rstd;  // (N_loc)
   Tensor fc1;                 // (N, F or 2F) pre-activation
   Tensor act;                 // (N, F)
 };
@@ -48,25 +55,29 @@ struct LayerActs {
 struct Workspace {
   Tensor qkv;       // (N, QKV) forward projection output / backward dqkv
   Tensor probs;     // (B, H, T, T) recomputed probs under selective recompute (unfused only)
-  Tensor d_ln;      // (N, C)
-  Tensor d_proj;    // (N, C)
+  Tensor d_ln;      // (N_loc, C)
+  Tensor d_proj;    // (N_loc, C) row-parallel output / its gradient
   Tensor d_merged;  // (N, H*D)
   Tensor d_att;     // (B, H, T, D)
   Tensor d_q;       // (B, H, T, D)
   Tensor d_k, d_v;  // (B, G, T, D)
   Tensor d_fc1;     // (N, F or 2F)
   Tensor d_act;     // (N, F)
+  Tensor full_in;   // sequence parallel: (N, C) all-gathered norm output (column-parallel input)
+  Tensor full_out;  // sequence parallel: (N, C) buffer of reduce-scatters and gathered gradients
   Tensor scratch;   // kernel scratch for unfused paths, attention tiles
 };
 
 void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot);
 void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev, bool meta);
 
-// x (N, C) -> out (N, C). `seed` selects this layer's dropout masks.
-void layer_forward(const ModelConfig& c, ParamStore& ps, const LayerParams& lp, LayerActs& a, Workspace& w,
-                   const float* x, float* out, const TokenBatch& b, uint64_t seed, bool training);
-// dres (N, C) holds d(out) on entry and d(x) on exit; weight grads accumulate into ps.
-void layer_backward(const ModelConfig& c, ParamStore& ps, const LayerParams& lp, LayerActs& a, Workspace& w,
-                    const float* x, float* dres, const TokenBatch& b, uint64_t seed, bool training);
+// x (N_loc, C) -> out (N_loc, C). `seed` selects this layer's dropout masks.
+void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
+                   LayerActs& a, Workspace& w, const float* x, float* out, const TokenBatch& b, uint64_t seed,
+                   bool training);
+// dres (N_loc, C) holds d(out) on entry and d(x) on exit; weight grads accumulate into ps.
+void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
+                    LayerActs& a, Workspace& w, const float* x, float* dres, const TokenBatch& b, uint64_t seed,
+                    bool training);
 
 }  // namespace mtrain::model

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -112,11 +113,15 @@ void Comm::check_tag(const char* what, int tag) const {
 }
 
 void Comm::report(CommEvent& e, double start_seconds) const {
+  e.seconds = now_seconds() - start_seconds;
+  publish(e);
+}
+
+void Comm::publish(CommEvent& e) const {
   if (!observer_) return;
   e.group = name_;
   e.group_size = size();
   e.rank = rank();
-  e.seconds = now_seconds() - start_seconds;
   observer_(e);
 }
 
@@ -214,11 +219,79 @@ void Comm::run_send_recv(const void* send_data, int64_t send_n, int dest, void* 
   report(e, t0);
 }
 
+CollectiveRequest Comm::run_start_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op, Wire wire) {
+  check_count("start_all_reduce", n, data);
+  const double t0 = now_seconds();
+  std::unique_ptr<detail::PendingCollective> pending = do_start_all_reduce(data, n, t, op);
+  CommEvent e{.op = CommOp::kAllReduce, .type = t, .elements = n, .bytes = wire_bytes(n, t, wire), .nonblocking = true};
+  e.seconds = now_seconds() - t0;
+  return CollectiveRequest(*this, std::move(pending), e);
+}
+
+CollectiveRequest Comm::run_start_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp op,
+                                                 Wire wire) {
+  check_count("start_reduce_scatter", chunk, in);
+  check_count("start_reduce_scatter", chunk, out);
+  const double t0 = now_seconds();
+  std::unique_ptr<detail::PendingCollective> pending = do_start_reduce_scatter(in, out, chunk, t, op);
+  const int64_t n = chunk * size();
+  CommEvent e{
+      .op = CommOp::kReduceScatter, .type = t, .elements = n, .bytes = wire_bytes(n, t, wire), .nonblocking = true};
+  e.seconds = now_seconds() - t0;
+  return CollectiveRequest(*this, std::move(pending), e);
+}
+
 void Comm::barrier() {
   const double t0 = now_seconds();
   do_barrier();
   CommEvent e{.op = CommOp::kBarrier};
   report(e, t0);
+}
+
+// --- CollectiveRequest -------------------------------------------------------
+
+void CollectiveRequest::take(CollectiveRequest& other) noexcept {
+  comm_ = std::exchange(other.comm_, nullptr);
+  pending_ = std::move(other.pending_);
+  event_ = other.event_;
+}
+
+CollectiveRequest& CollectiveRequest::operator=(CollectiveRequest&& other) {
+  if (this != &other) {
+    wait();
+    take(other);
+  }
+  return *this;
+}
+
+CollectiveRequest::~CollectiveRequest() {
+  try {
+    wait();
+  } catch (...) {  // unwinding after an error that is reported elsewhere
+  }
+}
+
+bool CollectiveRequest::done() {
+  if (comm_ == nullptr) return true;
+  const double t0 = now_seconds();
+  const bool complete = pending_ == nullptr || pending_->test();
+  event_.seconds += now_seconds() - t0;
+  if (complete) this->complete();
+  return complete;
+}
+
+void CollectiveRequest::wait() {
+  if (comm_ == nullptr) return;
+  const double t0 = now_seconds();
+  if (pending_) pending_->wait();
+  event_.seconds += now_seconds() - t0;
+  complete();
+}
+
+void CollectiveRequest::complete() {
+  pending_.reset();
+  const Comm* comm = std::exchange(comm_, nullptr);
+  comm->publish(event_);
 }
 
 }  // namespace mtrain::parallel

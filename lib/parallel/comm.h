@@ -20,6 +20,14 @@
 //   returns at once; it matches recv like send (same FIFO per pair and tag).
 //   Its request completes once the message is delivered (synchronous
 //   SimComm: received) or handed to the transport (MPI); wait for it.
+// - start_all_reduce / start_reduce_scatter are the non-blocking forms of the
+//   reductions, with the same bits as the blocking calls. Every rank starts
+//   the same collectives (blocking or not) in the same order; requests may be
+//   waited in any order, on each rank independently, with blocking calls in
+//   between. The buffers belong to the collective until its request completes.
+//   Progress is made whenever the rank calls into this Comm (MpiComm folds its
+//   share and launches the second half then), so a rank must not block
+//   elsewhere on something that needs another rank's request to complete.
 // - Every call is reported to the observer (if set) after it completes, with
 //   its payload bytes and wall time, for the profiler and the cost model.
 #pragma once
@@ -85,9 +93,14 @@ struct CommEvent {
   double seconds = 0;      // wall time of the call on this rank (includes waiting for peers)
   // isend: reported as a kSend when posted; `seconds` is the time to post it
   // (copy + enqueue), the transfer itself overlaps what the rank does next.
+  // start_all_reduce / start_reduce_scatter: reported once, when the request
+  // completes (in wait() or done()); `seconds` is the time spent inside the
+  // request's calls (start, done, wait), i.e. the part not overlapped.
   bool nonblocking = false;
 };
 using CommObserver = std::function<void(const CommEvent&)>;
+
+class Comm;
 
 namespace detail {
 // One implementation's state of a non-blocking send (Comm::isend).
@@ -96,6 +109,17 @@ class PendingSend {
   virtual ~PendingSend() = default;  // unfinished: abandoned (still delivered), never cancelled
   virtual bool test() = 0;           // true once the send has completed; never blocks
   virtual void wait() = 0;           // blocks until the send has completed
+};
+
+// One implementation's state of a non-blocking collective. The front end
+// (CollectiveRequest) waits before destroying it; a destructor that still
+// finds it unfinished (after an error) must not free memory the transport
+// may still write.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual bool test() = 0;  // makes progress without blocking; true once the result is in the caller's buffer
+  virtual void wait() = 0;  // blocks until the result is in the caller's buffer
 };
 }  // namespace detail
 
@@ -124,6 +148,35 @@ class SendRequest {
   std::unique_ptr<detail::PendingSend> pending_;
 };
 
+// A non-blocking collective in flight (Comm::start_all_reduce, ...).
+// Move-only; a default one is complete. Must not outlive its Comm. The
+// collective is reported to the Comm's observer once, when it completes.
+// Destroying a request that has not completed waits for it (errors are
+// swallowed then: wait explicitly to see them).
+class CollectiveRequest {
+ public:
+  CollectiveRequest() = default;
+  CollectiveRequest(CollectiveRequest&& other) noexcept { take(other); }
+  // Waits for the request held so far, then takes `other`'s.
+  CollectiveRequest& operator=(CollectiveRequest&& other);
+  ~CollectiveRequest();
+  // True once complete (completes it, and makes progress, without blocking).
+  bool done();
+  // Blocks until complete; DistributedError if the collective failed. Idempotent.
+  void wait();
+
+ private:
+  friend class Comm;
+  CollectiveRequest(const Comm& comm, std::unique_ptr<detail::PendingCollective> pending, const CommEvent& event)
+      : comm_(&comm), pending_(std::move(pending)), event_(event) {}
+  void take(CollectiveRequest& other) noexcept;
+  void complete();  // reports once
+
+  const Comm* comm_ = nullptr;  // null once complete and reported
+  std::unique_ptr<detail::PendingCollective> pending_;
+  CommEvent event_{};  // seconds accumulates the time spent in start, done and wait
+};
+
 class Comm {
  public:
   explicit Comm(std::string name) : name_(std::move(name)) {}
@@ -150,11 +203,31 @@ class Comm {
     return value;
   }
 
+  // Non-blocking all_reduce: same result bits; `data` must not be touched
+  // until the request completes.
+  template <CommScalar T>
+  [[nodiscard]] CollectiveRequest start_all_reduce(T* data, int64_t n, ReduceOp op = ReduceOp::kSum, Wire wire = {}) {
+    return run_start_all_reduce(data, n, scalar_type_of<T>(), op, wire);
+  }
+  [[nodiscard]] CollectiveRequest start_all_reduce_sum(float* data, int64_t n, Wire wire = {}) {
+    return start_all_reduce(data, n, ReduceOp::kSum, wire);
+  }
+
   // in (size * chunk), out (chunk): out = reduction of every rank's chunk
   // number rank(). out may alias in + rank() * chunk (Megatron's shard view).
   template <CommScalar T>
   void reduce_scatter(const T* in, T* out, int64_t chunk, ReduceOp op = ReduceOp::kSum, Wire wire = {}) {
     run_reduce_scatter(in, out, chunk, scalar_type_of<T>(), op, wire);
+  }
+  // Non-blocking reduce_scatter (same aliasing rule); neither buffer may be
+  // touched until the request completes.
+  template <CommScalar T>
+  [[nodiscard]] CollectiveRequest start_reduce_scatter(const T* in, T* out, int64_t chunk, ReduceOp op = ReduceOp::kSum,
+                                                       Wire wire = {}) {
+    return run_start_reduce_scatter(in, out, chunk, scalar_type_of<T>(), op, wire);
+  }
+  [[nodiscard]] CollectiveRequest start_reduce_scatter_sum(const float* in, float* out, int64_t chunk, Wire wire = {}) {
+    return start_reduce_scatter(in, out, chunk, ReduceOp::kSum, wire);
   }
   // in (chunk), out (size * chunk): out[r * chunk ...] = rank r's in.
   // in may alias out + rank() * chunk.
@@ -212,8 +285,14 @@ class Comm {
   // Copies the message and posts it; nullptr when it is already complete.
   virtual std::unique_ptr<detail::PendingSend> do_isend(const void* data, int64_t n, ScalarType t, int peer,
                                                         int tag) = 0;
+  // Start a collective; nullptr when it is already complete.
+  virtual std::unique_ptr<detail::PendingCollective> do_start_all_reduce(void* data, int64_t n, ScalarType t,
+                                                                         ReduceOp op) = 0;
+  virtual std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void* in, void* out, int64_t chunk,
+                                                                             ScalarType t, ReduceOp op) = 0;
 
  private:
+  friend class CollectiveRequest;
   void run_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op, Wire wire);
   void run_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp op, Wire wire);
   void run_all_gather(const void* in, void* out, int64_t chunk, ScalarType t, Wire wire);
@@ -221,6 +300,9 @@ class Comm {
   void run_send(const void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire);
   void run_recv(void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire);
   SendRequest run_isend(const void* data, int64_t n, ScalarType t, int peer, int tag, Wire wire);
+  CollectiveRequest run_start_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op, Wire wire);
+  CollectiveRequest run_start_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp op,
+                                             Wire wire);
   void run_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                      ScalarType t, int tag, Wire wire);
 
@@ -228,6 +310,7 @@ class Comm {
   void check_peer(const char* what, const char* role, int peer, bool allow_self) const;
   void check_tag(const char* what, int tag) const;
   void report(CommEvent& event, double start_seconds) const;
+  void publish(CommEvent& event) const;  // fills the group fields and calls the observer
 
   std::string name_;
   CommObserver observer_;

@@ -1,6 +1,9 @@
 #include "parallel/grad_buckets.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -94,6 +97,92 @@ void GradBuckets::all_gather(Comm& dp, float* params, Wire wire) const {
     const float* shard = at(static_cast<const float*>(params), b.begin + dp.rank() * chunk);
     dp.all_gather(shard, at(params, b.begin), chunk, wire);
   }
+}
+
+// --- OverlappedReduction ----------------------------------------------------
+
+OverlappedReduction::OverlappedReduction(const GradBuckets& buckets, Comm& dp, float* grads, bool scatter, Wire wire)
+    : buckets_(buckets),
+      dp_(dp),
+      grads_(grads),
+      scatter_(scatter),
+      wire_(wire),
+      requests_(buckets.buckets().size()),
+      is_started_(buckets.buckets().size(), false) {
+  buckets.check_comm(dp, scatter ? "overlapped reduce_scatter" : "overlapped all_reduce");
+  outstanding_.reserve(buckets.buckets().size());
+  for (const Interval& b : buckets.buckets()) outstanding_.push_back(std::min(b.end, buckets.numel()) - b.begin);
+}
+
+// Adds [begin, end) to the marked ranges, or throws if part of it is marked already.
+void OverlappedReduction::mark_once(int64_t begin, int64_t end) {
+  auto twice = [&](const std::pair<const int64_t, int64_t>& old) {
+    return Error(ExitCode::kInternal, fmt::format("overlapped grad reduction: [{}, {}) marked ready twice (it "
+                                                  "overlaps [{}, {}), marked before)",
+                                                  begin, end, old.first, old.second));
+  };
+  auto next = marked_.upper_bound(begin);  // the first range starting after begin
+  if (next != marked_.end() && next->first < end) throw twice(*next);
+  if (next != marked_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->second > begin) throw twice(*prev);
+    if (prev->second == begin) {  // merge with the range just before
+      begin = prev->first;
+      marked_.erase(prev);
+    }
+  }
+  if (next != marked_.end() && next->first == end) {  // merge with the range just after
+    end = next->second;
+    marked_.erase(next);
+  }
+  marked_[begin] = end;
+}
+
+void OverlappedReduction::mark_ready(int64_t begin, int64_t end) {
+  if (finished_) throw Error(ExitCode::kInternal, "overlapped grad reduction: mark_ready after finish()");
+  if (begin < 0 || begin > end || end > buckets_.padded_numel()) {
+    throw Error(ExitCode::kInternal, fmt::format("overlapped grad reduction: mark_ready [{}, {}) outside [0, {})",
+                                                 begin, end, buckets_.padded_numel()));
+  }
+  end = std::min(end, buckets_.numel());            // the padding is final from the start
+  for (CollectiveRequest& r : requests_) r.done();  // progress on the buckets in flight
+  if (begin >= end) return;
+  mark_once(begin, end);
+  // Buckets run from the end of the buffer: bucket k covers lower offsets than bucket k - 1.
+  const std::vector<Interval>& all = buckets_.buckets();
+  ready_.clear();
+  for (size_t k = 0; k < all.size(); ++k) {
+    const int64_t lo = std::max(begin, all[k].begin), hi = std::min(end, all[k].end);
+    if (lo >= hi) continue;
+    outstanding_[k] -= hi - lo;
+    if (outstanding_[k] == 0) ready_.push_back(k);
+  }
+  for (size_t k : ready_) {
+    start(k);
+    ++started_early_;
+  }
+}
+
+void OverlappedReduction::start(size_t k) {
+  const Interval& b = buckets_.buckets()[k];
+  float* bucket = at(grads_, b.begin);
+  if (scatter_) {
+    const int64_t chunk = b.size() / buckets_.dp_size();
+    requests_[k] = dp_.start_reduce_scatter_sum(bucket, at(grads_, b.begin + dp_.rank() * chunk), chunk, wire_);
+  } else {
+    requests_[k] = dp_.start_all_reduce_sum(bucket, b.size(), wire_);
+  }
+  is_started_[k] = true;
+  ++started_;
+}
+
+void OverlappedReduction::finish() {
+  if (finished_) return;
+  finished_ = true;
+  for (size_t k = 0; k < requests_.size(); ++k) {
+    if (!is_started_[k]) start(k);
+  }
+  for (CollectiveRequest& r : requests_) r.wait();
 }
 
 }  // namespace mtrain::parallel

@@ -20,9 +20,14 @@
 // Reductions are plain sums in DP-rank order (Comm's deterministic folds): the
 // caller's loss is already normalised over the global batch, so nothing is
 // scaled here. Every bucket is < 2^31 elements (MPI int counts).
+//
+// OverlappedReduction (Megatron's overlap_grad_reduce): the same reductions,
+// each bucket started with a non-blocking collective as soon as backward has
+// produced all of its gradients, and waited for at the end of backward.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -40,6 +45,8 @@ struct Interval {
 // The same intervals as (begin, end) pairs: the form lib/optim takes
 // (Optimizer's shard, grad_norm_sq_intervals), which does not depend on lib/parallel.
 std::vector<std::pair<int64_t, int64_t>> interval_pairs(const std::vector<Interval>& intervals);
+
+class OverlappedReduction;
 
 class GradBuckets {
  public:
@@ -74,6 +81,7 @@ class GradBuckets {
   void all_gather(Comm& dp, float* params, Wire wire = {}) const;
 
  private:
+  friend class OverlappedReduction;
   void check_comm(const Comm& dp, const char* what) const;
 
   int64_t numel_ = 0;
@@ -81,6 +89,52 @@ class GradBuckets {
   int dp_size_ = 1;
   int64_t bucket_elems_ = 0;
   std::vector<Interval> buckets_;
+};
+
+// One step's overlapped DP reduction of `grads` (padded_numel floats). The
+// buckets, the Comm and the buffer must outlive it. Every DP rank must make
+// the same marks in the same order (the same model code does), so the ranks
+// start the same collectives in the same order. Destroying it before
+// finish() waits for the buckets already started and starts no others.
+class OverlappedReduction {
+ public:
+  // scatter = false: all-reduce each bucket (GradBuckets::all_reduce);
+  // true: reduce-scatter it (GradBuckets::reduce_scatter, distributed optimizer).
+  OverlappedReduction(const GradBuckets& buckets, Comm& dp, float* grads, bool scatter, Wire wire = {});
+
+  // Gradients [begin, end) of the flat buffer are final for this step.
+  // Starts, in bucket order, every bucket whose elements are now all final;
+  // the padding after numel() is final from the start (marking it is
+  // ignored). Marking an element of [0, numel) twice, a range outside
+  // [0, padded_numel), or any mark after finish() is a caller bug:
+  // Error(kInternal). Also lets the buckets in flight make progress.
+  void mark_ready(int64_t begin, int64_t end);
+  // Starts the buckets not started yet, in bucket order, then waits for all
+  // of them. Afterwards grads are bit-identical to what GradBuckets::all_reduce
+  // / reduce_scatter would have produced. Idempotent.
+  void finish();
+
+  int buckets_started_early() const { return started_early_; }  // by mark_ready, before finish()
+  int buckets_started() const { return started_; }
+  bool finished() const { return finished_; }
+
+ private:
+  void start(size_t bucket);
+  void mark_once(int64_t begin, int64_t end);
+
+  const GradBuckets& buckets_;
+  Comm& dp_;
+  float* grads_;
+  bool scatter_;
+  Wire wire_;
+  std::vector<int64_t> outstanding_;         // (buckets) elements not yet marked
+  std::vector<CollectiveRequest> requests_;  // (buckets) default (complete) until started
+  std::vector<bool> is_started_;             // (buckets)
+  std::vector<size_t> ready_;                // buckets completed by the current mark
+  std::map<int64_t, int64_t> marked_;        // begin -> end of the marked ranges, merged when adjacent
+  int started_ = 0;
+  int started_early_ = 0;
+  bool finished_ = false;
 };
 
 }  // namespace mtrain::parallel

@@ -1,10 +1,12 @@
 // Communicators that need no other process:
 // - SelfComm: a group of one rank (single-device runs, TP=1 groups without
 //   MPI). Reductions and broadcasts leave data as is; reduce_scatter and
-//   all_gather copy; send_recv to itself copies.
+//   all_gather copy; send_recv to itself copies. Non-blocking collectives
+//   complete at start (still reported at wait()).
 // - MetaComm: rank `rank` of a group of `size` for shape-only dry runs. Moves
 //   no data (buffers may be null) but reports every call to the observer, so
-//   the cost model sees exactly the traffic a real run would make.
+//   the cost model sees exactly the traffic a real run would make; a
+//   non-blocking collective is complete at once and reported at wait().
 #pragma once
 
 #include "parallel/comm.h"
@@ -30,6 +32,15 @@ class SelfComm final : public Comm {
   std::unique_ptr<detail::PendingSend> do_isend(const void*, int64_t, ScalarType, int, int) override {
     return nullptr;  // unreachable: no peer exists
   }
+  // Complete at once: the sum over one rank is its own data.
+  std::unique_ptr<detail::PendingCollective> do_start_all_reduce(void*, int64_t, ScalarType, ReduceOp) override {
+    return nullptr;
+  }
+  std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void* in, void* out, int64_t chunk,
+                                                                     ScalarType t, ReduceOp op) override {
+    do_reduce_scatter(in, out, chunk, t, op);
+    return nullptr;
+  }
 };
 
 class MetaComm final : public Comm {
@@ -50,6 +61,13 @@ class MetaComm final : public Comm {
   void do_barrier() override {}
   std::unique_ptr<detail::PendingSend> do_isend(const void*, int64_t, ScalarType, int, int) override {
     return nullptr;  // nothing to deliver: complete at once
+  }
+  std::unique_ptr<detail::PendingCollective> do_start_all_reduce(void*, int64_t, ScalarType, ReduceOp) override {
+    return nullptr;
+  }
+  std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void*, void*, int64_t, ScalarType,
+                                                                     ReduceOp) override {
+    return nullptr;
   }
 
  private:

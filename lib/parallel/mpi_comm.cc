@@ -9,7 +9,7 @@
 #include "parallel/reduce_kernels.h"
 
 namespace mtrain::parallel {
-namespace {
+namespace detail {
 
 MPI_Datatype mpi_type(ScalarType t) {
   switch (t) {
@@ -40,6 +40,14 @@ MPI_Op mpi_op(ReduceOp op) {
 }
 
 bool is_floating(ScalarType t) { return t == ScalarType::kF32 || t == ScalarType::kF64; }
+
+}  // namespace detail
+
+namespace {
+
+using detail::is_floating;
+using detail::mpi_op;
+using detail::mpi_type;
 
 std::string mpi_error_string(int rc) {
   char text[MPI_MAX_ERROR_STRING];
@@ -94,6 +102,7 @@ MpiComm::~MpiComm() {
     MPI_Request_free(&o.request);
     static_cast<void>(o.payload.release());
   }
+  if (second_half_comm_ != MPI_COMM_NULL) MPI_Comm_free(&second_half_comm_);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
@@ -139,6 +148,7 @@ void MpiComm::check_received(const MPI_Status& status, int64_t n, ScalarType t, 
 }
 
 void MpiComm::do_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op) {
+  drain();
   if (size_ == 1 || n == 0) return;
   const MPI_Datatype type = mpi_type(t);
   if (!is_floating(t)) {  // exact in any order
@@ -170,6 +180,7 @@ void MpiComm::do_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op) {
 }
 
 void MpiComm::do_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp op) {
+  drain();
   const size_t bytes = static_cast<size_t>(chunk) * scalar_bytes(t);
   if (size_ == 1) {
     if (in != out && bytes) std::memmove(out, in, bytes);
@@ -184,6 +195,7 @@ void MpiComm::do_reduce_scatter(const void* in, void* out, int64_t chunk, Scalar
 }
 
 void MpiComm::do_all_gather(const void* in, void* out, int64_t chunk, ScalarType t) {
+  drain();
   const size_t bytes = static_cast<size_t>(chunk) * scalar_bytes(t);
   const int c = count(chunk, "all_gather");
   if (in == static_cast<std::byte*>(out) + rank_ * bytes) {
@@ -194,14 +206,17 @@ void MpiComm::do_all_gather(const void* in, void* out, int64_t chunk, ScalarType
 }
 
 void MpiComm::do_broadcast(void* data, int64_t n, ScalarType t, int root) {
+  drain();
   check(MPI_Bcast(data, count(n, "broadcast"), mpi_type(t), root, comm_), "MPI_Bcast");
 }
 
 void MpiComm::do_send(const void* data, int64_t n, ScalarType t, int peer, int tag) {
+  drain();
   check(MPI_Send(data, count(n, "send"), mpi_type(t), peer, tag, comm_), "MPI_Send");
 }
 
 void MpiComm::do_recv(void* data, int64_t n, ScalarType t, int peer, int tag) {
+  drain();
   MPI_Status status;
   check(MPI_Recv(data, count(n, "recv"), mpi_type(t), peer, tag, comm_, &status), "MPI_Recv");
   check_received(status, n, t, peer, tag);
@@ -209,6 +224,7 @@ void MpiComm::do_recv(void* data, int64_t n, ScalarType t, int peer, int tag) {
 
 void MpiComm::do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                            ScalarType t, int tag) {
+  drain();
   MPI_Status status;
   check(MPI_Sendrecv(send_data, count(send_n, "send_recv"), mpi_type(t), dest, tag, recv_data,
                      count(recv_n, "send_recv"), mpi_type(t), src, tag, comm_, &status),
@@ -218,6 +234,7 @@ void MpiComm::do_send_recv(const void* send_data, int64_t send_n, int dest, void
 
 std::unique_ptr<detail::PendingSend> MpiComm::do_isend(const void* data, int64_t n, ScalarType t, int peer, int tag) {
   reap_orphans();
+  advance(nullptr);  // progress only: an isend never blocks
   const int c = count(n, "isend");
   const size_t bytes = static_cast<size_t>(n) * scalar_bytes(t);
   auto payload = std::make_unique_for_overwrite<std::byte[]>(bytes);
@@ -227,7 +244,10 @@ std::unique_ptr<detail::PendingSend> MpiComm::do_isend(const void* data, int64_t
   return pending;
 }
 
-void MpiComm::do_barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiComm::do_barrier() {
+  drain();
+  check(MPI_Barrier(comm_), "MPI_Barrier");
+}
 
 // --- runtime and parallel state ---------------------------------------------
 

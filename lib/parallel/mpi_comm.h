@@ -10,6 +10,15 @@
 // reduced chunks to everyone. Same bytes on the wire as a ring all-reduce,
 // and the result equals SimComm's bit for bit. Integer reductions, which are
 // exact in any order, use MPI_Allreduce.
+//
+// Non-blocking (mpi_comm_nonblocking.cc): start_all_reduce starts the
+// MPI_Ialltoallv at once; the fold and the MPI_Iallgatherv of the reduced
+// chunks follow when this rank next calls into the Comm after the first half
+// has arrived (start_*, done(), wait(), or any blocking call, which first
+// completes the first halves in flight so that MPI's progress rules hold).
+// The second halves run on a duplicate communicator, started in the order the
+// collectives were started whatever order they are waited in, so MPI matches
+// them on every rank. start_reduce_scatter is one MPI_Ialltoall + the fold.
 #pragma once
 
 #ifndef OMPI_SKIP_MPICXX
@@ -21,6 +30,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,11 +41,16 @@
 namespace mtrain::parallel {
 
 namespace detail {
-class MpiPendingSend;  // mpi_comm.cc
-}
+class MpiPendingSend;        // mpi_comm.cc
+class MpiPendingCollective;  // mpi_comm_nonblocking.cc
+MPI_Datatype mpi_type(ScalarType t);
+MPI_Op mpi_op(ReduceOp op);
+bool is_floating(ScalarType t);
+}  // namespace detail
 
 class MpiComm final : public Comm {
   friend class detail::MpiPendingSend;
+  friend class detail::MpiPendingCollective;
 
  public:
   // Takes ownership of `comm` (freed by the destructor, which must run before
@@ -62,6 +77,10 @@ class MpiComm final : public Comm {
   void do_barrier() override;
   // MPI_Isend of a copy the request owns.
   std::unique_ptr<detail::PendingSend> do_isend(const void* data, int64_t n, ScalarType t, int peer, int tag) override;
+  std::unique_ptr<detail::PendingCollective> do_start_all_reduce(void* data, int64_t n, ScalarType t,
+                                                                 ReduceOp op) override;
+  std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void* in, void* out, int64_t chunk,
+                                                                     ScalarType t, ReduceOp op) override;
 
  private:
   // An abandoned isend still in flight: its payload must outlive the transfer.
@@ -71,6 +90,18 @@ class MpiComm final : public Comm {
   };
   void adopt(OrphanSend orphan) { orphans_.push_back(std::move(orphan)); }
   void reap_orphans();  // frees the orphans whose transfer has completed
+
+  // Non-blocking collectives. advance(): completes the first halves of the
+  // queued all-reduces in start order, folding each and starting its second
+  // half; blocks for those up to `until` (all of them with block_all), and
+  // otherwise stops at the first still in flight.
+  void advance(const detail::MpiPendingCollective* until, bool block_all = false);
+  void drain() {  // before any blocking call on comm_
+    if (!awaiting_fold_.empty()) advance(nullptr, /*block_all=*/true);
+  }
+  MPI_Comm second_half_comm();  // MPI_Comm_dup of comm_, made on first use (collective)
+  std::vector<std::byte> take_buffer(size_t bytes);
+  void give_buffer(std::vector<std::byte> buffer);
 
   void check(int rc, const char* call) const;
   int count(int64_t n, const char* call) const;  // MPI counts are int
@@ -83,6 +114,9 @@ class MpiComm final : public Comm {
   std::vector<int> send_counts_, send_offsets_;  // (size) in elements
   std::vector<int> recv_counts_, recv_offsets_;  // (size) in elements
   std::vector<OrphanSend> orphans_;
+  MPI_Comm second_half_comm_ = MPI_COMM_NULL;
+  std::deque<detail::MpiPendingCollective*> awaiting_fold_;  // all-reduces in their first half, in start order
+  std::vector<std::vector<std::byte>> spare_buffers_;        // reused scratch of finished collectives
 };
 
 // Initialises MPI for the process lifetime (MPI_Init_thread / MPI_Finalize).

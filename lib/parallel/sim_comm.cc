@@ -3,69 +3,28 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstring>
 #include <list>
-#include <thread>
+#include <memory>
 
 #include "common/errors.h"
 #include "parallel/reduce_kernels.h"
+#include "parallel/sim_comm_internal.h"
 
 namespace mtrain::parallel {
-namespace detail {
-
-// What one rank brought to a collective.
-struct Post {
-  CommOp op = CommOp::kBarrier;
-  ScalarType type = ScalarType::kF32;
-  ReduceOp reduce = ReduceOp::kSum;
-  int64_t n = 0;
-  int root = -1;
-  const void* in = nullptr;
-};
-
-// A point-to-point message in flight. Synchronous sends lend their buffer
-// (`data`) until the receiver marks the message consumed; buffered sends and
-// isends copy. An abandoned isend's message is erased by its receiver.
-struct Message {
-  int src = 0, dst = 0, tag = 0;
-  ScalarType type = ScalarType::kF32;
-  int64_t n = 0;
-  const void* data = nullptr;
-  std::vector<std::byte> copy{};
-  bool consumed = false;
-  bool orphaned = false;
-};
-
-struct SimGroup {
-  SimGroup(std::string n, RankGroup m) : name(std::move(n)), members(std::move(m)), posts(members.size()) {}
-  std::string name;
-  RankGroup members;
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
-  std::vector<Post> posts;      // (size) the current collective
-  std::string phase_error;      // set by the last arriver when the posts disagree
-  std::list<Message> messages;  // in send order; list iterators stay valid
-};
-
-}  // namespace detail
 
 namespace {
 
+using detail::CollectiveSlot;
 using detail::Message;
 using detail::Post;
+using detail::SimAbortedError;
 using detail::SimGroup;
 
-// Thrown by ranks that stop because another rank failed; run() prefers the root cause.
-struct SimAbortedError : DistributedError {
-  using DistributedError::DistributedError;
-};
-
 std::string post_str(const Post& p) {
-  std::string s = fmt::format("{}({} x {}", comm_op_name(p.op), scalar_type_name(p.type), p.n);
+  std::string s =
+      fmt::format("{}{}({} x {}", p.nonblocking ? "start_" : "", comm_op_name(p.op), scalar_type_name(p.type), p.n);
   if (p.op == CommOp::kAllReduce || p.op == CommOp::kReduceScatter) s += fmt::format(", {}", reduce_op_name(p.reduce));
   if (p.op == CommOp::kBroadcast) s += fmt::format(", root {}", p.root);
   return s + ")";
@@ -87,8 +46,28 @@ class SimPendingSend final : public detail::PendingSend {
   bool done_ = false;
 };
 
+// A non-blocking collective: its input is deposited in the slot; it
+// completes once every rank has deposited, by folding this rank's result.
+class SimPendingCollective final : public detail::PendingCollective {
+ public:
+  SimPendingCollective(SimComm& comm, std::shared_ptr<CollectiveSlot> slot, const Post& post, void* out)
+      : comm_(&comm), slot_(std::move(slot)), post_(post), out_(out) {}
+  bool test() override;
+  void wait() override;
+
+ private:
+  void finish(std::unique_lock<std::mutex>& lk);
+
+  SimComm* comm_;
+  std::shared_ptr<CollectiveSlot> slot_;
+  Post post_;
+  void* out_;  // all_reduce: the data; reduce_scatter: the output chunk
+  bool done_ = false;
+};
+
 class SimComm final : public Comm {
   friend class SimPendingSend;
+  friend class SimPendingCollective;
 
  public:
   SimComm(SimWorld& world, std::shared_ptr<SimGroup> group, int rank)
@@ -165,6 +144,16 @@ class SimComm final : public Comm {
     return std::make_unique<SimPendingSend>(*this, msg);
   }
 
+  std::unique_ptr<detail::PendingCollective> do_start_all_reduce(void* data, int64_t n, ScalarType t,
+                                                                 ReduceOp op) override {
+    return start(Post{CommOp::kAllReduce, t, op, n, -1, data}, data);
+  }
+
+  std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void* in, void* out, int64_t chunk,
+                                                                     ScalarType t, ReduceOp op) override {
+    return start(Post{CommOp::kReduceScatter, t, op, chunk, -1, in}, out);
+  }
+
  private:
   // Waits (group lock held) until done(), bounded by the world's timeout.
   template <class Done, class Describe>
@@ -192,11 +181,17 @@ class SimComm final : public Comm {
   void arrive(const Post* post) {
     SimGroup& g = *group_;
     std::unique_lock lk(g.mu);
-    if (post) g.posts[rank_] = *post;
+    if (post) {
+      Post& mine = g.posts[rank_];
+      mine = *post;
+      mine.seq = next_seq_++;
+      if (auto slot = g.slots.find(mine.seq); slot != g.slots.end()) fail_mismatch(*slot->second, mine);
+      g.blocking_seq[rank_] = static_cast<int64_t>(mine.seq);
+    }
     const uint64_t generation = g.generation;
     if (++g.arrived == size()) {
       g.arrived = 0;
-      if (post) g.phase_error = check_posts();
+      if (post) g.phase_error = check_posts(g.posts);
       ++g.generation;
       g.cv.notify_all();
     } else {
@@ -207,21 +202,68 @@ class SimComm final : public Comm {
                                size());
           });
     }
+    g.blocking_seq[rank_] = -1;
     if (post && !g.phase_error.empty()) throw DistributedError(g.phase_error);
   }
   void arrive(const Post& post) { arrive(&post); }
 
-  std::string check_posts() const {
-    const auto& posts = group_->posts;
+  // Empty when every rank called the same collective as its seq-th.
+  std::string check_posts(const std::vector<Post>& posts) const {
     for (int k = 1; k < size(); ++k) {
       const Post &a = posts[0], &b = posts[k];
-      if (a.op != b.op || a.type != b.type || a.n != b.n || a.root != b.root ||
+      if (a.op != b.op || a.type != b.type || a.n != b.n || a.root != b.root || a.nonblocking != b.nonblocking ||
           (a.op != CommOp::kAllGather && a.reduce != b.reduce)) {
         return fmt::format("comm '{}': collective mismatch: rank 0 called {} but rank {} called {}", name(),
                            post_str(a), k, post_str(b));
       }
+      if (a.seq != b.seq) {
+        return fmt::format("comm '{}': collective mismatch: rank 0 called {} as collective #{} but rank {} as #{}",
+                           name(), post_str(a), a.seq, k, b.seq);
+      }
     }
     return "";
+  }
+
+  // Another rank started a non-blocking collective as the seq-th, `mine` is
+  // blocking (or the reverse): under MPI they would match each other.
+  [[noreturn]] void fail_mismatch(const CollectiveSlot& slot, const Post& mine) {
+    int other = 0;
+    while (other < size() && (other == rank_ || !slot.posts[other].nonblocking)) ++other;  // a depositor
+    fail_mismatch(other, slot.posts[other], mine);
+  }
+  [[noreturn]] void fail_mismatch(int other, const Post& theirs, const Post& mine) {
+    const bool me_first = rank_ < other;
+    const std::string msg = fmt::format("comm '{}': collective mismatch: rank {} called {} but rank {} called {}",
+                                        name(), me_first ? rank_ : other, post_str(me_first ? mine : theirs),
+                                        me_first ? other : rank_, post_str(me_first ? theirs : mine));
+    world_->abort(msg);
+    throw DistributedError(msg);
+  }
+
+  // Deposits a copy of this rank's input in the slot of the next sequence
+  // number; the last depositor checks that every rank started the same.
+  std::unique_ptr<detail::PendingCollective> start(Post post, void* out) {
+    post.nonblocking = true;
+    const size_t bytes =
+        static_cast<size_t>(post.n) * scalar_bytes(post.type) * (post.op == CommOp::kReduceScatter ? size() : 1);
+    std::vector<std::byte> copy(bytes);
+    if (bytes) std::memcpy(copy.data(), post.in, bytes);
+    post.in = nullptr;
+    SimGroup& g = *group_;
+    std::lock_guard lk(g.mu);
+    post.seq = next_seq_++;
+    for (int r = 0; r < size(); ++r) {
+      if (g.blocking_seq[r] == static_cast<int64_t>(post.seq)) fail_mismatch(r, g.posts[r], post);
+    }
+    std::shared_ptr<CollectiveSlot>& slot = g.slots[post.seq];
+    if (!slot) slot = std::make_shared<CollectiveSlot>(size());
+    slot->posts[rank_] = post;
+    slot->deposits[rank_] = std::move(copy);
+    if (++slot->deposited == size()) {
+      slot->error = check_posts(slot->posts);
+      g.cv.notify_all();
+    }
+    return std::make_unique<SimPendingCollective>(*this, slot, post, out);
   }
 
   std::list<Message>::iterator post_message(const void* data, int64_t n, ScalarType t, int peer, int tag,
@@ -277,6 +319,7 @@ class SimComm final : public Comm {
   int rank_;
   std::vector<std::byte> scratch_;   // reduction result before it is copied out
   std::vector<const void*> inputs_;  // (size) per-rank input pointers of a reduction
+  uint64_t next_seq_ = 0;            // collectives (blocking or not) this rank has called
 };
 
 SimPendingSend::~SimPendingSend() {
@@ -309,99 +352,44 @@ void SimPendingSend::wait() {
   done_ = true;
 }
 
+bool SimPendingCollective::test() {
+  if (done_) return true;
+  std::unique_lock lk(comm_->group_->mu);
+  if (slot_->deposited < comm_->size()) return false;
+  finish(lk);
+  return true;
+}
+
+void SimPendingCollective::wait() {
+  if (done_) return;
+  std::unique_lock lk(comm_->group_->mu);
+  const int size = comm_->size();
+  comm_->wait(
+      lk, [&] { return slot_->deposited == size; },
+      [&] { return fmt::format("{} ({} of {} ranks started it)", post_str(post_), slot_->deposited, size); });
+  finish(lk);
+}
+
+// Every rank has deposited (lock held): fold this rank's result from the
+// deposits, which nobody writes any more, without holding the lock.
+void SimPendingCollective::finish(std::unique_lock<std::mutex>& lk) {
+  if (!slot_->error.empty()) throw DistributedError(slot_->error);
+  lk.unlock();
+  const int size = comm_->size();
+  const size_t offset =
+      post_.op == CommOp::kReduceScatter ? static_cast<size_t>(comm_->rank_ * post_.n * scalar_bytes(post_.type)) : 0;
+  std::vector<const void*> inputs(size);
+  for (int k = 0; k < size; ++k) inputs[k] = slot_->deposits[k].data() + offset;
+  detail::reduce_in_rank_order(out_, inputs.data(), size, post_.n, post_.type, post_.reduce);
+  lk.lock();
+  if (++slot_->collected == size) comm_->group_->slots.erase(post_.seq);
+  done_ = true;
+}
+
 }  // namespace
 
-SimWorld::SimWorld(int size, SimWorldOptions options) : size_(size), options_(options) {
-  if (size < 1)
-    throw Error(ExitCode::kInternal, fmt::format("a simulated world needs at least one rank, got {}", size));
-}
-
-SimWorld::~SimWorld() = default;
-
-std::unique_ptr<Comm> SimWorld::make_comm(const std::string& name, const RankGroup& members, int global_rank) {
-  int position = -1;
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (members[i] < 0 || members[i] >= size_) {
-      throw Error(ExitCode::kInternal, fmt::format("comm '{}': member {} is outside the simulated world of {} ranks",
-                                                   name, members[i], size_));
-    }
-    if (members[i] == global_rank) position = static_cast<int>(i);
-  }
-  if (position < 0) {
-    throw Error(ExitCode::kInternal,
-                fmt::format("comm '{}': rank {} is not in {}", name, global_rank, rank_group_str(members)));
-  }
-  const std::string key = name + "|" + rank_group_str(members);
-  std::shared_ptr<SimGroup> group;
-  {
-    std::lock_guard lk(mu_);
-    auto& taken = taken_[key];
-    taken.resize(size_, 0);
-    auto& instances = instances_[key];
-    const int index = taken[global_rank]++;
-    if (index == static_cast<int>(instances.size())) instances.push_back(std::make_shared<SimGroup>(name, members));
-    group = instances[index];
-  }
-  return std::make_unique<SimComm>(*this, std::move(group), position);
-}
-
-std::unique_ptr<Comm> SimWorld::make_world_comm(int global_rank) {
-  RankGroup all(size_);
-  for (int r = 0; r < size_; ++r) all[r] = r;
-  return make_comm("world", all, global_rank);
-}
-
-void SimWorld::abort(const std::string& reason) {
-  {
-    std::lock_guard lk(mu_);
-    if (abort_reason_.empty()) abort_reason_ = reason;
-  }
-  aborted_.store(true, std::memory_order_release);
-}
-
-std::string SimWorld::abort_reason() const {
-  std::lock_guard lk(mu_);
-  return abort_reason_;
-}
-
-void SimWorld::run(const std::function<void(int rank)>& body) {
-  std::mutex mu;
-  std::exception_ptr root_cause, consequence;
-  std::vector<std::thread> threads;
-  threads.reserve(size_);
-  for (int r = 0; r < size_; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const SimAbortedError&) {
-        std::lock_guard lk(mu);
-        if (!consequence) consequence = std::current_exception();
-      } catch (const std::exception& e) {
-        {
-          std::lock_guard lk(mu);
-          if (!root_cause) root_cause = std::current_exception();
-        }
-        abort(fmt::format("rank {} failed: {}", r, e.what()));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (root_cause) std::rethrow_exception(root_cause);
-  if (consequence) std::rethrow_exception(consequence);
-}
-
-ParallelState make_sim_parallel_state(const ProcessGrid& grid, SimWorld& world, int rank) {
-  if (grid.world_size() != world.size()) {
-    throw DistributedError(
-        fmt::format("the process grid has {} ranks but the simulated world has {}", grid.world_size(), world.size()));
-  }
-  ParallelState::GroupComms groups;
-  for (int k = 0; k < kGroupKindCount; ++k) {
-    const auto kind = static_cast<GroupKind>(k);
-    const RankGroup& members = grid.group_of(kind, rank);
-    if (!members.empty()) groups[k] = world.make_comm(group_kind_name(kind), members, rank);
-  }
-  return ParallelState(grid, rank, world.make_world_comm(rank), std::move(groups));
+std::unique_ptr<Comm> detail::make_sim_comm(SimWorld& world, std::shared_ptr<SimGroup> group, int rank) {
+  return std::make_unique<SimComm>(world, std::move(group), rank);
 }
 
 }  // namespace mtrain::parallel

@@ -7,7 +7,11 @@
 //
 // Stricter than MPI where that finds bugs early:
 // - collectives check that every rank called the same op with the same
-//   type, count, reduction and root (MPI would hang or corrupt);
+//   type, count, reduction and root (MPI would hang or corrupt); a
+//   non-blocking collective (a copy of the input deposited at start, the
+//   rank's result folded at completion) is matched by its position among
+//   the rank's collectives on the communicator, like MPI does, and one that
+//   meets a blocking collective at the same position fails at once;
 // - send is synchronous by default (returns once the receiver has the data),
 //   so a schedule that relies on MPI's eager buffering deadlocks here; an
 //   isend copies eagerly, and its request completes once the receiver has it;

@@ -14,22 +14,33 @@ namespace mtrain::train {
 
 namespace {
 
+// A micro-batch padded to the longest row, rounded up to a multiple of
+// `multiple` tokens per row (sequence parallelism splits B*T over TP ranks).
+// Padding carries no loss and, being after every real token, cannot change a
+// causal result.
+data::Batch padded_batch(const data::DataLoader& loader, std::span<const int64_t> idx, int64_t multiple) {
+  data::Batch b = loader.make_batch(idx, 0);
+  if (multiple > 1 && b.T % multiple != 0) b = loader.make_batch(idx, (b.T + multiple - 1) / multiple * multiple);
+  return b;
+}
+
+// This DP rank's micro-batches of each global batch: local micro-batch m is
+// the global micro-batch m * dp + dp_rank (Megatron's sampler order).
 class LoaderSource : public BatchSource {
  public:
-  LoaderSource(std::vector<data::Sample> samples, const config::Args& a, int32_t pad)
+  LoaderSource(std::vector<data::Sample> samples, const config::Args& a, int32_t pad, const DataShard& shard)
       : loader_(std::move(samples),
                 data::DataLoaderOptions{static_cast<uint64_t>(a.data_seed), a.dataset_shuffle, pad}),
         gbs_(a.global_batch_size),
-        mbs_(a.micro_batch_size) {}
+        mbs_(a.micro_batch_size),
+        shard_(shard) {}
 
   std::vector<data::Batch> next_global_batch() override {
     const std::vector<int64_t> idx = loader_.next_global_batch(gbs_);
     std::vector<data::Batch> out;
-    for (int64_t s = 0; s < gbs_; s += mbs_) {
-      // T = the longest row of the micro-batch: padding carries no loss and,
-      // being after every real token, cannot change a causal result.
-      out.push_back(loader_.make_batch(std::span<const int64_t>(idx).subspan(s, mbs_), 0));
-    }
+    const int64_t step = mbs_ * shard_.dp_size;
+    for (int64_t s = shard_.dp_rank * mbs_; s < gbs_; s += step)
+      out.push_back(padded_batch(loader_, std::span<const int64_t>(idx).subspan(s, mbs_), shard_.pad_multiple));
     return out;
   }
   int64_t global_batch_samples() const override { return gbs_; }
@@ -37,6 +48,7 @@ class LoaderSource : public BatchSource {
  private:
   data::DataLoader loader_;
   int64_t gbs_, mbs_;
+  DataShard shard_;
 };
 
 data::SftOptions sft_options(const config::Args& a, const data::Tokenizer& tok) {
@@ -73,7 +85,7 @@ std::string dropped_text(int64_t dropped, int64_t truncated, const config::Args&
 
 }  // namespace
 
-DataPipeline build_data_pipeline(config::Args& a) {
+DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
   if (!a.tokenizer)
     throw ConfigError("no tokenizer: --tokenizer is not set",
                       "pass --tokenizer <path to tokenizer.json>, e.g. configs/demo/tokenizer.json");
@@ -125,19 +137,20 @@ DataPipeline build_data_pipeline(config::Args& a) {
                         "lower --global_batch_size or raise --num_train_epochs");
     config::set_train_iters(a, static_cast<int>(n));
   }
-  fmt::print(
-      " > data: {} training samples, {} validation samples, {} tokens{}; {} iterations of {} samples "
-      "({:.2f} epochs)\n",
-      p.train_.size(), p.val_.size(), tokens, dropped_text(dropped, truncated, a), a.train_iters.value(),
-      a.global_batch_size, static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
+  if (verbose)
+    fmt::print(
+        " > data: {} training samples, {} validation samples, {} tokens{}; {} iterations of {} samples "
+        "({:.2f} epochs)\n",
+        p.train_.size(), p.val_.size(), tokens, dropped_text(dropped, truncated, a), a.train_iters.value(),
+        a.global_batch_size, static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
   return p;
 }
 
-std::unique_ptr<BatchSource> DataPipeline::train_source(const config::Args& a) {
-  return std::make_unique<LoaderSource>(train_, a, tokenizer_.special().pad);
+std::unique_ptr<BatchSource> DataPipeline::train_source(const config::Args& a, const DataShard& shard) {
+  return std::make_unique<LoaderSource>(train_, a, tokenizer_.special().pad, shard);
 }
 
-std::vector<data::Batch> DataPipeline::validation_batches(const config::Args& a) const {
+std::vector<data::Batch> DataPipeline::validation_batches(const config::Args& a, const DataShard& shard) const {
   std::vector<data::Batch> out;
   if (val_.empty()) return out;
   data::DataLoader loader(val_, data::DataLoaderOptions{0, false, tokenizer_.special().pad});
@@ -145,9 +158,12 @@ std::vector<data::Batch> DataPipeline::validation_batches(const config::Args& a)
   if (a.eval_iters >= 0) limit = std::min<int64_t>(limit, static_cast<int64_t>(a.eval_iters) * a.global_batch_size);
   std::vector<int64_t> idx;
   for (int64_t i = 0; i < limit; ++i) idx.push_back(i);
-  for (int64_t s = 0; s < limit; s += a.micro_batch_size) {
+  // Micro-batch i goes to DP rank i % dp.
+  int64_t i = 0;
+  for (int64_t s = 0; s < limit; s += a.micro_batch_size, ++i) {
+    if (i % shard.dp_size != shard.dp_rank) continue;
     const int64_t n = std::min<int64_t>(a.micro_batch_size, limit - s);
-    out.push_back(loader.make_batch(std::span<const int64_t>(idx).subspan(s, n), 0));
+    out.push_back(padded_batch(loader, std::span<const int64_t>(idx).subspan(s, n), shard.pad_multiple));
   }
   return out;
 }

@@ -17,6 +17,14 @@
 
 namespace mtrain::train {
 
+// Which share of the data this rank reads: DP rank dp_rank of dp_size, rows
+// padded to a multiple of pad_multiple tokens (sequence parallelism: TP).
+struct DataShard {
+  int dp_rank = 0;
+  int dp_size = 1;
+  int64_t pad_multiple = 1;
+};
+
 struct PromptSample {
   std::string question;
   std::string reference;
@@ -32,20 +40,21 @@ class DataPipeline {
   std::vector<int32_t> stop_ids() const;
   std::string decode_answer(const std::vector<int32_t>& tokens) const;
 
-  std::unique_ptr<BatchSource> train_source(const config::Args& args);
-  // --eval_iters global batches of the validation set (-1: all of it).
-  std::vector<data::Batch> validation_batches(const config::Args& args) const;
+  std::unique_ptr<BatchSource> train_source(const config::Args& args, const DataShard& shard = {});
+  // This DP rank's micro-batches of --eval_iters global batches of the
+  // validation set (-1: all of it); micro-batch i goes to DP rank i % dp.
+  std::vector<data::Batch> validation_batches(const config::Args& args, const DataShard& shard = {}) const;
 
  private:
-  friend DataPipeline build_data_pipeline(config::Args& args);
+  friend DataPipeline build_data_pipeline(config::Args& args, bool verbose);
   explicit DataPipeline(data::Tokenizer t) : tokenizer_(std::move(t)) {}
   data::Tokenizer tokenizer_;
   std::vector<data::Sample> train_, val_;
   std::vector<data::Conversation> conversations_;  // sft only, for sample prompts
 };
 
-// Loads tokenizer and data and prints what the run will use. Fills
+// Loads tokenizer and data and prints what the run will use (verbose: rank 0). Fills
 // args.train_iters from --num_train_epochs when only that is given.
-DataPipeline build_data_pipeline(config::Args& args);
+DataPipeline build_data_pipeline(config::Args& args, bool verbose = true);
 
 }  // namespace mtrain::train

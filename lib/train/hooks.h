@@ -6,11 +6,21 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "parallel/comm.h"
+
 namespace mtrain::train {
+
+// Communication of one step on this rank, per group ("tp", "pp", "dp", ...).
+struct CommTotals {
+  int64_t calls = 0;
+  int64_t bytes = 0;   // wire bytes sent or reduced (CommEvent::bytes + recv_bytes)
+  double seconds = 0;  // wall time inside the calls (includes waiting for peers)
+};
 
 // What one optimizer step did; handed to on_step_end.
 struct StepMetrics {
@@ -30,6 +40,9 @@ struct StepMetrics {
   bool skipped = false;            // optimizer step skipped (fp16 overflow or non-finite skip)
   int64_t skipped_iterations = 0;  // running totals
   int64_t nan_iterations = 0;
+  int grad_buckets_overlapped = 0;                  // DP buckets whose reduction started during backward
+  CommTotals comm;                                  // this rank, all groups
+  std::map<std::string, CommTotals> comm_by_group;  // this rank, per group
 };
 
 struct EvalMetrics {
@@ -52,6 +65,9 @@ class TrainHook {
   virtual void on_step_begin(int64_t /*iteration*/) {}
   virtual void on_step_end(const StepMetrics&) {}
   virtual void on_eval_end(const EvalMetrics&) {}
+  // Every collective and point-to-point transfer of this rank, as it completes
+  // (bytes, group, time): for the profiler and the cost model.
+  virtual void on_comm(const parallel::CommEvent&) {}
   virtual void on_train_end(const TrainInfo&) {}
 };
 
@@ -69,6 +85,9 @@ class HookList {
   }
   void eval_end(const EvalMetrics& m) {
     for (auto& h : hooks_) h->on_eval_end(m);
+  }
+  void comm(const parallel::CommEvent& e) {
+    for (auto& h : hooks_) h->on_comm(e);
   }
   void train_end(const TrainInfo& i) {
     for (auto& h : hooks_) h->on_train_end(i);

@@ -57,6 +57,7 @@ std::string format_validation_line(const std::string& prefix, double loss) {
 }
 
 MegatronLogger::MegatronLogger(LoggerOptions opts, const device::Device& dev) : opts_(std::move(opts)), dev_(dev) {
+  if (!opts_.print_log) opts_.jsonl_path.clear();
   if (!opts_.jsonl_path.empty()) {
     jsonl_ = std::fopen(opts_.jsonl_path.c_str(), "a");
     if (!jsonl_)
@@ -70,6 +71,7 @@ MegatronLogger::~MegatronLogger() {
 
 void MegatronLogger::on_train_begin(const TrainInfo& info) {
   start_iteration_ = info.start_iteration;
+  if (!opts_.print_log) return;
   fmt::print("[after megatron is initialized] datetime: {}\ntraining ...\n", now_timestamp());
   std::fflush(stdout);
 }
@@ -96,11 +98,13 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
 
   const double avg_loss = counted_ ? sum_loss_ / counted_ : 0.0;
   const double avg_ms = sum_ms_ / steps_;
-  fmt::print("{}\n", format_log_line(m, avg_loss, avg_ms, skipped_, nans_, opts_.log_throughput, opts_.world_size,
-                                     now_timestamp()));
+  if (opts_.print_log) {
+    fmt::print("{}\n", format_log_line(m, avg_loss, avg_ms, skipped_, nans_, opts_.log_throughput, opts_.world_size,
+                                       now_timestamp()));
+  }
   const auto& st = dev_.stats();
   constexpr double kMB = 1 << 20;
-  if (!memory_reported_) {
+  if (!memory_reported_ && opts_.print_memory) {
     memory_reported_ = true;
     fmt::print(
         "[Rank {}] (after {} iterations) memory (MB) | allocated: {} | max allocated: {} | reserved: {} | "
@@ -128,6 +132,9 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
         {"memory(GiB)", st.max_reserved / double(1LL << 30)},
         {"train_speed(s/it)", per_it},
         {"tokens_per_second", m.tokens / (m.elapsed_ms / 1000.0)},
+        {"comm_seconds", m.comm.seconds},
+        {"comm_bytes", m.comm.bytes},
+        {"grad_buckets_overlapped", m.grad_buckets_overlapped},
     };
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
     std::fflush(jsonl_);
@@ -137,6 +144,7 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
 }
 
 void MegatronLogger::on_eval_end(const EvalMetrics& m) {
+  if (!opts_.print_log) return;
   const std::string line = format_validation_line(
       fmt::format("iteration {}{}", m.iteration, m.end_of_training ? " on validation set" : ""), m.lm_loss);
   const std::string rule(line.size() + 1, '-');
@@ -153,6 +161,7 @@ void MegatronLogger::on_eval_end(const EvalMetrics& m) {
 }
 
 void MegatronLogger::on_train_end(const TrainInfo&) {
+  if (!opts_.print_log) return;
   fmt::print("[after training is done] datetime: {}\n", now_timestamp());
   std::fflush(stdout);
 }

@@ -19,6 +19,10 @@ struct LoggerOptions {
   int rank = 0;
   int world_size = 1;
   std::string jsonl_path;  // empty: no file
+  // Megatron prints the iteration and validation lines on the last rank
+  // (print_rank_last) and the memory line on every rank of data-parallel rank 0.
+  bool print_log = true;
+  bool print_memory = true;
 };
 
 // " [YYYY-mm-dd HH:MM:SS] iteration ... |" for an interval summary.

@@ -18,10 +18,14 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/data_pipeline.h"
+#include "train/fault_injection.h"
 #include "train/generate.h"
+#include "train/grad_sync.h"
 #include "train/logger.h"
 #include "train/trainer.h"
+#include "train/watchdog.h"
 
 namespace mtrain::train {
 
@@ -47,12 +51,15 @@ int configure_threads(const config::Args& args, int local_ranks) {
   return n;
 }
 
-static void prepare_output_dir(const config::Args& args) {
+// Every rank creates the directory (nodes need not share a file system); the
+// first rank records the arguments.
+static void prepare_output_dir(const config::Args& args, bool write_args) {
   std::error_code ec;
   fs::create_directories(args.output_dir, ec);
   if (ec)
     throw ConfigError(fmt::format("--output_dir {}: cannot create the directory: {}", args.output_dir, ec.message()),
                       "choose a writable --output_dir");
+  if (!write_args) return;
   const fs::path p = fs::path(args.output_dir) / "args.json";
   std::ofstream f(p);
   f << config::args_to_json(args) << "\n";
@@ -96,35 +103,25 @@ static std::string indent(const std::string& s) {
   return out;
 }
 
-static void print_answers(const config::Args& args, model::GptModel& model, const DataPipeline& data) {
+static void print_answers(const config::Args& args, model::GptModel& model, const DataPipeline& data,
+                          parallel::ParallelState& state) {
   const auto prompts = data.sample_prompts(args.num_generate_samples);
   if (prompts.empty()) return;
-  fmt::print("\nWhat the trained model answers (greedy decoding):\n");
+  // Every DP replica holds the same model; the first one answers.
+  if (state.coords().dp != 0) return;
+  const bool print = state.rank() == 0;
+  if (print) fmt::print("\nWhat the trained model answers (greedy decoding):\n");
   for (const auto& p : prompts) {
-    const std::vector<int32_t> out = greedy_generate(model, p.prompt_tokens, args.max_new_tokens, data.stop_ids());
-    fmt::print("  prompt:    {}\n  reference: {}\n  mtrain:    {}\n\n", indent(p.question), indent(p.reference),
-               indent(data.decode_answer(out)));
+    const std::vector<int32_t> out =
+        greedy_generate(model, p.prompt_tokens, args.max_new_tokens, data.stop_ids(), &state);
+    if (print)
+      fmt::print("  prompt:    {}\n  reference: {}\n  mtrain:    {}\n\n", indent(p.question), indent(p.reference),
+                 indent(data.decode_answer(out)));
   }
   std::fflush(stdout);
 }
 
-int run_training(const config::Args& input) {
-  config::Args args = input;
-  // Ranks sharing this node (set by mpirun); each gets an equal share of the cores.
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int threads = configure_threads(args, local ? std::max(1, std::atoi(local)) : 1);
-  DataPipeline data = build_data_pipeline(args);                                // may derive train_iters from epochs
-  if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
-  prepare_output_dir(args);
-
-  device::Device dev(device_profile(args), 0);
-  const model::ModelConfig mc = model::model_config_from_args(args, *args.vocab_size);
-  fmt::print(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n", mc.vocab, mc.padded_vocab - mc.vocab,
-             mc.padded_vocab);
-  model::GptModel model(mc, dev);
-  fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): {}\n", model.params().numel());
-  fmt::print(" > {} on {} with {} threads\n", model::describe(mc), dev.name(), threads);
-
+static optim::OptimizerConfig optimizer_config(const config::Args& args) {
   optim::OptimizerConfig oc;
   oc.type = args.optimizer;
   oc.beta1 = args.adam_beta1;
@@ -132,23 +129,10 @@ int run_training(const config::Args& input) {
   oc.eps = args.adam_eps;
   oc.weight_decay = args.weight_decay;
   oc.sgd_momentum = args.sgd_momentum;
-  optim::Optimizer optimizer(dev, optimizer_ranges(model.params()), model.params().numel(), mc.dtype, oc);
-  optimizer.init_master_from(model.params().params().data());
-  optim::LrScheduler scheduler(schedule_config(args));
-  optim::DynamicGradScalerConfig sc;
-  sc.initial_scale = args.initial_loss_scale;
-  sc.min_scale = args.min_loss_scale;
-  sc.growth_interval = args.loss_scale_window;
-  sc.hysteresis = args.hysteresis;
-  std::unique_ptr<optim::GradScaler> scaler = optim::make_grad_scaler(mc.dtype, args.static_loss_scale.value_or(0), sc);
+  return oc;
+}
 
-  HookList hooks;
-  LoggerOptions lo;
-  lo.log_interval = args.log_interval;
-  lo.log_throughput = args.log_throughput;
-  lo.jsonl_path = (fs::path(args.output_dir) / "logging.jsonl").string();
-  hooks.add(std::make_shared<MegatronLogger>(lo, dev));
-
+static TrainerOptions trainer_options(const config::Args& args) {
   TrainerOptions to;
   to.train_iters = args.train_iters.value();
   to.global_batch_size = args.global_batch_size;
@@ -158,11 +142,122 @@ int run_training(const config::Args& input) {
   to.skip_nonfinite = args.on_nonfinite == "skip";
   to.max_consecutive_skips = args.max_consecutive_nonfinite_skips;
   to.seed = static_cast<uint64_t>(args.seed);
-  std::unique_ptr<BatchSource> source = data.train_source(args);
-  const std::vector<data::Batch> val = data.validation_batches(args);
-  Trainer trainer(to, model, optimizer, scheduler, scaler.get(), *source, &val, hooks);
+  to.distributed_optimizer = args.use_distributed_optimizer;
+  to.overlap_grad_reduce = args.overlap_grad_reduce;
+  to.bucket_elems = args.ddp_bucket_size.value_or(0);
+  return to;
+}
+
+parallel::ProcessGrid process_grid_from_args(const config::Args& a) {
+  parallel::ProcessGridConfig g;
+  g.world_size = a.world_size;
+  g.tensor_model_parallel_size = a.tensor_model_parallel_size;
+  g.pipeline_model_parallel_size = a.pipeline_model_parallel_size;
+  g.context_parallel_size = a.context_parallel_size;
+  g.expert_model_parallel_size = a.expert_model_parallel_size;
+  g.use_tp_pp_dp_mapping = a.use_tp_pp_dp_mapping;
+  return parallel::ProcessGrid(g);
+}
+
+// The optimizer (sharded under the distributed optimizer), LR schedule and
+// fp16/bf16 loss scaler of one rank.
+struct TrainerSetup {
+  optim::Optimizer optimizer;
+  optim::LrScheduler scheduler;
+  std::unique_ptr<optim::GradScaler> scaler;
+
+  TrainerSetup(const config::Args& args, model::GptModel& model, device::Device& dev,
+               const parallel::ParallelState& state, const TrainerOptions& to)
+      : optimizer(dev, optimizer_ranges(model.params()), model.params().numel(), model.config().dtype,
+                  optimizer_config(args),
+                  GradSync::optimizer_shard(model.params(), state, to.distributed_optimizer, to.bucket_elems)),
+        scheduler(schedule_config(args)) {
+    optimizer.init_master_from(model.params().params().data());
+    optim::DynamicGradScalerConfig sc;
+    sc.initial_scale = args.initial_loss_scale;
+    sc.min_scale = args.min_loss_scale;
+    sc.growth_interval = args.loss_scale_window;
+    sc.hysteresis = args.hysteresis;
+    scaler = optim::make_grad_scaler(model.config().dtype, args.static_loss_scale.value_or(0), sc);
+  }
+};
+
+// A rank that waits for a stuck or dead peer ends instead of hanging: the
+// watchdog (world size > 1 only: one process has no peer to wait for) and its
+// beats, then the fault-injection test seam. Returns the watchdog or null.
+static std::shared_ptr<Watchdog> add_watchdog_hooks(HookList& hooks, const config::Args& args,
+                                                    const parallel::ParallelState& state) {
+  std::shared_ptr<Watchdog> watchdog;
+  if (state.world_size() > 1) {
+    watchdog = start_rank_watchdog(args.distributed_timeout_minutes * 60, state.rank());
+    hooks.add(std::make_shared<WatchdogHook>(watchdog));
+  }
+  // fault_injection.h: the only reader of these variables.
+  if (auto fault = parse_injected_fault(std::getenv("MTRAIN_FAULT_RANK"), std::getenv("MTRAIN_FAULT")))
+    hooks.add(std::make_shared<FaultInjectionHook>(std::move(*fault), state.rank()));
+  return watchdog;
+}
+
+int run_training(const config::Args& input, const RunContext& ctx) {
+  config::Args args = input;
+  std::unique_ptr<parallel::ParallelState> own_state;
+  parallel::ParallelState* state = ctx.parallel;
+  if (!state) {
+    own_state =
+        std::make_unique<parallel::ParallelState>(parallel::make_self_parallel_state(process_grid_from_args(args)));
+    state = own_state.get();
+  }
+  const parallel::RankCoords rc = state->coords();
+  const bool first_rank = state->rank() == 0, last_rank = state->rank() == state->world_size() - 1;
+  const int threads = configure_threads(args, ctx.local_ranks);
+  DataPipeline data = build_data_pipeline(args, first_rank);                    // may derive train_iters from epochs
+  if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
+  prepare_output_dir(args, first_rank);
+
+  device::Device dev(device_profile(args), ctx.device_index);
+  model::ModelConfig mc = model::model_config_from_args(args, *args.vocab_size);
+  model::place_on_rank(mc, args, rc.tp, rc.pp);
+  const TrainerOptions to = trainer_options(args);
+  const parallel::PipelineShape shape{args.pipeline_model_parallel_size, rc.pp,
+                                      args.virtual_pipeline_model_parallel_size.value_or(1), args.num_micro_batches};
+  mc.chunk_slots = parallel::pipeline_activation_slots(shape);
+  if (first_rank)
+    fmt::print(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n", mc.vocab, mc.padded_vocab - mc.vocab,
+               mc.padded_vocab);
+  const int dp = state->grid().dp();
+  model::GptModel model(mc, dev, state->tp(), /*meta=*/false,
+                        [&](int64_t n) { return trainer_padded_numel(n, to, dp); });
+  // Megatron prints this on data-parallel rank 0 of each model-parallel rank.
+  if (rc.dp == 0)
+    fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}\n", rc.tp, rc.pp,
+               model.params().count());
+  if (first_rank)
+    fmt::print(" > {} on {} with {} threads per rank, {}\n", model::describe(mc), dev.name(), threads,
+               state->grid().describe());
+  std::fflush(stdout);
+
+  TrainerSetup setup(args, model, dev, *state, to);
+  HookList hooks;
+  LoggerOptions lo;
+  lo.log_interval = args.log_interval;
+  lo.log_throughput = args.log_throughput;
+  lo.rank = state->rank();
+  lo.world_size = state->world_size();
+  lo.jsonl_path = (fs::path(args.output_dir) / "logging.jsonl").string();
+  lo.print_log = last_rank;
+  lo.print_memory = rc.dp == 0;
+  if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
+
+  const std::shared_ptr<Watchdog> watchdog = add_watchdog_hooks(hooks, args, *state);
+  const DataShard shard{rc.dp, dp, mc.sequence_parallel ? mc.tp : 1};
+  std::unique_ptr<BatchSource> source = data.train_source(args, shard);
+  const std::vector<data::Batch> val = data.validation_batches(args, shard);
+  if (watchdog) watchdog->beat("trainer starts");
+  Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), *source, &val, hooks, state);
   trainer.train();
-  print_answers(args, model, data);
+  // Without TP/PP the sample answers are one rank's own compute: no peer to wait for.
+  if (watchdog && args.tensor_model_parallel_size * args.pipeline_model_parallel_size == 1) watchdog->stop();
+  print_answers(args, model, data, *state);
   return 0;
 }
 

@@ -5,10 +5,21 @@
 #pragma once
 
 #include "config/args.h"
+#include "parallel/parallel_state.h"
 
 namespace mtrain::train {
 
-int run_training(const config::Args& args);
+// Where this process runs: one rank of a launch, or the only process.
+struct RunContext {
+  parallel::ParallelState* parallel = nullptr;  // null: a world of one (no MPI)
+  int device_index = 0;                         // the simulated NPU this rank owns
+  int local_ranks = 1;                          // ranks sharing this node's cores
+};
+
+int run_training(const config::Args& args, const RunContext& ctx = {});
+
+// The process grid of validated flags (world size, TP, PP, CP, EP, rank order).
+parallel::ProcessGrid process_grid_from_args(const config::Args& args);
 
 // Threads for OpenBLAS and mtrain's kernels: --num_threads, else
 // OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else cores / ranks on this node.

@@ -10,6 +10,7 @@
 #include "model/model_config.h"
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
+#include "parallel/pipeline_schedule.h"
 #include "tensor/precision.h"
 
 namespace mtrain::train {
@@ -53,9 +54,19 @@ static double weight_sum(const std::vector<data::Batch>& batches) {
   return s;
 }
 
+int64_t trainer_padded_numel(int64_t numel, const TrainerOptions& opts, int dp_size) {
+  return GradSync::padded_numel(numel, opts.bucket_elems, dp_size);
+}
+
+static parallel::ProcessGrid single_device_grid() {
+  parallel::ProcessGridConfig g;
+  g.world_size = 1;
+  return parallel::ProcessGrid(g);
+}
+
 Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer,
                  optim::LrScheduler& scheduler, optim::GradScaler* scaler, BatchSource& train_data,
-                 const std::vector<data::Batch>* val_batches, HookList& hooks)
+                 const std::vector<data::Batch>* val_batches, HookList& hooks, parallel::ParallelState* parallel)
     : opts_(opts),
       model_(model),
       optimizer_(optimizer),
@@ -63,7 +74,26 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
       scaler_(scaler),
       train_data_(train_data),
       val_batches_(val_batches),
-      hooks_(hooks) {}
+      hooks_(hooks),
+      state_(parallel) {
+  if (!state_) {
+    own_state_ = std::make_unique<parallel::ParallelState>(parallel::make_self_parallel_state(single_device_grid()));
+    state_ = own_state_.get();
+  }
+  grad_sync_ = std::make_unique<GradSync>(model.params(), *state_, opts.distributed_optimizer, opts.bucket_elems,
+                                          opts.overlap_grad_reduce);
+  state_->set_observer([this](const parallel::CommEvent& e) {
+    const CommTotals add{1, e.bytes + e.recv_bytes, e.seconds};
+    for (CommTotals* t : {&step_comm_, &step_comm_by_group_[std::string(e.group)]}) {
+      t->calls += add.calls;
+      t->bytes += add.bytes;
+      t->seconds += add.seconds;
+    }
+    hooks_.comm(e);
+  });
+}
+
+Trainer::~Trainer() { state_->set_observer({}); }
 
 void Trainer::train() {
   TrainInfo info;
@@ -87,49 +117,96 @@ void Trainer::train() {
   }
 }
 
+// The pipeline shape of this rank for `microbatches` local micro-batches.
+static parallel::PipelineShape pipeline_shape(const parallel::ParallelState& st, const model::GptModel& m,
+                                              int64_t microbatches) {
+  parallel::PipelineShape p;
+  p.stages = st.grid().pp();
+  p.stage = st.coords().pp;
+  p.chunks = m.num_chunks();
+  p.microbatches = static_cast<int>(microbatches);
+  return p;
+}
+
+double Trainer::run_schedule(const std::vector<data::Batch>& micro, int64_t it, double dloss_scale) {
+  const int dp = state_->grid().dp(), dp_rank = state_->coords().dp;
+  const bool counts_loss = state_->coords().tp == 0;
+  std::vector<model::TokenBatch> tb;
+  for (const data::Batch& b : micro) tb.push_back(token_batch(b));
+  auto seed_of = [&](int mb) {
+    return stream_seed(opts_.seed, static_cast<uint64_t>(it), uint64_t(mb) * dp + dp_rank);
+  };
+  double loss_sum = 0;
+  parallel::PipelineCallbacks cb;
+  cb.message_elems = [&](int, int mb) { return model_.hidden_elems(tb[mb]); };
+  cb.forward = [&](const parallel::PipeAction& a, const float* input) {
+    const float* out = model_.forward_chunk(a.chunk, a.slot, tb[a.microbatch], input, seed_of(a.microbatch), true);
+    if (model_.chunk(a.chunk).post && counts_loss)
+      loss_sum += weighted_loss(model_.chunk_losses(a.chunk, a.slot), micro[a.microbatch].loss_weights);
+    return out;
+  };
+  cb.backward = [&](const parallel::PipeAction& a, const float* grad_output) {
+    const data::Batch& b = micro[a.microbatch];
+    if (model_.chunk(a.chunk).post) {
+      // d(total loss)/d(token loss) for the global per-token mean, times the fp16 loss scale.
+      dloss_.resize(b.loss_weights.size());
+      for (size_t i = 0; i < dloss_.size(); ++i) dloss_[i] = static_cast<float>(b.loss_weights[i] * dloss_scale);
+    }
+    // --overlap_grad_reduce: the last micro-batch's backward of a chunk makes
+    // its gradients final; the reduction of each finished bucket starts at once.
+    const bool last = a.microbatch + 1 == static_cast<int>(micro.size());
+    if (last && grad_sync_->overlapping())
+      model_.set_grad_ready([this](int64_t b, int64_t e) { grad_sync_->mark_ready(b, e); });
+    const float* dx = model_.backward_chunk(a.chunk, a.slot, tb[a.microbatch], grad_output, dloss_.data(),
+                                            seed_of(a.microbatch), true, /*zero_grads=*/a.microbatch == 0);
+    model_.set_grad_ready(nullptr);
+    return dx;
+  };
+  parallel::run_pipeline(state_->pp(), pipeline_shape(*state_, model_, micro.size()), cb,
+                         parallel::Wire::of(model_.config().dtype));
+  return loss_sum;
+}
+
+double Trainer::share_loss(double local) {
+  state_->world().all_reduce(&local, 1, parallel::ReduceOp::kSum);
+  return local;
+}
+
 StepMetrics Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
+  step_comm_ = {};
+  step_comm_by_group_.clear();
   std::vector<data::Batch> micro = train_data_.next_global_batch();
-  const double loss_tokens = weight_sum(micro);
+  // Loss tokens and tokens of the whole global batch (all DP ranks).
+  double counts[2] = {weight_sum(micro), 0};
+  for (const data::Batch& b : micro) counts[1] += static_cast<double>(b.B * b.T);
+  if (state_->grid().dp() > 1) state_->dp().all_reduce(counts, 2, parallel::ReduceOp::kSum);
+  const double loss_tokens = counts[0];
+  const int64_t tokens = static_cast<int64_t>(counts[1]);
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   model::ParamStore& ps = model_.params();
   // The first micro-batch's backward zeroes each gradient just before its
   // first contribution (no separate sweep over the buffer).
   if (micro.empty()) ps.grads().zero();
-
-  double loss_sum = 0;
-  int64_t tokens = 0;
-  for (size_t mb = 0; mb < micro.size(); ++mb) {
-    const data::Batch& b = micro[mb];
-    const model::TokenBatch tb = token_batch(b);
-    const uint64_t seed = stream_seed(opts_.seed, static_cast<uint64_t>(it), mb);
-    model_.forward(tb, seed, /*training=*/true);
-    loss_sum += weighted_loss(model_.losses(), b.loss_weights);
-    // d(total loss)/d(token loss) for the global per-token mean, times the fp16 loss scale.
-    dloss_.resize(b.loss_weights.size());
-    const double k = loss_tokens > 0 ? scale / loss_tokens : 0.0;
-    for (size_t i = 0; i < dloss_.size(); ++i) dloss_[i] = static_cast<float>(b.loss_weights[i] * k);
-    model_.backward(tb, dloss_.data(), seed, /*training=*/true, /*zero_grads=*/mb == 0);
-    tokens += b.B * b.T;
-  }
+  grad_sync_->begin_overlap(ps.grads().data());
+  const double loss_sum = share_loss(run_schedule(micro, it, loss_tokens > 0 ? scale / loss_tokens : 0.0));
   const double lm_loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
+  grad_sync_->reduce(ps.grads().data());
 
   float* grads = ps.grads().data();
-  const int64_t n = ps.numel();
   StepMetrics m;
   bool skip = false;
   double grad_norm = 0;
   if (scaler_) {
     // Megatron's order: unscale, check the grads for overflow, update the
     // scaler; on overflow the step (and the lr schedule) is skipped.
-    optim::unscale_grads(grads, n, scaler_->inv_scale());
-    const bool overflow = optim::found_inf(grads, n);
+    const bool overflow = grad_sync_->unscale_and_check(grads, scaler_->inv_scale());
     scaler_->update(overflow);
     skip = overflow;
-    if (!skip) grad_norm = optim::grad_norm(grads, n);
+    if (!skip) grad_norm = grad_sync_->grad_norm(grads);
   } else {
-    grad_norm = optim::grad_norm(grads, n);
+    grad_norm = grad_sync_->grad_norm(grads);
   }
   const bool finite = std::isfinite(lm_loss) && std::isfinite(grad_norm);
   if (!skip && !finite) {
@@ -161,6 +238,7 @@ StepMetrics Trainer::train_step() {
     // as optim::clip_grads, without another sweep over the gradient buffer).
     const double clip_coeff = opts_.clip_grad > 0 ? optim::clip_coefficient(opts_.clip_grad, grad_norm) : 1.0;
     optimizer_.step(ps.params().data(), grads, scheduler_.lr_at(successful_steps_), clip_coeff);
+    grad_sync_->gather_params(ps.params().data());
     ++successful_steps_;
   }
   iteration_ = it;
@@ -183,17 +261,31 @@ StepMetrics Trainer::train_step() {
   m.nan_iterations = nan_total_;
   m.model_flops = model::train_flops(model_.config(), tokens, micro.empty() ? 0 : micro[0].T);
   m.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  m.grad_buckets_overlapped = grad_sync_->buckets_started_early();
+  m.comm = step_comm_;
+  m.comm_by_group = step_comm_by_group_;
   return m;
 }
 
 double Trainer::evaluate(const std::vector<data::Batch>& batches) {
-  double loss_sum = 0, tokens = 0;
-  for (const data::Batch& b : batches) {
-    model_.forward(token_batch(b), 0, /*training=*/false);
-    loss_sum += weighted_loss(model_.losses(), b.loss_weights);
-    tokens += weight_sum(b);
-  }
-  return tokens > 0 ? loss_sum / tokens : 0.0;
+  std::vector<model::TokenBatch> tb;
+  for (const data::Batch& b : batches) tb.push_back(token_batch(b));
+  double sums[2] = {0, weight_sum(batches)};  // weighted loss (last stage, TP rank 0), loss tokens (this DP rank)
+  const bool counts_loss = state_->coords().tp == 0;
+  parallel::PipelineCallbacks cb;
+  cb.message_elems = [&](int, int mb) { return model_.hidden_elems(tb[mb]); };
+  cb.forward = [&](const parallel::PipeAction& a, const float* input) {
+    const float* out = model_.forward_chunk(a.chunk, 0, tb[a.microbatch], input, 0, /*training=*/false);
+    if (model_.chunk(a.chunk).post && counts_loss)
+      sums[0] += weighted_loss(model_.chunk_losses(a.chunk, 0), batches[a.microbatch].loss_weights);
+    return out;
+  };
+  parallel::run_pipeline_forward_only(state_->pp(), pipeline_shape(*state_, model_, batches.size()), cb,
+                                      parallel::Wire::of(model_.config().dtype));
+  // Loss: summed over the world (only last-stage TP-rank-0 ranks add); tokens: over DP.
+  state_->world().all_reduce(&sums[0], 1, parallel::ReduceOp::kSum);
+  if (state_->grid().dp() > 1) state_->dp().all_reduce(&sums[1], 1, parallel::ReduceOp::kSum);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
 }  // namespace mtrain::train

@@ -1,8 +1,11 @@
-// Trainer: the training loop of one rank. Each iteration takes one global
-// batch (split into micro-batches: gradient accumulation), runs forward and
-// backward, checks loss and gradients for NaN/Inf, unscales (fp16), clips,
-// steps the optimizer with the scheduled learning rate and reports to the
-// step hooks. Evaluation runs every --eval_interval iterations.
+// Trainer: the training loop of one rank. Each iteration takes this DP rank's
+// micro-batches of one global batch, runs them through the pipeline schedule
+// (lib/parallel/pipeline_schedule.h; a single stage is F0 B0 F1 B1 ...),
+// reduces the gradients across ranks (GradSync), checks loss and gradients
+// for NaN/Inf, unscales (fp16), clips, steps the optimizer with the scheduled
+// learning rate and reports to the step hooks. Evaluation runs every
+// --eval_interval iterations. Every decision (skip, stop) is made on values
+// all ranks share, so ranks never diverge.
 //
 // The loss is Megatron-SWIFT's per-token loss: the sum of token losses over
 // the whole global batch divided by its number of loss tokens, so the result
@@ -19,12 +22,15 @@
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "parallel/parallel_state.h"
+#include "train/grad_sync.h"
 #include "train/hooks.h"
 
 namespace mtrain::train {
 
-// Yields the micro-batches of successive global batches (train) or the whole
-// validation set.
+// Yields this DP rank's micro-batches of successive global batches: local
+// micro-batch m is micro-batch m * dp + dp_rank of the global batch
+// (Megatron's sampler), so its dropout masks match the single-device run.
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
@@ -41,25 +47,38 @@ struct TrainerOptions {
   bool skip_nonfinite = false;  // --on_nonfinite skip
   int64_t max_consecutive_skips = 5;
   uint64_t seed = 42;
+  bool distributed_optimizer = false;  // --use_distributed_optimizer (only matters with DP > 1)
+  int64_t bucket_elems = 0;            // DP gradient bucket size; <= 0: Megatron's default
+  bool overlap_grad_reduce = false;    // start each bucket's reduction during the last backward
 };
+
+// The flat parameter buffer size a model must allocate for these options on
+// this grid (the DP buckets' padding).
+int64_t trainer_padded_numel(int64_t numel, const TrainerOptions& opts, int dp_size);
 
 class Trainer {
  public:
   Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer, optim::LrScheduler& scheduler,
           optim::GradScaler* scaler, BatchSource& train_data, const std::vector<data::Batch>* val_batches,
-          HookList& hooks);
+          HookList& hooks, parallel::ParallelState* parallel = nullptr);
+  ~Trainer();
 
   // Runs iterations start+1 .. train_iters, then evaluates once more (as
   // Megatron does) if evaluation is on. Throws NonFiniteError on a NaN/Inf
   // loss or gradient norm unless skipping was requested.
   void train();
-  // Mean per-token loss over the validation batches (no dropout, no grads).
+  // Mean per-token loss over the validation batches (no dropout, no grads);
+  // `batches` are this DP rank's share. The same value on every rank.
   double evaluate(const std::vector<data::Batch>& batches);
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
 
  private:
   StepMetrics train_step();
+  // Runs the schedule over `micro`; returns this rank's weighted loss sum
+  // (non-zero only on the last stage's TP rank 0).
+  double run_schedule(const std::vector<data::Batch>& micro, int64_t it, double dloss_scale);
+  double share_loss(double local);  // sum over the world of the last stage's contributions
   bool eval_enabled() const { return opts_.eval_interval > 0 && val_batches_ && !val_batches_->empty(); }
 
   TrainerOptions opts_;
@@ -77,6 +96,11 @@ class Trainer {
   int64_t nan_total_ = 0;
   int64_t consecutive_skips_ = 0;
   std::vector<float> dloss_;
+  std::unique_ptr<parallel::ParallelState> own_state_;  // one device: a world of one
+  parallel::ParallelState* state_;
+  std::unique_ptr<GradSync> grad_sync_;
+  CommTotals step_comm_;  // this step's communication (observer)
+  std::map<std::string, CommTotals> step_comm_by_group_;
 };
 
 model::TokenBatch token_batch(const data::Batch& b);

@@ -2,6 +2,8 @@
 // derived defaults and the not-yet-implemented list.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "config/json.h"
 #include "config/validate.h"
 #include "config_test_util.h"
@@ -41,12 +43,17 @@ TEST(Validate, ParallelLayoutMessages) {
   Args groups = demo();
   groups.num_attention_heads = 12, groups.hidden_size = 768, groups.num_query_groups = 6;
   groups.tensor_model_parallel_size = 4;
-  EXPECT_EQ(fails(groups, 4), "num_query_groups (6) must be a multiple or divisor of tensor_model_parallel_size (4).");
+  EXPECT_EQ(fails(groups, 4), "num_query_groups (6) must be a multiple of tensor_model_parallel_size (4).");
 
-  Args divisor = demo();  // 2 KV groups over TP=4: each KV head is replicated
+  Args divisor = demo();  // 2 KV groups over TP=4 would need replicated KV heads: refused
   divisor.num_attention_heads = 8, divisor.hidden_size = 512, divisor.tensor_model_parallel_size = 4;
-  validate(divisor, 4);
-  EXPECT_EQ(divisor.data_parallel_size, 1);
+  EXPECT_EQ(fails(divisor, 4), "num_query_groups (2) must be a multiple of tensor_model_parallel_size (4).");
+
+  Args even = demo();
+  even.num_attention_heads = 8, even.hidden_size = 512, even.num_query_groups = 4, even.ffn_hidden_size = 1376;
+  even.tensor_model_parallel_size = 4;
+  validate(even, 4);
+  EXPECT_EQ(even.data_parallel_size, 1);
 
   Args layers = demo();
   layers.num_layers = 5, layers.pipeline_model_parallel_size = 2;
@@ -266,6 +273,17 @@ TEST(Validate, SetTrainItersDerivesTheSchedule) {
             "--lr_warmup_iters (30) must be smaller than --lr_decay_iters (20)");
 }
 
+TEST(Validate, DistributedTimeoutIsAPositiveNumberOfMinutes) {
+  Args a = demo();
+  a.distributed_timeout_minutes = 0.05;  // 3 s: fractions are what the fault tests use
+  validate(a, 1);
+  for (double bad : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    Args b = demo();
+    b.distributed_timeout_minutes = bad;
+    EXPECT_EQ(fails(b).rfind("--distributed_timeout_minutes must be a number > 0, got ", 0), 0u) << bad;
+  }
+}
+
 TEST(Validate, PaddedVocabSize) {
   EXPECT_EQ(padded_vocab_size(50257, 128, 1), 50304);
   EXPECT_EQ(padded_vocab_size(50257, 128, 2), 50432);
@@ -292,8 +310,6 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
        "--position_embedding_type none: this position embedding is not supported"},
       {[](Args& a) { a.expert_model_parallel_size = 2; },
        "--expert_model_parallel_size 2: expert parallelism (MoE) is not implemented yet"},
-      {[](Args& a) { a.overlap_grad_reduce = true; },
-       "--overlap_grad_reduce true: overlapping the gradient reduction with backward is not implemented yet"},
       {[](Args& a) { a.attention_backend = "fused"; },
        "--attention_backend fused: the fused (cuDNN) attention backend does not exist on the simulated NPU"},
   };
@@ -302,7 +318,11 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
     set(a);
     EXPECT_EQ(fails(a), message);
   }
+  Args cp = demo();  // a valid context-parallel layout (world 2), refused as not implemented
+  cp.context_parallel_size = 2;
+  EXPECT_EQ(fails(cp, 2), "--context_parallel_size 2: context parallelism is not implemented yet");
   Args ok = demo();
+  ok.overlap_grad_reduce = true;  // implemented
   ok.train_type = "full", ok.position_embedding_type = "learned_absolute", ok.loss_scale = "all";
   ok.attention_backend = "unfused";
   validate(ok, 1);

@@ -83,44 +83,53 @@ TEST_F(LaunchMpi, DirectMpirun) {
   }
 }
 
+// `mtrain sft` reading a --dataset file that does not exist: every rank fails
+// alike at run time (exit 4, a data error), before any training.
+std::vector<std::string> sft_missing_dataset(const fs::path& dir) {
+  return {kMtrain,
+          "sft",
+          "configs/sft_demo.yaml",
+          "--dataset",
+          (dir / "missing.jsonl").string(),
+          "--output_dir",
+          (dir / "out").string()};
+}
+const std::string kMissingDataset = "cannot open dataset file '";
+
 TEST_F(LaunchMpi, ChildExitCodePropagates) {
   const std::string root = MTRAIN_SOURCE_DIR;
   for (int i = 0; i < loops(); ++i) {
-    const Result r =
-        run({kMtrain, "sft", "configs/sft_demo.yaml"}, {{"NPROC_PER_NODE", "2"}}, dir_, "sft", kTimeout, root);
-    EXPECT_EQ(r.exit_code, 8) << r.describe();
-    EXPECT_EQ(count_of(r.err,
-                       "multi-rank training is not implemented yet (world size 2: tensor parallel 1, "
-                       "pipeline parallel 1, data parallel 2)"),
-              1)
-        << r.err;
+    // A runtime error every rank hits alike: the ranks' exit code comes back
+    // through mpirun and the launcher, and the error is printed once, without a rank.
+    const Result r = run(sft_missing_dataset(dir_), {{"NPROC_PER_NODE", "2"}}, dir_, "sft", kTimeout, root);
+    EXPECT_EQ(r.exit_code, 4) << r.describe();
+    EXPECT_EQ(count_of(r.err, kMissingDataset), 1) << r.err;
+    EXPECT_EQ(count_of(r.err, "mtrain: error: cannot open dataset file"), 1) << "printed with a rank:\n" << r.err;
+    EXPECT_EQ(count_of(r.err, "mpirun ended with exit code 4"), 1) << r.err;
+    EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << "all ranks failed alike: a clean shutdown\n" << r.err;
     EXPECT_EQ(r.out.find("iteration"), std::string::npos) << "training started:\n" << r.out;
   }
-  // The world size reaches validation: TP=2 fits a world of 2, TP=4 does not (exit 3, printed once).
-  const Result tp2 = run({kMtrain, "sft", "configs/sft_demo.yaml", "--tensor_model_parallel_size", "2"},
-                         {{"NPROC_PER_NODE", "2"}}, dir_, "tp2", kTimeout, root);
-  EXPECT_EQ(tp2.exit_code, 8) << tp2.describe();
-  EXPECT_NE(tp2.err.find("(world size 2: tensor parallel 2, pipeline parallel 1, data parallel 1)"), std::string::npos)
-      << tp2.err;
+  // The world size reaches validation: TP=4 does not fit a world of 2 (exit 3, printed once).
   const Result tp4 = run({kMtrain, "sft", "configs/sft_demo.yaml", "--tensor_model_parallel_size", "4"},
                          {{"NPROC_PER_NODE", "2"}}, dir_, "tp4", kTimeout, root);
   EXPECT_EQ(tp4.exit_code, 3) << tp4.describe();
   EXPECT_EQ(count_of(tp4.err, "world size (2) is not divisible by total_model_size (4)"), 1) << tp4.err;
 }
 
-// The same agreed failure on two nodes: both exit 8, the message appears once,
+// The same failure on two nodes: both exit with it, the message appears once,
 // and no launcher stops a mpirun that is already ending (that crashes mpirun).
 TEST_F(LaunchMpi, ChildExitCodePropagatesOnTwoNodes) {
   const std::string root = MTRAIN_SOURCE_DIR;
   for (int i = 0; i < loops(); ++i) {
     const int port = free_port();
-    Process n0({kMtrain, "sft", "configs/sft_demo.yaml"}, node_env(2, 0, 1, port, 30), dir_, "sft2n0", root);
-    Process n1({kMtrain, "sft", "configs/sft_demo.yaml"}, node_env(2, 1, 1, port, 30), dir_, "sft2n1", root);
+    Process n0(sft_missing_dataset(dir_), node_env(2, 0, 1, port, 30), dir_, "sft2n0", root);
+    Process n1(sft_missing_dataset(dir_), node_env(2, 1, 1, port, 30), dir_, "sft2n1", root);
     const Result r0 = n0.finish(kTimeout), r1 = n1.finish(kTimeout);
-    EXPECT_EQ(r0.exit_code, 8) << r0.describe();
-    EXPECT_EQ(r1.exit_code, 8) << r1.describe();
-    const std::string msg = "multi-rank training is not implemented yet (world size 2:";
-    EXPECT_EQ(count_of(r0.err, msg) + count_of(r1.err, msg), 1) << r0.err << "\n=== node 1 ===\n" << r1.err;
+    EXPECT_EQ(r0.exit_code, 4) << r0.describe();
+    EXPECT_EQ(r1.exit_code, 4) << r1.describe();
+    EXPECT_EQ(count_of(r0.err, kMissingDataset) + count_of(r1.err, kMissingDataset), 1)
+        << r0.err << "\n=== node 1 ===\n"
+        << r1.err;
     for (const Result* r : {&r0, &r1}) {
       EXPECT_EQ(r->err.find("Segmentation fault"), std::string::npos) << r->err;
       EXPECT_EQ(r->err.find("stopping them"), std::string::npos) << r->err;

@@ -1,11 +1,18 @@
 // GradBuckets: the bucket layout (sizes, order, padding, owned chunks), the
 // bucketed DP all-reduce against a rank-order sum, and the reduce_scatter +
 // all_gather round trip of the distributed optimizer, on SimWorld DP 2, 3, 4.
+// OverlappedReduction: marks as backward makes them (reverse order of
+// offsets), in random chunks, all at once or none give the blocking
+// reduction's bits; buckets start as soon as they are complete.
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cstring>
+#include <string>
 #include <vector>
 
+#include "comm_test_data.h"
 #include "common/errors.h"
 #include "common/rng.h"
 #include "parallel/grad_buckets.h"
@@ -146,10 +153,11 @@ TEST(ParallelGradBuckets, OneCallPerBucketInBucketOrder) {
   }
 }
 
-// Rank r's gradients: distinct per rank, zero in the padding.
+// Rank r's gradients: distinct per rank, zero in the padding, spread over
+// many binades so that a sum in another order gives other bits.
 std::vector<float> rank_grads(const GradBuckets& b, int rank) {
   std::vector<float> g(b.padded_numel(), 0.0f);
-  for (int64_t i = 0; i < b.numel(); ++i) g[i] = 2.0f * uniform01(100 + rank, i) - 1.0f;
+  for (int64_t i = 0; i < b.numel(); ++i) g[i] = testing::test_value<float>(100, rank, i);
   return g;
 }
 
@@ -211,6 +219,197 @@ TEST_P(ParallelGradBucketsSim, ReduceScatterThenAllGatherRoundTrip) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dp, ParallelGradBucketsSim, ::testing::Values(2, 3, 4));
+
+// --- OverlappedReduction ---------------------------------------------------
+
+// How a test marks the buffer ready. The same sequence on every rank.
+enum class Marks { kPerParamReverse, kRandomChunks, kAllAtOnce, kUpperHalfOnly, kNone };
+
+// [begin, end) ranges cut from [0, numel) at random (seeded) boundaries.
+std::vector<Interval> random_pieces(int64_t numel, uint64_t seed, int64_t max_piece) {
+  std::vector<Interval> pieces;
+  for (int64_t begin = 0, i = 0; begin < numel; ++i) {
+    const int64_t size = 1 + static_cast<int64_t>(uniform01(seed, i) * static_cast<float>(max_piece));
+    pieces.push_back({begin, std::min(numel, begin + size)});
+    begin = pieces.back().end;
+  }
+  return pieces;
+}
+
+std::vector<Interval> mark_sequence(const GradBuckets& b, Marks marks) {
+  std::vector<Interval> seq;
+  switch (marks) {
+    case Marks::kPerParamReverse:  // parameters of up to 1500 elements, last first (as backward)
+      seq = random_pieces(b.numel(), 11, 1500);
+      std::reverse(seq.begin(), seq.end());
+      break;
+    case Marks::kRandomChunks:  // pieces in a shuffled order (a fixed permutation)
+      seq = random_pieces(b.numel(), 12, 700);
+      for (size_t i = seq.size(); i > 1; --i) std::swap(seq[i - 1], seq[static_cast<size_t>(uniform01(13, i) * i)]);
+      break;
+    case Marks::kAllAtOnce:
+      seq.push_back({0, b.padded_numel()});
+      break;
+    case Marks::kUpperHalfOnly:
+      seq.push_back({b.numel() / 2, b.numel()});
+      break;
+    case Marks::kNone:
+      break;
+  }
+  return seq;
+}
+
+// Buckets whose real elements lie in the union of the marks so far.
+int complete_buckets(const GradBuckets& b, const std::vector<bool>& marked) {
+  int complete = 0;
+  for (const Interval& bucket : b.buckets()) {
+    bool all = true;
+    for (int64_t i = bucket.begin; i < std::min(bucket.end, b.numel()) && all; ++i) all = marked[i];
+    complete += all;
+  }
+  return complete;
+}
+
+struct OverlapCase {
+  int dp;
+  bool scatter;
+  Marks marks;
+};
+
+class ParallelOverlappedReduction : public ::testing::TestWithParam<OverlapCase> {};
+
+// Each rank reduces its gradients overlapped and, on a second copy, with the
+// blocking GradBuckets call; the buffers must hold the same bits. After each
+// mark exactly the complete buckets have been started.
+TEST_P(ParallelOverlappedReduction, EqualsBlockingReduction) {
+  const auto [dp, scatter, marks] = GetParam();
+  const GradBuckets b(10007, 1000, dp);  // 11 buckets; padding 10007 -> round_up(dp)
+  const std::vector<Interval> seq = mark_sequence(b, marks);
+  std::vector<int> mismatches(dp, -1), early(dp, -1), wrong_starts(dp, -1);
+  SimWorld world(dp, SimWorldOptions{.timeout_seconds = 20});
+  world.run([&](int rank) {
+    omp_set_num_threads(1);
+    auto comm = world.make_world_comm(rank);
+    std::vector<float> overlapped = rank_grads(b, rank), blocking = overlapped;
+    std::vector<bool> marked(b.numel(), false);
+    wrong_starts[rank] = 0;
+    OverlappedReduction reduction(b, *comm, overlapped.data(), scatter);
+    for (const Interval& m : seq) {
+      reduction.mark_ready(m.begin, m.end);
+      for (int64_t i = m.begin; i < std::min(m.end, b.numel()); ++i) marked[i] = true;
+      wrong_starts[rank] += reduction.buckets_started() != complete_buckets(b, marked);
+    }
+    early[rank] = reduction.buckets_started_early();
+    reduction.finish();
+    reduction.finish();  // idempotent
+    scatter ? b.reduce_scatter(*comm, blocking.data()) : b.all_reduce(*comm, blocking.data());
+    mismatches[rank] = std::memcmp(overlapped.data(), blocking.data(), b.padded_numel() * sizeof(float)) != 0;
+  });
+  const int buckets = static_cast<int>(b.buckets().size());
+  for (int r = 0; r < dp; ++r) {
+    EXPECT_EQ(mismatches[r], 0) << "rank " << r << ": other bits than the blocking reduction";
+    EXPECT_EQ(wrong_starts[r], 0) << "rank " << r << ": marks after which started buckets != complete buckets";
+    if (marks == Marks::kNone) {
+      EXPECT_EQ(early[r], 0);
+    } else if (marks == Marks::kUpperHalfOnly) {
+      EXPECT_TRUE(early[r] > 0 && early[r] < buckets) << early[r] << " of " << buckets << " started early";
+    } else {
+      EXPECT_EQ(early[r], buckets) << "every bucket is complete before finish()";
+    }
+  }
+}
+
+std::vector<OverlapCase> overlap_cases() {
+  std::vector<OverlapCase> cases;
+  for (int dp : {2, 3, 4}) {
+    for (bool scatter : {false, true}) {
+      for (Marks m :
+           {Marks::kPerParamReverse, Marks::kRandomChunks, Marks::kAllAtOnce, Marks::kUpperHalfOnly, Marks::kNone}) {
+        cases.push_back({dp, scatter, m});
+      }
+    }
+  }
+  return cases;
+}
+
+std::string overlap_case_name(const ::testing::TestParamInfo<OverlapCase>& info) {
+  const char* marks[] = {"PerParamReverse", "RandomChunks", "AllAtOnce", "UpperHalfOnly", "NoMarks"};
+  return "Dp" + std::to_string(info.param.dp) + (info.param.scatter ? "ReduceScatter" : "AllReduce") +
+         marks[static_cast<int>(info.param.marks)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ParallelOverlappedReduction, ::testing::ValuesIn(overlap_cases()), overlap_case_name);
+
+// Gradual marks start the buckets early, one collective per bucket, each
+// reported once as non-blocking with the bucket's size; shape-only on MetaComm.
+TEST(ParallelOverlappedReductionMeta, OneNonBlockingCallPerBucket) {
+  const GradBuckets b(1003, 300, 4);
+  MetaComm dp("dp", 1, 4);
+  std::vector<CommEvent> events;
+  dp.set_observer([&](const CommEvent& e) { events.push_back(e); });
+  OverlappedReduction reduction(b, dp, nullptr, /*scatter=*/true, Wire::of(DType::kBF16));
+  reduction.mark_ready(800, 1003);  // bucket 0 = [704, 1004) still lacks [704, 800)
+  EXPECT_EQ(reduction.buckets_started(), 0);
+  reduction.mark_ready(704, 800);  // its padding (1003) is final from the start: complete
+  EXPECT_EQ(reduction.buckets_started(), 1);
+  reduction.mark_ready(500, 704);  // bucket 1 = [404, 704) still lacks [404, 500)
+  EXPECT_EQ(reduction.buckets_started(), 1);
+  reduction.mark_ready(404, 500);
+  EXPECT_EQ(reduction.buckets_started(), 2);
+  reduction.finish();
+  EXPECT_EQ(reduction.buckets_started_early(), 2);
+  EXPECT_EQ(reduction.buckets_started(), 4);
+  ASSERT_EQ(events.size(), b.buckets().size());
+  for (size_t k = 0; k < events.size(); ++k) {
+    EXPECT_EQ(events[k].op, CommOp::kReduceScatter);
+    EXPECT_TRUE(events[k].nonblocking);
+    EXPECT_EQ(events[k].elements, b.buckets()[k].size());
+    EXPECT_EQ(events[k].bytes, 2 * b.buckets()[k].size());
+  }
+}
+
+TEST(ParallelOverlappedReductionMeta, BadMarksAreCallerBugs) {
+  const GradBuckets b(1003, 300, 4);
+  MetaComm dp("dp", 0, 4);
+  OverlappedReduction reduction(b, dp, nullptr, /*scatter=*/false);
+  reduction.mark_ready(100, 200);
+  reduction.mark_ready(200, 300);    // adjacent: fine
+  reduction.mark_ready(1003, 1004);  // padding only: ignored
+  reduction.mark_ready(50, 50);      // empty
+  try {
+    reduction.mark_ready(250, 260);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kInternal);
+    EXPECT_STREQ(e.what(),
+                 "overlapped grad reduction: [250, 260) marked ready twice (it overlaps [100, 300), marked before)");
+  }
+  EXPECT_THROW(reduction.mark_ready(0, 101), Error);    // overlaps at the start of [100, 300)
+  EXPECT_THROW(reduction.mark_ready(299, 400), Error);  // overlaps at its end
+  EXPECT_THROW(reduction.mark_ready(-1, 10), Error);    // outside the buffer
+  EXPECT_THROW(reduction.mark_ready(10, 1005), Error);  // past padded_numel
+  EXPECT_THROW(reduction.mark_ready(20, 10), Error);    // reversed
+  reduction.mark_ready(0, 100);                         // the failed marks recorded nothing
+  reduction.finish();
+  EXPECT_THROW(reduction.mark_ready(400, 500), Error);  // after finish
+  MetaComm wrong_size("dp", 0, 3);
+  EXPECT_THROW(OverlappedReduction(b, wrong_size, nullptr, false), Error);
+}
+
+// DP = 1 (SelfComm): nothing moves, reduce_scatter copies onto itself.
+TEST(ParallelOverlappedReductionMeta, SingleRankLeavesGradientsAsTheyAre) {
+  const GradBuckets b(101, 16, 1);
+  SelfComm dp("dp");
+  std::vector<float> g = rank_grads(b, 0);
+  const std::vector<float> want = g;
+  for (bool scatter : {false, true}) {
+    OverlappedReduction reduction(b, dp, g.data(), scatter);
+    for (int64_t end = b.numel(); end > 0; end -= 10) reduction.mark_ready(std::max<int64_t>(0, end - 10), end);
+    reduction.finish();
+    EXPECT_EQ(reduction.buckets_started_early(), static_cast<int>(b.buckets().size()));
+    EXPECT_EQ(g, want);
+  }
+}
 
 }  // namespace
 }  // namespace mtrain::parallel

@@ -4,10 +4,13 @@
 // their rank, and the exit code is the worst over all ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "comm_conformance.h"
 #include "common/errors.h"
+#include "parallel/grad_buckets.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/pipeline_schedule.h"
 #include "pipeline_toy.h"
@@ -134,6 +137,27 @@ TEST(ParallelMpiComm, PipelineMatchesSequential) {
       EXPECT_EQ(train.result.loss, ref.loss);
       EXPECT_EQ(eval.result.loss, ref.loss);
     }
+  }
+}
+
+// Overlapped DP reduction over MPI, marks in reverse order of offsets as
+// backward makes them: the same bits as the blocking bucket reduction, with
+// several buckets in flight at once.
+TEST(ParallelMpiComm, OverlappedReductionMatchesBlocking) {
+  auto dp = MpiComm::duplicate(MPI_COMM_WORLD, "dp");
+  const GradBuckets buckets(100003, 8000, dp->size());
+  for (bool scatter : {false, true}) {
+    std::vector<float> overlapped(buckets.padded_numel(), 0.0f);
+    for (int64_t i = 0; i < buckets.numel(); ++i) overlapped[i] = testing::test_value<float>(77, dp->rank(), i);
+    std::vector<float> blocking = overlapped;
+    OverlappedReduction reduction(buckets, *dp, overlapped.data(), scatter);
+    for (int64_t end = buckets.numel(); end > 0; end -= 1237)
+      reduction.mark_ready(std::max<int64_t>(0, end - 1237), end);
+    EXPECT_EQ(reduction.buckets_started_early(), static_cast<int>(buckets.buckets().size()));
+    reduction.finish();
+    scatter ? buckets.reduce_scatter(*dp, blocking.data()) : buckets.all_reduce(*dp, blocking.data());
+    EXPECT_EQ(std::memcmp(overlapped.data(), blocking.data(), blocking.size() * sizeof(float)), 0)
+        << (scatter ? "reduce_scatter" : "all_reduce");
   }
 }
 

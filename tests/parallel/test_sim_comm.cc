@@ -141,6 +141,83 @@ TEST(ParallelSimComm, MismatchedCollectivesFailOnEveryRank) {
   EXPECT_EQ(failures.load(), 2);
 }
 
+// Non-blocking collectives are matched like blocking ones: by their place
+// in each rank's sequence of collectives on the communicator.
+TEST(ParallelSimComm, MismatchedNonBlockingCollectivesFailOnWait) {
+  SimWorld world(2, SimWorldOptions{.timeout_seconds = 5});
+  std::atomic<int> failures{0};
+  const std::string error = run_error(world, [&](int rank) {
+    auto comm = world.make_world_comm(rank);
+    std::vector<float> x(5, 1.0f);
+    CollectiveRequest request = comm->start_all_reduce_sum(x.data(), rank == 0 ? 4 : 5);
+    try {
+      request.wait();
+    } catch (const DistributedError&) {
+      failures.fetch_add(1);
+      throw;
+    }
+  });
+  EXPECT_EQ(error,
+            "comm 'world': collective mismatch: rank 0 called start_all_reduce(float32 x 4, sum) but rank 1 called "
+            "start_all_reduce(float32 x 5, sum)");
+  EXPECT_EQ(failures.load(), 2);
+}
+
+// Under MPI a non-blocking collective on one rank would match a blocking one
+// on another; the simulator reports it at once, whichever rank comes first.
+TEST(ParallelSimComm, NonBlockingAgainstBlockingIsAMismatch) {
+  for (int late_rank : {0, 1}) {
+    SimWorld world(2, SimWorldOptions{.timeout_seconds = 30});
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = run_error(world, [&](int rank) {
+      auto comm = world.make_world_comm(rank);
+      if (rank == late_rank) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::vector<float> x(4, 1.0f);
+      if (rank == 0) comm->start_all_reduce_sum(x.data(), 4).wait();
+      if (rank == 1) comm->all_reduce_sum(x.data(), 4);
+    });
+    EXPECT_EQ(error,
+              "comm 'world': collective mismatch: rank 0 called start_all_reduce(float32 x 4, sum) but rank 1 called "
+              "all_reduce(float32 x 4, sum)")
+        << "late rank " << late_rank;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  }
+}
+
+TEST(ParallelSimComm, UnmatchedNonBlockingCollectiveTimesOut) {
+  SimWorld world(2, SimWorldOptions{.timeout_seconds = 0.2});
+  const std::string error = run_error(world, [&](int rank) {
+    auto comm = world.make_world_comm(rank);
+    std::vector<float> x(4, 1.0f);
+    if (rank == 0) comm->start_all_reduce_sum(x.data(), 4).wait();
+  });
+  EXPECT_NE(error.find("rank 0 waited 0.2 s in start_all_reduce(float32 x 4, sum) (1 of 2 ranks started it)"),
+            std::string::npos)
+      << error;
+}
+
+// A request completes once every rank has started the collective: rank 0
+// waits while rank 1 has not waited yet (it is still computing).
+TEST(ParallelSimComm, RequestCompletesWithoutThePeersWait) {
+  SimWorld world(2, SimWorldOptions{.timeout_seconds = 5});
+  std::atomic<bool> rank0_done{false};
+  world.run([&](int rank) {
+    auto comm = world.make_world_comm(rank);
+    std::vector<float> x(3, 1.0f + rank);
+    CollectiveRequest request = comm->start_all_reduce_sum(x.data(), 3);
+    if (rank == 0) {
+      request.wait();
+      rank0_done = true;
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      while (!rank0_done && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      EXPECT_TRUE(rank0_done.load());
+      request.wait();
+    }
+    EXPECT_EQ(x[1], 3.0f);
+  });
+}
+
 // Both ranks send first: fine with eager buffering, a deadlock with
 // synchronous sends, which the simulator reports instead of hanging.
 TEST(ParallelSimComm, UnsafeSendOrderIsReportedAsDeadlock) {

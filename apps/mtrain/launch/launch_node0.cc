@@ -182,7 +182,7 @@ void Node0::on_link(Link& link) {
       link.done = code;
       if (*code != 0 && !sup_.stopped()) {
         sup_.stop(8, fmt::format("node {}'s mpirun failed with {}", link.node, describe_exit(*code)),
-                  kPeerFailureGraceMs);
+                  kPeerFailureGraceMs, *code);
       }
     }
   }

@@ -99,7 +99,7 @@ void watch_node0(MpirunSupervisor& sup, int& link, LineReader& reader, bool& nod
     if (!code) continue;
     node0_done = true;
     if (*code != 0) {
-      sup.stop(8, fmt::format("node 0's mpirun failed with {}", describe_exit(*code)), kPeerFailureGraceMs);
+      sup.stop(8, fmt::format("node 0's mpirun failed with {}", describe_exit(*code)), kPeerFailureGraceMs, *code);
     }
   }
   if (link >= 0 && status == LineReader::Status::kClosed) {

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <string>
+#include <string_view>
+#include <thread>
 
 #include "common/errors.h"
 
@@ -57,6 +62,65 @@ int agree_on_failure(MpiWorld* mpi, const WorldInfo& world, const std::exception
   int code = exit_code_of(error);
   MPI_Bcast(&code, 1, MPI_INT, first, mpi->comm());
   return code;
+}
+
+FailureChannel::FailureChannel(MPI_Comm world) { MPI_Comm_dup(world, &comm_); }
+
+FailureChannel::~FailureChannel() {
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+namespace {
+
+// FNV-1a over the error's class, message and hint: equal on ranks that failed alike.
+uint64_t fingerprint(const std::exception_ptr& error) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](std::string_view s) {
+    for (const unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;  // separator: ("ab","c") != ("a","bc")
+  };
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    mix(std::to_string(static_cast<int>(e.code())));
+    mix(e.what());
+    mix(e.hint());
+  } catch (const std::exception& e) {
+    mix("std::exception");
+    mix(e.what());
+  } catch (...) {
+    mix("unknown");
+  }
+  return h;
+}
+
+}  // namespace
+
+bool report_command_failure(const FailureChannel& channel, const WorldInfo& world, const std::exception_ptr& error,
+                            double grace_seconds) {
+  // MIN over {h, ~h} gives the smallest and (inverted) the largest fingerprint.
+  const uint64_t h = fingerprint(error);
+  uint64_t mine[2] = {h, ~h}, all[2] = {0, 0};
+  MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Iallreduce(mine, all, 2, MPI_UINT64_T, MPI_MIN, channel.comm(), &request);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_seconds);
+  int done = 0;
+  for (;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!done) {  // some rank is still at work (maybe waiting for this one): report alone, the caller aborts
+    print_error(error, world, true);
+    return false;
+  }
+  const bool alike = all[0] == h && ~all[1] == h;
+  if (!alike) {
+    print_error(error, world, true);
+  } else if (world.rank == 0) {
+    print_error(error, world, false);
+  }
+  return true;
 }
 
 }  // namespace mtrain::launch

@@ -32,9 +32,10 @@ void MpirunSupervisor::handle_signals() {
   }
 }
 
-void MpirunSupervisor::stop(int rc, const std::string& why, int grace_ms) {
+void MpirunSupervisor::stop(int rc, const std::string& why, int grace_ms, int alike_code) {
   if (forced_rc_) return;
   forced_rc_ = rc;
+  alike_code_ = alike_code;
   fmt::print(stderr, "{}: {}{}\n", who_, why, grace_ms > 0 ? "" : "; stopping this node's ranks");
   std::fflush(stderr);
   term_at_ms_ = now_ms() + grace_ms;
@@ -47,6 +48,7 @@ void MpirunSupervisor::tick() {
   if (term_at_ms_ != 0 && now_ms() >= term_at_ms_) {
     if (announce_term_) fmt::print(stderr, "{}: this node's ranks are still running; stopping them\n", who_);
     term_at_ms_ = 0;
+    terminated_ = true;
     mpirun_->signal(SIGTERM);
     kill_at_ms_ = now_ms() + kStopGraceMs;
   }
@@ -58,8 +60,8 @@ void MpirunSupervisor::tick() {
 }
 
 int MpirunSupervisor::exit_code() const {
-  if (forced_rc_) return *forced_rc_;
   const int rc = mpirun_ ? mpirun_->exit_code() : 1;
+  if (forced_rc_) return alike_code_ != 0 && !terminated_ && rc == alike_code_ ? rc : *forced_rc_;
   // Interrupted by the user: report it as the shell would for the launcher itself (130 for SIGINT).
   if (rc != 0 && interrupt_signal_ != 0) return 128 + interrupt_signal_;
   return rc;

@@ -25,11 +25,13 @@ class MpirunSupervisor {
   // The launcher's decision to end the job; the exit code becomes `rc`. With
   // `grace_ms`, mpirun may first end by itself (another node failed: this one's
   // ranks are usually failing alike, and a SIGTERM during mpirun's own abort
-  // can crash it); SIGTERM follows only if it is still running then.
-  void stop(int rc, const std::string& why, int grace_ms = 0);
+  // can crash it); SIGTERM follows only if it is still running then. If it
+  // ends by itself with `alike_code` (the failed node's code, non-zero), the
+  // nodes failed alike and that code, not `rc`, is the exit code.
+  void stop(int rc, const std::string& why, int grace_ms = 0, int alike_code = 0);
   // Sends the SIGTERM / SIGKILL that stop() or a forwarded signal scheduled.
   void tick();
-  // mpirun's exit code, or the code given to stop().
+  // mpirun's exit code, or the code given to stop() (see alike_code there).
   int exit_code() const;
   bool stopped() const { return forced_rc_.has_value(); }
   int interrupt_signal() const { return interrupt_signal_; }
@@ -42,6 +44,8 @@ class MpirunSupervisor {
   bool multi_node_;
   std::optional<Child> mpirun_;
   std::optional<int> forced_rc_;
+  int alike_code_ = 0;
+  bool terminated_ = false;  // stop() had to send SIGTERM
   long long term_at_ms_ = 0;
   bool announce_term_ = false;
   long long kill_at_ms_ = 0;

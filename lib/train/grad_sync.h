@@ -1,0 +1,80 @@
+// GradSync: everything between the last backward of a step and the optimizer
+// step that crosses ranks, in Megatron's order (finalize_model_grads):
+//   1. data parallel: the gradient buckets all-reduced (sum: the loss is
+//      already normalised over the global batch), or, with the distributed
+//      optimizer, reduce-scattered so each DP rank holds the sum of the shard
+//      it updates; with --overlap_grad_reduce each bucket starts as soon as
+//      backward has finished its gradients (mark_ready) and step 1 only waits;
+//   2. sequence-parallel gradients (replicated tensors fed by a token shard:
+//      norms, row-parallel biases) summed over the TP group;
+//   3. tied word embeddings split over the first and last pipeline stage:
+//      their two gradients summed over the embedding group;
+// then the fp16 overflow check, the gradient norm (each parameter counted
+// once: TP duplicates and the tied copy excluded, summed over the model-
+// parallel group, and over DP too when the optimizer is sharded), and after
+// the optimizer step the all-gather of the updated shards.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "model/params.h"
+#include "parallel/grad_buckets.h"
+#include "parallel/parallel_state.h"
+
+namespace mtrain::train {
+
+class GradSync {
+ public:
+  // bucket_elems <= 0: Megatron's default bucket size.
+  GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
+           int64_t bucket_elems, bool overlap = false);
+
+  // The flat buffer size the ParamStore must allocate (bucket padding).
+  static int64_t padded_numel(int64_t numel, int64_t bucket_elems, int dp_size);
+  // The shard this rank's optimizer updates (empty: everything), i.e. the
+  // updated() of a GradSync built with the same arguments.
+  static std::vector<std::pair<int64_t, int64_t>> optimizer_shard(const model::ParamStore& ps,
+                                                                  const parallel::ParallelState& state,
+                                                                  bool distributed_optimizer, int64_t bucket_elems);
+
+  // Overlap: call before the last micro-batch's backward; then mark_ready
+  // for every gradient range backward finishes. No-op without overlap.
+  void begin_overlap(float* grads);
+  void mark_ready(int64_t begin, int64_t end);
+  bool overlapping() const { return overlap_ != nullptr; }
+  // Buckets of the last reduce() whose reduction started during backward.
+  int buckets_started_early() const { return started_early_; }
+  // Steps 1-3 on the flat gradient buffer (ps.numel() floats).
+  void reduce(float* grads);
+  // The [begin, end) intervals of the flat buffer this rank's optimizer
+  // updates (everything, or its distributed-optimizer shard).
+  const std::vector<std::pair<int64_t, int64_t>>& updated() const { return updated_; }
+  // fp16: unscale and check the updated intervals; the flag is agreed by every rank.
+  bool unscale_and_check(float* grads, float inv_scale);
+  // The global gradient norm (before clipping), the same on every rank.
+  double grad_norm(const float* grads);
+  // After the optimizer step: every rank gets the updated shards (distributed optimizer only).
+  void gather_params(float* params);
+
+  bool distributed_optimizer() const { return distributed_; }
+
+ private:
+  void reduce_sequence_parallel(float* grads);
+  void reduce_shared_embedding(float* grads);
+
+  parallel::ParallelState& state_;
+  bool distributed_;
+  parallel::GradBuckets buckets_;
+  bool overlap_enabled_;
+  std::unique_ptr<parallel::OverlappedReduction> overlap_;
+  int started_early_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> updated_;
+  std::vector<std::pair<int64_t, int64_t>> sp_params_;         // sequence-parallel gradients
+  std::vector<std::pair<int64_t, int64_t>> shared_embedding_;  // tied embedding (first or last stage)
+  std::vector<std::pair<int64_t, int64_t>> norm_intervals_;    // counted in the norm, within updated_
+  std::vector<float> pack_;
+};
+
+}  // namespace mtrain::train

@@ -1,0 +1,167 @@
+// The model split over tensor-parallel ranks (threads of a SimWorld) and over
+// pipeline chunks computes what the whole model computes: the same per-token
+// losses and, for every parameter, exactly its shard of the full gradient —
+// with dropout on, so the mask offsets of heads and token shards are checked too.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model_test_util.h"
+#include "parallel/sim_comm.h"
+
+namespace mtrain::model {
+namespace {
+
+struct Case {
+  std::string name;
+  ModelConfig config;
+  int tp;
+  bool sp;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// Element (i, j) of this rank's shard of `p`, read from the full tensor.
+float full_value(const std::vector<float>& full, const ParamInfo& p, int64_t i, int64_t j) {
+  const int64_t full_rows = p.full_shape[0];
+  const int64_t full_cols = p.full_shape.size() > 1 ? p.full_shape[1] : 1;
+  const int64_t rows = p.shape[0], cols = p.numel / rows;
+  int64_t r = i, c = j;
+  if (p.shard.split == TpSplit::kRows && p.shard.tp > 1) {
+    const int64_t block = rows / p.shard.parts;
+    r = (i / block) * (full_rows / p.shard.parts) + p.shard.rank * block + i % block;
+  } else if (p.shard.split == TpSplit::kCols && p.shard.tp > 1) {
+    c = p.shard.rank * cols + j;
+  }
+  return full[r * full_cols + c];
+}
+
+struct Reference {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> grads;  // per parameter name order of the full model
+  std::vector<std::string> names;
+};
+
+Reference run_reference(const ModelConfig& c, const testing::RandomBatch& rb, int64_t B, int64_t T) {
+  device::Device dev(device::DeviceProfile{}, 0);
+  GptModel m(c, dev);
+  const TokenBatch b = rb.view(B, T, false);
+  m.forward(b, 5, true);
+  Reference r;
+  r.losses.assign(m.losses(), m.losses() + B * T);
+  m.backward(b, rb.weights.data(), 5, true, true);
+  for (int i = 0; i < static_cast<int>(m.params().infos().size()); ++i) {
+    const ParamInfo& p = m.params().info(i);
+    r.names.push_back(p.name);
+    r.grads.emplace_back(m.params().grad(i), m.params().grad(i) + p.numel);
+  }
+  return r;
+}
+
+class ModelTensorParallel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelTensorParallel, ShardsMatchTheWholeModel) {
+  omp_set_num_threads(1);
+  const Case& k = GetParam();
+  const int64_t B = 2, T = 8;
+  const testing::RandomBatch rb = testing::random_batch(B, T, k.config.vocab, 11);
+  const Reference ref = run_reference(k.config, rb, B, T);
+  parallel::SimWorld world(k.tp);
+  world.run([&](int rank) {
+    ModelConfig c = k.config;
+    c.tp = k.tp;
+    c.tp_rank = rank;
+    c.sequence_parallel = k.sp;
+    auto tp = world.make_comm(
+        "tp",
+        [&] {
+          parallel::RankGroup g;
+          for (int r = 0; r < k.tp; ++r) g.push_back(r);
+          return g;
+        }(),
+        rank);
+    device::Device dev(device::DeviceProfile{}, rank);
+    GptModel m(c, dev, *tp);
+    const TokenBatch b = rb.view(B, T, false);
+    m.forward(b, 5, true);
+    for (int64_t i = 0; i < B * T; ++i)
+      EXPECT_NEAR(m.losses()[i], ref.losses[i], 1e-5 * std::abs(ref.losses[i]) + 1e-6) << "token " << i;
+    m.backward(b, rb.weights.data(), 5, true, true);
+    for (int i = 0; i < static_cast<int>(m.params().infos().size()); ++i) {
+      const ParamInfo& p = m.params().info(i);
+      ASSERT_EQ(p.name, ref.names[i]);
+      std::vector<float> g(m.params().grad(i), m.params().grad(i) + p.numel);
+      // Sequence parallelism leaves replicated tensors with partial gradients
+      // (summed over TP by the trainer's GradSync): sum them here.
+      if (p.sequence_parallel_grad) tp->all_reduce_sum(g.data(), p.numel);
+      const int64_t rows = p.shape[0], cols = p.numel / rows;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < cols; ++j) {
+          const float want = full_value(ref.grads[i], p, r, j);
+          ASSERT_NEAR(g[r * cols + j], want, 2e-5 * std::abs(want) + 2e-6)
+              << p.name << " [" << r << ", " << j << "] on TP rank " << rank;
+        }
+    }
+  });
+}
+
+ModelConfig with_dropout(ModelConfig c) {
+  c.hidden_dropout = 0.1f;
+  c.attention_dropout = 0.1f;
+  return c;
+}
+
+ModelConfig unfused(ModelConfig c) {
+  c.fusions = Fusions{false, false, false, false, false, false, false, false};
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, ModelTensorParallel,
+                         ::testing::Values(Case{"llama_tp2", with_dropout(testing::tiny_llama()), 2, false},
+                                           Case{"llama_tp2_sp", with_dropout(testing::tiny_llama()), 2, true},
+                                           Case{"llama_tp2_sp_unfused", unfused(with_dropout(testing::tiny_llama())), 2,
+                                                true},
+                                           Case{"gpt2_tp2_sp", with_dropout(testing::tiny_gpt2()), 2, true},
+                                           Case{"gpt2_tp4", testing::tiny_gpt2(), 4, false}),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// Pipeline chunks run one after another compute the whole model.
+TEST(ModelChunks, ChunksComposeToTheWholeModel) {
+  omp_set_num_threads(1);
+  const ModelConfig whole = with_dropout(testing::tiny_llama());
+  const int64_t B = 2, T = 8;
+  const testing::RandomBatch rb = testing::random_batch(B, T, whole.vocab, 3);
+  const Reference ref = run_reference(whole, rb, B, T);
+  const TokenBatch b = rb.view(B, T, false);
+  // Two stages of one layer each, as separate models (each rank's view).
+  std::vector<std::vector<float>> h(1);
+  device::Device dev(device::DeviceProfile{}, 0);
+  ModelConfig c0 = whole, c1 = whole;
+  c0.chunks = pipeline_chunks(whole.num_layers, 2, 0, 1, 0, 0);
+  c1.chunks = pipeline_chunks(whole.num_layers, 2, 1, 1, 0, 0);
+  GptModel s0(c0, dev), s1(c1, dev);
+  const float* out = s0.forward_chunk(0, 0, b, nullptr, 5, true);
+  h[0].assign(out, out + s0.hidden_elems(b));
+  EXPECT_EQ(s1.forward_chunk(0, 0, b, h[0].data(), 5, true), nullptr);
+  for (int64_t i = 0; i < B * T; ++i) EXPECT_FLOAT_EQ(s1.chunk_losses(0, 0)[i], ref.losses[i]);
+  const float* dh = s1.backward_chunk(0, 0, b, nullptr, rb.weights.data(), 5, true, true);
+  std::vector<float> dcopy(dh, dh + s1.hidden_elems(b));
+  EXPECT_EQ(s0.backward_chunk(0, 0, b, dcopy.data(), nullptr, 5, true, true), nullptr);
+  int checked = 0;
+  for (GptModel* s : {&s0, &s1}) {
+    for (int i = 0; i < static_cast<int>(s->params().infos().size()); ++i) {
+      const ParamInfo& p = s->params().info(i);
+      int j = 0;
+      while (ref.names[j] != p.name) ++j;
+      for (int64_t e = 0; e < p.numel; ++e) ASSERT_FLOAT_EQ(s->params().grad(i)[e], ref.grads[j][e]) << p.name;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int>(ref.names.size()));
+}
+
+}  // namespace
+}  // namespace mtrain::model
