@@ -217,6 +217,46 @@ TEST_F(LaunchMpi, NodesThatDisagreeAreRefused) {
   }
 }
 
+// Training across two "nodes" on loopback (one rank each, TP=2 spans the
+// nodes): both exit 0, the last rank (node 1) logs every iteration once, and
+// the losses are those of the single-process run.
+TEST_F(LaunchMpi, TwoNodesTrainOneModel) {
+  const std::string root = MTRAIN_SOURCE_DIR;
+  auto args = [&](const std::string& out) {
+    std::vector<std::string> a{kMtrain, "sft", "configs/sft_demo.yaml"};
+    std::istringstream flags(
+        "--train_iters 3 --lr 3e-4 --lr_decay_iters 2400 --micro_batch_size 2 --global_batch_size 8 "
+        "--log_interval 1 --num_threads 1 --num_generate_samples 0");
+    for (std::string f; flags >> f;) a.push_back(f);
+    a.insert(a.end(), {"--output_dir", (dir_ / out).string()});
+    return a;
+  };
+
+  const Result single = run(args("single"), {}, dir_, "single", kTimeout, root);
+  ASSERT_EQ(single.exit_code, 0) << single.describe();
+  const int port = free_port();
+  std::vector<std::string> tp = args("nodes");
+  tp.insert(tp.end(), {"--tensor_model_parallel_size", "2"});
+  Process n0(tp, node_env(2, 0, 1, port, 30), dir_, "train_node0", root);
+  Process n1(tp, node_env(2, 1, 1, port, 30), dir_, "train_node1", root);
+  const Result r0 = n0.finish(kTimeout), r1 = n1.finish(kTimeout);
+  ASSERT_EQ(r0.exit_code, 0) << r0.describe() << "\n=== node 1 ===\n" << r1.describe();
+  ASSERT_EQ(r1.exit_code, 0) << r1.describe() << "\n=== node 0 ===\n" << r0.describe();
+  EXPECT_EQ(r0.out.find("iteration        1/"), std::string::npos) << "node 0 holds no last rank:\n" << r0.out;
+  for (const std::string it : {"1", "2", "3"}) {
+    const std::string key = " iteration        " + it + "/       3 |";
+    EXPECT_EQ(count_of(r1.out, key), 1) << r1.out;
+    // The lm loss field of that line, as printed by the single-process run.
+    const size_t a = single.out.find(key), b = r1.out.find(key);
+    ASSERT_NE(a, std::string::npos) << single.out;
+    auto loss_of = [&](const std::string& out, size_t at) {
+      const size_t p = out.find("lm loss: ", at);
+      return std::stod(out.substr(p + 9, 12));
+    };
+    EXPECT_NEAR(loss_of(r1.out, b), loss_of(single.out, a), 1e-5 * loss_of(single.out, a)) << it;
+  }
+}
+
 // A rank killed with SIGKILL takes the job down, and the report names the rank.
 // Each round runs a one-node job and a two-node job side by side.
 TEST_F(LaunchMpi, RankDeathEndsTheJob) {
