@@ -99,6 +99,8 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"tp2pp2", 4, "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2"},
         Layout{"tp2dp2", 4, "--tensor_model_parallel_size 2"}, Layout{"pp2dp2", 4, "--pipeline_model_parallel_size 2"},
         Layout{"tp2pp2dp2", 8, "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2"},
+        Layout{"tp2pp2dp2_tp_pp_dp_mapping", 8,
+               "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 --use_tp_pp_dp_mapping"},
         Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"},
         Layout{"pp2_vpp2", 2, "--pipeline_model_parallel_size 2 --num_layers_per_virtual_pipeline_stage 1"},
         Layout{"pp2_uneven", 2, "--pipeline_model_parallel_size 2 --decoder_first_pipeline_num_layers 1"},
