@@ -9,17 +9,9 @@
 #include <vector>
 
 #include "model/model_config.h"
+#include "shapes.h"
 
 namespace mtrain::bench {
-
-struct ShapeSpec {
-  std::string name;
-  model::ModelConfig config;  // micro_batch and seq_length give the step's (B, T)
-};
-
-// The two shapes of bench_train: GPT-2 small (B=4, T=64) and a tiny Llama (B=8, T=256).
-ShapeSpec gpt2_small();
-ShapeSpec tiny_llama();
 
 struct BenchOptions {
   int warmup_steps = 2;
