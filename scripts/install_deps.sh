@@ -10,6 +10,7 @@ PACKAGES=(
   libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin libpcre2-dev
+  zlib1g-dev
 )
 
 missing=()
