@@ -257,6 +257,8 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   trainer.train();
   // Without TP/PP the sample answers are one rank's own compute: no peer to wait for.
   if (watchdog && args.tensor_model_parallel_size * args.pipeline_model_parallel_size == 1) watchdog->stop();
+  // The last rank's closing validation line goes out before rank 0's answers.
+  state->world().barrier();
   print_answers(args, model, data, *state);
   return 0;
 }
