@@ -198,6 +198,32 @@ static std::shared_ptr<Watchdog> add_watchdog_hooks(HookList& hooks, const confi
   return watchdog;
 }
 
+// This rank's share of the model: TP rank, pipeline chunks and the
+// activation slots the schedule keeps in flight.
+static model::ModelConfig rank_model_config(const config::Args& args, const parallel::RankCoords& rc) {
+  model::ModelConfig mc = model::model_config_from_args(args, *args.vocab_size);
+  model::place_on_rank(mc, args, rc.tp, rc.pp);
+  const parallel::PipelineShape shape{args.pipeline_model_parallel_size, rc.pp,
+                                      args.virtual_pipeline_model_parallel_size.value_or(1), args.num_micro_batches};
+  mc.chunk_slots = parallel::pipeline_activation_slots(shape);
+  return mc;
+}
+
+// Megatron's logging ranks: iteration and validation lines (and
+// logging.jsonl) on the last rank, memory lines on every DP-rank-0 rank.
+static void add_logger(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
+                       const device::Device& dev) {
+  LoggerOptions lo;
+  lo.log_interval = args.log_interval;
+  lo.log_throughput = args.log_throughput;
+  lo.rank = state.rank();
+  lo.world_size = state.world_size();
+  lo.jsonl_path = (fs::path(args.output_dir) / "logging.jsonl").string();
+  lo.print_log = state.rank() == state.world_size() - 1;
+  lo.print_memory = state.coords().dp == 0;
+  if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
+}
+
 int run_training(const config::Args& input, const RunContext& ctx) {
   config::Args args = input;
   std::unique_ptr<parallel::ParallelState> own_state;
@@ -208,19 +234,15 @@ int run_training(const config::Args& input, const RunContext& ctx) {
     state = own_state.get();
   }
   const parallel::RankCoords rc = state->coords();
-  const bool first_rank = state->rank() == 0, last_rank = state->rank() == state->world_size() - 1;
+  const bool first_rank = state->rank() == 0;
   const int threads = configure_threads(args, ctx.local_ranks);
   DataPipeline data = build_data_pipeline(args, first_rank);                    // may derive train_iters from epochs
   if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args, first_rank);
 
   device::Device dev(device_profile(args), ctx.device_index);
-  model::ModelConfig mc = model::model_config_from_args(args, *args.vocab_size);
-  model::place_on_rank(mc, args, rc.tp, rc.pp);
+  const model::ModelConfig mc = rank_model_config(args, rc);
   const TrainerOptions to = trainer_options(args);
-  const parallel::PipelineShape shape{args.pipeline_model_parallel_size, rc.pp,
-                                      args.virtual_pipeline_model_parallel_size.value_or(1), args.num_micro_batches};
-  mc.chunk_slots = parallel::pipeline_activation_slots(shape);
   if (first_rank)
     fmt::print(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n", mc.vocab, mc.padded_vocab - mc.vocab,
                mc.padded_vocab);
@@ -232,22 +254,14 @@ int run_training(const config::Args& input, const RunContext& ctx) {
     fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}\n", rc.tp, rc.pp,
                model.params().count());
   if (first_rank)
-    fmt::print(" > {} on {} with {} threads per rank, {}\n", model::describe(mc), dev.name(), threads,
-               state->grid().describe());
+    fmt::print(" > {} on {} with {} threads per rank; tensor parallel {}{}, pipeline parallel {}{}, data parallel {}\n",
+               model::describe(mc), dev.name(), threads, mc.tp, mc.sequence_parallel ? " (sequence parallel)" : "",
+               args.pipeline_model_parallel_size, mc.chunk_list().size() > 1 ? " (interleaved)" : "", dp);
   std::fflush(stdout);
 
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
-  LoggerOptions lo;
-  lo.log_interval = args.log_interval;
-  lo.log_throughput = args.log_throughput;
-  lo.rank = state->rank();
-  lo.world_size = state->world_size();
-  lo.jsonl_path = (fs::path(args.output_dir) / "logging.jsonl").string();
-  lo.print_log = last_rank;
-  lo.print_memory = rc.dp == 0;
-  if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
-
+  add_logger(hooks, args, *state, dev);
   const std::shared_ptr<Watchdog> watchdog = add_watchdog_hooks(hooks, args, *state);
   const DataShard shard{rc.dp, dp, mc.sequence_parallel ? mc.tp : 1};
   std::unique_ptr<BatchSource> source = data.train_source(args, shard);
