@@ -161,28 +161,25 @@ void GptModel::check_grad_coverage() const {
                                            " is not zeroed by backward(zero_grads = true)");
 }
 
-// Parameter i's gradient plus the alignment padding after it (up to the next
-// parameter, or the end of the parameters), so the zeroed spans tile them.
-static int64_t grad_span_end(const ParamStore& ps, int i) {
-  return i + 1 < static_cast<int>(ps.infos().size()) ? ps.info(i + 1).offset : ps.unpadded_numel();
+// [begin, end) of the gradients of parameters first..last plus the
+// alignment padding after them (up to the next parameter, or the end of the
+// parameters), so the spans of all parameters tile the flat buffer.
+std::pair<int64_t, int64_t> GptModel::grad_span(int first, int last) const {
+  const int64_t end =
+      last + 1 < static_cast<int>(params_.infos().size()) ? params_.info(last + 1).offset : params_.unpadded_numel();
+  return {params_.info(first).offset, end};
 }
 
-void GptModel::zero_grad(int param) {
-  if (param < 0 || params_.grads().is_meta()) return;
-  const int64_t begin = params_.info(param).offset;
-  zero_floats(params_.grads().data() + begin, grad_span_end(params_, param) - begin);
+void GptModel::zero_grads_of(int first, int last) {
+  if (first < 0 || params_.grads().is_meta()) return;
+  const auto [begin, end] = grad_span(first, last);
+  zero_floats(params_.grads().data() + begin, end - begin);
 }
 
-void GptModel::report_ready(int first_param, int last_param) {
-  if (!grad_ready_ || first_param < 0) return;
-  grad_ready_(params_.info(first_param).offset, grad_span_end(params_, last_param));
-}
-
-void GptModel::zero_layer_grads(int layer) {
-  if (params_.grads().is_meta()) return;
-  const auto [first, last] = layer_param_span_[layer];
-  const int64_t begin = params_.info(first).offset;
-  zero_floats(params_.grads().data() + begin, grad_span_end(params_, last) - begin);
+void GptModel::report_ready(int first, int last) {
+  if (!grad_ready_ || first < 0) return;
+  const auto [begin, end] = grad_span(first, last);
+  grad_ready_(begin, end);
 }
 
 }  // namespace mtrain::model

@@ -108,9 +108,16 @@ class GptModel {
   void allocate_chunks(bool meta);
   void allocate_slot(ChunkSlot& s, const Chunk& ch, int chunk_id, int slot_id, bool meta);
   void check_grad_coverage() const;
-  void zero_grad(int param);
-  void zero_layer_grads(int layer);
-  void report_ready(int first_param, int last_param);
+  // Parameters first..last (indices into the ParamStore; first < 0: none).
+  std::pair<int64_t, int64_t> grad_span(int first, int last) const;
+  void zero_grads_of(int first, int last);
+  void zero_grad(int param) { zero_grads_of(param, param); }
+  void zero_layer_grads(int layer) { zero_grads_of(layer_param_span_[layer].first, layer_param_span_[layer].second); }
+  void report_ready(int first, int last);
+  // Floats between successive layer inputs in a slot's residual stream.
+  int64_t residual_stride() const {
+    return config_.tokens_local(config_.micro_batch * config_.seq_length) * config_.hidden;
+  }
   LayerActs& acts_for(ChunkSlot& s, int64_t i) { return config_.layer_recomputed(i) ? recompute_acts_ : s.layers[i]; }
   void embed_forward(const TokenBatch& b, float* out, uint64_t seed, bool training);
   void embed_backward(const TokenBatch& b, float* dout, uint64_t seed, bool training, bool zero_grads);

@@ -52,7 +52,7 @@ const float* GptModel::forward_chunk(int c, int s, const TokenBatch& b, const fl
   Chunk& ch = chunks_[c];
   ChunkSlot& sl = ch.slots[s];
   const int64_t Nl = cf.tokens_local(b.B * b.T), C = cf.hidden;
-  const int64_t stride = cf.tokens_local(cf.micro_batch * cf.seq_length) * C;
+  const int64_t stride = residual_stride();
   float* res = sl.residuals.data();
   if (ch.spec.pre) {
     embed_forward(b, res, seed, training);
@@ -77,7 +77,7 @@ const float* GptModel::backward_chunk(int c, int s, const TokenBatch& b, const f
   Chunk& ch = chunks_[c];
   ChunkSlot& sl = ch.slots[s];
   const int64_t Nl = cf.tokens_local(b.B * b.T), C = cf.hidden;
-  const int64_t stride = cf.tokens_local(cf.micro_batch * cf.seq_length) * C;
+  const int64_t stride = residual_stride();
   float* res = sl.residuals.data();
   if (ch.spec.post) {
     head_backward(sl, b, res + ch.spec.num_layers * stride, dloss, zero_grads);
@@ -96,8 +96,7 @@ const float* GptModel::backward_chunk(int c, int s, const TokenBatch& b, const f
     }
     if (zero_grads) zero_layer_grads(ch.layer_index[i]);
     layer_backward(cf, tp, params_, lp, acts_for(sl, i), ws_, x, dres_.data(), b, lseed, training);
-    const auto [first, last] = layer_param_span_[ch.layer_index[i]];
-    report_ready(first, last);
+    report_ready(layer_param_span_[ch.layer_index[i]].first, layer_param_span_[ch.layer_index[i]].second);
   }
   if (ch.spec.post) {
     // The final norm and (unless tied to the embedding on this rank) the output layer.

@@ -25,10 +25,14 @@ constexpr int kLanes = 8;
 constexpr int64_t kGroup = 4;
 static_assert(kBlocks % kGroup == 0);
 
-// acc (kLanes) += squares of x[i0, n), continuing block_sum_squares' lane
-// pattern from offset i0 (a multiple of kLanes); returns the lane sum in order.
-double finish_block(double* acc, const float* x, int64_t i0, int64_t n) {
-  int64_t i = i0;
+// acc (kLanes) += squares of x (n), element j into lane (lane + j) % kLanes:
+// block_sum_squares' lane pattern for a piece that starts mid-block.
+void accumulate_lanes(double* acc, const float* x, int64_t n, int lane) {
+  int64_t i = 0;
+  for (; i < n && lane != 0; ++i, lane = (lane + 1) % kLanes) {
+    const double v = x[i];
+    acc[lane] += v * v;
+  }
   for (; i + kLanes <= n; i += kLanes) {
     for (int j = 0; j < kLanes; ++j) {
       const double v = x[i + j];
@@ -39,6 +43,12 @@ double finish_block(double* acc, const float* x, int64_t i0, int64_t n) {
     const double v = x[i];
     acc[j] += v * v;
   }
+}
+
+// acc (kLanes) += squares of x[i0, n), continuing block_sum_squares' lane
+// pattern from offset i0 (a multiple of kLanes); returns the lane sum in order.
+double finish_block(double* acc, const float* x, int64_t i0, int64_t n) {
+  accumulate_lanes(acc, x + i0, n - i0, /*lane=*/0);
   double s = 0.0;
   for (int j = 0; j < kLanes; ++j) s += acc[j];
   return s;
@@ -58,26 +68,6 @@ void group_sum_squares(double* partial, const float* const* x, const int64_t* n)
     }
   }
   for (int64_t k = 0; k < kGroup; ++k) partial[k] = finish_block(acc[k], x[k], common, n[k]);
-}
-
-// acc (kLanes) += squares of x (n), element j into lane (lane + j) % kLanes:
-// block_sum_squares' lane pattern for a piece that starts mid-block.
-void accumulate_lanes(double* acc, const float* x, int64_t n, int lane) {
-  int64_t i = 0;
-  for (; i < n && lane != 0; ++i, lane = (lane + 1) % kLanes) {
-    const double v = x[i];
-    acc[lane] += v * v;
-  }
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) {
-      const double v = x[i + j];
-      acc[j] += v * v;
-    }
-  }
-  for (int j = 0; i < n; ++i, ++j) {
-    const double v = x[i];
-    acc[j] += v * v;
-  }
 }
 
 using IntervalList = std::vector<std::pair<int64_t, int64_t>>;
