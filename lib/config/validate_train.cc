@@ -184,6 +184,7 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
         fmt::format("--seq_length {} with --context_parallel_size {}", *a.seq_length, a.context_parallel_size));
   }
   check_recompute(a);
+  if (a.ddp_bucket_size) require_positive(*a.ddp_bucket_size, "ddp_bucket_size");
   if (!(a.distributed_timeout_minutes > 0) || !std::isfinite(a.distributed_timeout_minutes)) {
     throw ConfigError(
         fmt::format("--distributed_timeout_minutes must be a number > 0, got {}", a.distributed_timeout_minutes),

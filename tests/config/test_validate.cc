@@ -318,6 +318,9 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
     set(a);
     EXPECT_EQ(fails(a), message);
   }
+  Args bucket = demo();
+  bucket.ddp_bucket_size = 0;
+  EXPECT_EQ(fails(bucket), "--ddp_bucket_size must be >= 1, got 0");
   Args cp = demo();  // a valid context-parallel layout (world 2), refused as not implemented
   cp.context_parallel_size = 2;
   EXPECT_EQ(fails(cp, 2), "--context_parallel_size 2: context parallelism is not implemented yet");
