@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "checkpoint/weight_source.h"
 #include "common/file_system.h"
 #include "parallel/comm.h"
 #include "tensor/tensor.h"
@@ -99,7 +100,7 @@ struct SavedBlock {
   Shape shape;
 };
 
-class CheckpointReader {
+class CheckpointReader final : public WeightSource {
  public:
   // Opens iteration `iteration` (default: the tracker's) and verifies the
   // manifest and every file's size and crc32. Throws CheckpointError.
@@ -113,15 +114,17 @@ class CheckpointReader {
   const std::string& path() const { return dir_; }
   const std::string& state_json() const { return state_json_; }
   std::vector<std::string> names() const;
-  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
-  Shape global_shape(const std::string& name) const;
+  std::string describe() const override { return dir_; }
+  bool has(const std::string& name) const override { return tensors_.count(name) != 0; }
+  Shape global_shape(const std::string& name) const override;
   const std::vector<SavedBlock>& blocks(const std::string& name) const;
 
   // Fills `out` (row-major, `shape`) with the block at `offsets` of global
   // tensor `name`, assembled from every saved block that overlaps it. Throws
   // CheckpointError naming the tensor when the request is out of bounds or
   // not fully covered by saved blocks.
-  void read_block(const std::string& name, const std::vector<int64_t>& offsets, const Shape& shape, float* out) const;
+  void read_block(const std::string& name, const std::vector<int64_t>& offsets, const Shape& shape,
+                  float* out) const override;
 
  private:
   struct Tensor {
