@@ -27,6 +27,7 @@
 #include "mtrain/launch/launch_run.h"
 #include "mtrain/launch/rendezvous.h"
 #include "parallel/mpi_comm.h"
+#include "train/export.h"
 #include "train/run.h"
 
 namespace {
@@ -39,6 +40,10 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
                       {},
                       "show the simulated NPU pool and which rank owns which device (like npu-smi)",
                       /*training_flags=*/false});
+  commands.push_back({"export",
+                      {},
+                      "convert weights: mtrain checkpoint -> Hugging Face directory (--to_hf) or back (--to_mcore)",
+                      /*training_flags=*/false});
   return commands;
 }
 
@@ -46,6 +51,7 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
 struct Prepared {
   mtrain::config::Invocation inv;
   mtrain::launch::DevicesOptions devices;
+  mtrain::train::ExportOptions export_options;
   mtrain::launch::DevicePlacement placement;
   std::vector<std::string> warnings;
 };
@@ -58,6 +64,13 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   p.inv = mtrain::config::parse_command_line(argc, argv, options);
   p.warnings = p.inv.warnings;
   if (p.inv.action != mtrain::config::Invocation::Action::kRun) return p;
+  if (p.inv.command == "export") {  // one process, no device
+    p.export_options = mtrain::train::parse_export_args(p.inv.passthrough);
+    if (world.size > 1 && !p.export_options.help)
+      throw mtrain::UsageError(fmt::format("mtrain export runs as one process, not {} ranks", world.size),
+                               "run it without NPROC_PER_NODE / NNODES / mpirun");
+    return p;
+  }
   const bool devices = p.inv.command == "devices";
   if (devices) {
     p.devices = mtrain::launch::parse_devices_args(p.inv.passthrough);
@@ -71,6 +84,10 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
 int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWorld* mpi) {
   if (p.inv.command == "devices") {
     return mtrain::launch::run_devices_command(p.devices, p.placement, world, mpi ? mpi->comm() : MPI_COMM_NULL);
+  }
+  if (p.inv.command == "export") {
+    mtrain::PosixFileSystem fs;
+    return mtrain::train::run_export(p.export_options, fs);
   }
   mtrain::train::RunContext ctx;
   ctx.device_index = p.placement.device;
@@ -105,9 +122,11 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
     for (const std::string& w : p.warnings) fmt::print(stderr, "mtrain: warning: {}\n", w);
     if (p.inv.action != mtrain::config::Invocation::Action::kRun) fmt::print("{}", p.inv.text);
     if (p.devices.help) fmt::print("{}", mtrain::launch::devices_help());
+    if (p.export_options.help) fmt::print("{}", mtrain::train::export_help());
   }
   int rc = 0;
-  if (p.inv.action == mtrain::config::Invocation::Action::kRun && !p.devices.help) {
+  const bool help = p.devices.help || p.export_options.help;
+  if (p.inv.action == mtrain::config::Invocation::Action::kRun && !help) {
     std::optional<mtrain::launch::FailureChannel> failures;
     if (mpi && world.size > 1) failures.emplace(mpi->comm());
     try {

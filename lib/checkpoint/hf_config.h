@@ -1,9 +1,11 @@
 // Hugging Face config.json for the Llama and Qwen2 causal-LM architectures:
 // HfModelShape, the few numbers mtrain's HF import/export works from (no
-// lib/model dependency: the exporter fills it from ModelConfig, the importer
-// from a config.json), the config.json text for a shape, and the parse and
-// validation of a config.json from an untrusted model directory. Errors are
-// CheckpointError naming the source and the field.
+// lib/model dependency: the exporter fills it from a checkpoint's ModelMeta,
+// the importer from a config.json), the config.json text for a shape, and the
+// parse and validation of a config.json from an untrusted model directory.
+// The parse and the field rules are lib/config's (config/hf_model_config.h,
+// shared with `--model <dir>`); here their errors become CheckpointError
+// naming the source and the field.
 //
 // Vocabulary rows: HF's vocab_size is the number of rows of embed_tokens and
 // lm_head in the HF files (it may exceed the tokenizer's size, as Qwen2.5's
@@ -17,16 +19,16 @@
 #include <optional>
 #include <string>
 
+#include "config/hf_model_config.h"
 #include "tensor/tensor.h"
 
 namespace mtrain::checkpoint {
 
-enum class HfArch { kLlama, kQwen2 };
-
-const char* hf_arch_class(HfArch arch);  // "LlamaForCausalLM" / "Qwen2ForCausalLM"
-const char* hf_model_type(HfArch arch);  // "llama" / "qwen2"
-// "LlamaForCausalLM, Qwen2ForCausalLM": for error messages.
-std::string hf_supported_architectures();
+// The architectures and their names (lib/config).
+using config::hf_arch_class;
+using config::hf_model_type;
+using config::hf_supported_architectures;
+using config::HfArch;
 
 struct HfModelShape {
   HfArch arch = HfArch::kLlama;  // architectures[0]; Qwen2 = Llama + q/k/v biases

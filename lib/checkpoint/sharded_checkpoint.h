@@ -73,6 +73,7 @@ struct SaveResult {
   int64_t bytes_this_rank = 0;        // this rank's shard file
   std::vector<std::string> removed;   // iter_ directories deleted by retention (rank 0)
   std::vector<std::string> warnings;  // retention failures (the checkpoint itself is committed)
+  std::string replaced;               // an existing directory of this iteration the save replaced (rank 0)
 };
 
 // "iter_0000100" and "<dir>/iter_0000100".
@@ -83,7 +84,11 @@ std::string iteration_dir(const std::string& save_dir, int64_t iteration);
 // it collectively with its own blocks. Throws CheckpointError, the same
 // message on every rank, when any rank fails; the temporary directory is then
 // removed and the previous checkpoint and tracker are untouched.
-// Refuses to overwrite an existing committed iter_ directory.
+// An existing directory of the same iteration (a rerun into the same
+// directory, a resume from an older iteration) is replaced only at commit
+// time, once the new one is complete; if the tracker names it, the tracker
+// first falls back to the newest other checkpoint, so it never names an
+// incomplete one.
 SaveResult save_checkpoint(FileSystem& fs, parallel::Comm& world, const std::string& save_dir, int64_t iteration,
                            const std::vector<ShardedTensor>& tensors, const std::string& state_json,
                            const SaveOptions& opts = {});

@@ -155,10 +155,10 @@ json build_manifest(const std::vector<std::string>& parts, int64_t iteration, co
           {"state", state}};
 }
 
-// Rank 0, after the commit: deletes committed iter_ directories older than
-// `iteration` beyond the newest keep_last - 1 of them.
-void apply_retention(FileSystem& fs, const std::string& save_dir, int64_t iteration, int keep_last,
-                     SaveResult& result) {
+// The committed iter_ directories of `save_dir` older than `iteration`
+// (iteration, name), ascending; temporary ones (iter_N.tmp) are not.
+std::vector<std::pair<int64_t, std::string>> committed_before(FileSystem& fs, const std::string& save_dir,
+                                                              int64_t iteration) {
   std::vector<std::pair<int64_t, std::string>> older;
   for (const DirEntry& e : fs.list_dir(save_dir)) {
     long long it = 0;
@@ -170,6 +170,14 @@ void apply_retention(FileSystem& fs, const std::string& save_dir, int64_t iterat
     older.emplace_back(it, e.name);
   }
   std::sort(older.begin(), older.end());
+  return older;
+}
+
+// Rank 0, after the commit: deletes committed iter_ directories older than
+// `iteration` beyond the newest keep_last - 1 of them.
+void apply_retention(FileSystem& fs, const std::string& save_dir, int64_t iteration, int keep_last,
+                     SaveResult& result) {
+  const std::vector<std::pair<int64_t, std::string>> older = committed_before(fs, save_dir, iteration);
   const int64_t keep_older = keep_last - 1;
   const int64_t excess = static_cast<int64_t>(older.size()) - keep_older;
   for (int64_t i = 0; i < excess; ++i) {
@@ -182,24 +190,43 @@ void apply_retention(FileSystem& fs, const std::string& save_dir, int64_t iterat
   }
 }
 
-// Rank 0: an existing <final_dir> is the leftover of a save killed between
-// its rename and its tracker update (or an older checkpoint that a resume
-// from an earlier iteration supersedes) unless the tracker names it.
-void remove_uncommitted(FileSystem& fs, const std::string& save_dir, const std::string& final_dir, int64_t iteration) {
+// Rank 0, at commit time, when <final_dir> already exists: the leftover of a
+// save killed between its rename and its tracker update, a checkpoint of
+// another history (a rerun into the same --save, a resume from an older
+// iteration), or the latest checkpoint itself. The new one is complete in the
+// temporary directory by now; the old one goes only then, and if the tracker
+// names it, the tracker first falls back to the newest other committed
+// iteration (or goes, when there is none), so that at every moment it names
+// a complete checkpoint.
+void replace_existing(FileSystem& fs, const std::string& save_dir, const std::string& final_dir, int64_t iteration,
+                      mode_t file_mode, SaveResult& result) {
   if (!fs.exists(final_dir)) return;
+  const std::string tracker = save_dir + "/" + kTrackerFileName;
   std::optional<int64_t> tracked;
-  if (fs.exists(save_dir + "/" + kTrackerFileName)) tracked = read_tracker(fs, save_dir);
+  try {
+    if (fs.exists(tracker)) tracked = read_tracker(fs, save_dir);
+  } catch (const CheckpointError&) {
+    // A damaged tracker names nothing; the commit replaces it.
+  }
   if (tracked == iteration) {
-    throw CheckpointError(fmt::format("{} is the latest checkpoint: refusing to overwrite it", final_dir),
-                          "save under another iteration or another --save directory");
+    const auto older = committed_before(fs, save_dir, iteration);
+    if (older.empty()) {
+      fs.remove_all(tracker);
+    } else {
+      replace_text_file_atomic(fs, tracker, std::to_string(older.back().first), file_mode);
+    }
+    fs.sync_dir(save_dir);
   }
   fs.remove_all(final_dir);
   fs.sync_dir(save_dir);
+  result.replaced = final_dir;
 }
 
-// Rank 0: rename into place, fsync the parent, replace the tracker.
+// Rank 0: rename into place (replacing an existing one), fsync the parent,
+// replace the tracker.
 void commit(FileSystem& fs, const std::string& save_dir, const std::string& tmp, const std::string& final_dir,
-            int64_t iteration, mode_t file_mode) {
+            int64_t iteration, mode_t file_mode, SaveResult& result) {
+  replace_existing(fs, save_dir, final_dir, iteration, file_mode, result);
   fs.rename(tmp, final_dir);
   fs.sync_dir(save_dir);
   replace_text_file_atomic(fs, save_dir + "/" + kTrackerFileName, std::to_string(iteration), file_mode);
@@ -228,7 +255,6 @@ SaveResult save_checkpoint(FileSystem& fs, parallel::Comm& world, const std::str
     if (iteration < 0) throw CheckpointError(fmt::format("cannot save a negative iteration {}", iteration));
     check_mode(opts.dir_mode, save_dir);
     check_mode(opts.file_mode, save_dir);
-    remove_uncommitted(fs, save_dir, final_dir, iteration);
     fs.create_dirs(save_dir, opts.dir_mode);
     fs.remove_all(tmp);  // a stale one from a killed save
     fs.create_dirs(tmp, opts.dir_mode);
@@ -253,7 +279,7 @@ SaveResult save_checkpoint(FileSystem& fs, parallel::Comm& world, const std::str
   // leaves the new directory (complete) in place; the tracker is atomic.
   std::optional<std::string> err;
   if (root) {
-    err = attempt([&] { commit(fs, save_dir, tmp, final_dir, iteration, opts.file_mode); });
+    err = attempt([&] { commit(fs, save_dir, tmp, final_dir, iteration, opts.file_mode, result); });
     if (err) attempt([&] { fs.remove_all(tmp); });  // a no-op once renamed
   }
   agree(world, err);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <string_view>
 
 #include "fmt/format.h"
 
@@ -47,7 +48,7 @@ class FaultWritableFile final : public WritableFile {
     if (allowed < n) {
       base_->append(data.first(static_cast<size_t>(allowed)));
       fs_.bytes_written_ += allowed;
-      fs_.die(path());
+      fs_.die(path(), fs_.crash_action_);
     }
     base_->append(data);
     fs_.bytes_written_ += n;
@@ -106,6 +107,11 @@ void FaultInjectingFileSystem::crash_after_bytes(int64_t bytes, CrashAction acti
   crash_action_ = action;
 }
 
+void FaultInjectingFileSystem::crash_at(FsOp op, int64_t nth, std::string name, CrashAction action) {
+  std::lock_guard lock(mu_);
+  crash_rules_.push_back({op, nth, std::move(name), action});
+}
+
 std::vector<std::string> FaultInjectingFileSystem::log() const {
   std::lock_guard lock(mu_);
   return log_;
@@ -131,6 +137,10 @@ void FaultInjectingFileSystem::before(FsOp op, const std::string& path, const st
   if (crashed_) throw SimulatedCrash("simulated crash: the process is dead (" + std::string(fs_op_name(op)) + ")");
   ++calls_[op];
   log_.push_back(fmt::format("{} {}{}{}", fs_op_name(op), path, what.empty() ? "" : " ", what));
+  const std::string_view name = std::string_view(path).substr(path.find_last_of('/') + 1);
+  for (CrashRule& r : crash_rules_) {
+    if (r.op == op && name == r.name && ++r.seen == r.nth) die(path, r.action);
+  }
   for (Rule& r : rules_) {
     if (r.op != op || path.find(r.path_contains) == std::string::npos) continue;
     if (++r.seen == r.nth) throw IoError(fs_op_name(op), path, r.err, "injected fault");
@@ -141,10 +151,10 @@ int64_t FaultInjectingFileSystem::allowed_bytes(int64_t n) const {
   return crash_budget_ < 0 ? n : std::min(n, crash_budget_);
 }
 
-void FaultInjectingFileSystem::die(const std::string& path) {
+void FaultInjectingFileSystem::die(const std::string& path, CrashAction action) {
   crashed_ = true;
   log_.push_back("crash " + path);
-  if (crash_action_ == CrashAction::kKill) std::raise(SIGKILL);
+  if (action == CrashAction::kKill) std::raise(SIGKILL);
   throw SimulatedCrash("simulated crash while writing " + path);
 }
 

@@ -4,6 +4,9 @@
 //   fail(op, nth, errno)        the nth call of `op` (optionally only on paths
 //                               containing a substring) fails with errno,
 //                               e.g. the 3rd write with ENOSPC, an fsync with EIO;
+//   crash_at(op, nth, name, how) the nth call of `op` on a path whose last
+//                               component is `name` (the rename of
+//                               "iter_0000020.tmp") "dies" before it runs;
 //   crash_after_bytes(n, how)   the writer "dies" once n more bytes reached
 //                               files: the crossing write persists only its
 //                               prefix, then every call throws SimulatedCrash
@@ -46,6 +49,7 @@ class FaultInjectingFileSystem final : public FileSystem {
 
   void fail(FsOp op, int64_t nth, int err, std::string path_contains = "");
   void crash_after_bytes(int64_t bytes, CrashAction action = CrashAction::kThrow);
+  void crash_at(FsOp op, int64_t nth, std::string name, CrashAction action = CrashAction::kThrow);
   void drop_unsynced_data();
 
   std::vector<std::string> log() const;
@@ -74,17 +78,26 @@ class FaultInjectingFileSystem final : public FileSystem {
     std::string path_contains;
     int64_t seen = 0;
   };
+  struct CrashRule {
+    FsOp op;
+    int64_t nth;
+    std::string name;  // the path's last component
+    CrashAction action;
+    int64_t seen = 0;
+  };
 
-  // Counts the call, logs it, throws SimulatedCrash after a crash and
-  // IoError when a rule says so. Caller holds mu_.
+  // Counts the call, logs it, throws SimulatedCrash after a crash, crashes
+  // when a crash rule says so and throws IoError when a rule says so.
+  // Caller holds mu_.
   void before(FsOp op, const std::string& path, const std::string& what);
   // How many of `n` bytes may still be written before the crash point.
   int64_t allowed_bytes(int64_t n) const;
-  [[noreturn]] void die(const std::string& path);
+  [[noreturn]] void die(const std::string& path, CrashAction action);
 
   FileSystem& base_;
   mutable std::mutex mu_;
   std::vector<Rule> rules_;
+  std::vector<CrashRule> crash_rules_;
   std::map<FsOp, int64_t> calls_;
   std::vector<std::string> log_;
   std::map<std::string, int64_t> synced_size_;  // files written through us -> bytes made durable

@@ -50,7 +50,7 @@ struct Args {
   int make_vocab_size_divisible_by = 128;
   double init_method_std = 0.02;
   std::optional<int> vocab_size;     // normally from the tokenizer; presets may set it
-  std::optional<std::string> model;  // HF model dir (not implemented yet: rejected)
+  std::optional<std::string> model;  // HF model dir: its config.json gives the model flags (hf_model_config.h)
 
   // ---- parallelism --------------------------------------------------------
   int tensor_model_parallel_size = 1;
@@ -139,13 +139,27 @@ struct Args {
   std::optional<int> eval_interval;  // None: no evaluation
   int eval_iters = -1;               // -1: the whole validation set
   std::string output_dir = "megatron_output";
-  std::optional<std::string> load;   // rejected for now (checkpointing is a later issue)
-  std::optional<int> save_interval;  // rejected for now
   bool log_throughput = false;
   int num_generate_samples = 0;  // after training: answer the first N training prompts (greedy)
   int max_new_tokens = 64;
   std::string device_profile = "Ascend910B3";  // configs/devices/<name>.yaml or a path
   bool dry_run = false;                        // rejected for now
+
+  // ---- checkpointing (output_dir is --save) -------------------------------
+  std::optional<std::string> load;  // --mcore_model: resume (or --finetune) from this directory
+  int save_interval = 500;          // swift's --save_steps default; a checkpoint is always saved at the end
+  bool no_save_optim = false;
+  bool no_save_rng = false;
+  bool no_load_optim = false;
+  bool no_load_rng = false;
+  bool finetune = false;  // load weights only; iteration, optimizer, data position start fresh
+  bool exit_on_missing_checkpoint = false;
+  std::optional<int> ckpt_step;                // load this iteration instead of the tracker's
+  std::optional<int> save_total_limit;         // keep this many checkpoints (None: all)
+  std::string on_save_error = "stop";          // stop | continue
+  std::optional<double> save_timeout_minutes;  // None: --distributed_timeout_minutes
+  std::string checkpoint_dir_mode = "0750";
+  std::string checkpoint_file_mode = "0640";
 
   // ---- derived by validate() (not flags; written to args.json) -------------
   int world_size = 1;

@@ -15,7 +15,7 @@ std::vector<FlagSpec> model_flags() {
        .field = &Args::model_preset,
        .group = M,
        .help = "Model shape preset: configs/models/<name>.yaml (demo, gpt2-124m, llama2-7b, qwen2.5-0.5b, "
-               "qwen2.5-7b) or a path. Lowest precedence: preset < YAML config < command line.",
+               "qwen2.5-7b) or a path. Precedence: --model's config.json < preset < YAML config < command line.",
        .default_text = "none"},
       {.name = "num_layers",
        .field = &Args::num_layers,
@@ -114,7 +114,15 @@ std::vector<FlagSpec> model_flags() {
       {.name = "model",
        .field = &Args::model,
        .group = M,
-       .help = "Hugging Face model directory to train from (not implemented yet)."},
+       .help = "Hugging Face model directory (config.json, model*.safetensors, tokenizer.json; Llama or Qwen2) to "
+               "train from. Its config.json supplies the model flags (num_layers, hidden_size, ffn_hidden_size, "
+               "num_attention_heads, num_query_groups, kv_channels, vocab_size, normalization, swiglu, "
+               "position_embedding_type, untie_embeddings_and_output_weights, add_bias_linear, add_qkv_bias) below "
+               "every other source; an explicit value that contradicts them is an error. max_position_embeddings, "
+               "norm_epsilon and rotary_base may be overridden (with a warning). --tokenizer defaults to its "
+               "tokenizer.json. Its weights are the starting point unless --load resumes a checkpoint; `mtrain "
+               "export --to_mcore` converts the directory into a checkpoint instead.",
+       .default_text = "none"},
   };
 }
 

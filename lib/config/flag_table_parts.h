@@ -14,6 +14,7 @@ std::vector<FlagSpec> training_flags();
 std::vector<FlagSpec> precision_flags();
 std::vector<FlagSpec> data_flags();
 std::vector<FlagSpec> logging_flags();
+std::vector<FlagSpec> checkpoint_flags();
 
 // loss_scale: a number is Megatron's static fp16 loss scale, else swift's token weighting.
 std::string set_loss_scale(const FlagSpec& spec, Args& args, const RawValue& value);

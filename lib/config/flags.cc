@@ -24,6 +24,8 @@ const char* flag_group_name(FlagGroup g) {
       return "Data";
     case FlagGroup::kLogging:
       return "Logging, evaluation, output and device";
+    case FlagGroup::kCheckpoint:
+      return "Checkpointing";
   }
   return "?";
 }
@@ -32,7 +34,7 @@ const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
     for (auto part : {detail::model_flags, detail::parallel_flags, detail::fusion_flags, detail::training_flags,
-                      detail::precision_flags, detail::data_flags, detail::logging_flags}) {
+                      detail::precision_flags, detail::data_flags, detail::logging_flags, detail::checkpoint_flags}) {
       for (auto& spec : part()) all.push_back(std::move(spec));
     }
     return all;

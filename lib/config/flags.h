@@ -17,11 +17,11 @@
 
 namespace mtrain::config {
 
-enum class FlagGroup { kModel, kParallel, kFusions, kTraining, kPrecision, kData, kLogging };
+enum class FlagGroup { kModel, kParallel, kFusions, kTraining, kPrecision, kData, kLogging, kCheckpoint };
 const char* flag_group_name(FlagGroup g);
 inline constexpr FlagGroup kAllFlagGroups[] = {FlagGroup::kModel,    FlagGroup::kParallel,  FlagGroup::kFusions,
                                                FlagGroup::kTraining, FlagGroup::kPrecision, FlagGroup::kData,
-                                               FlagGroup::kLogging};
+                                               FlagGroup::kLogging,  FlagGroup::kCheckpoint};
 
 // The Args member a flag sets. Its alternative gives the flag's type.
 using FieldRef =

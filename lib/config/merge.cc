@@ -1,5 +1,5 @@
-// Merging the sources of settings: defaults < model preset < YAML config (its
-// includes first) < command line, plus the YAML ENV block.
+// Merging the sources of settings: defaults < --model's config.json < model
+// preset < YAML config (its includes first) < command line, plus the YAML ENV block.
 #include "config/merge.h"
 
 #include <fmt/format.h>
@@ -111,10 +111,14 @@ Args merge_sources(const MergeInput& in, std::vector<std::string>& warnings) {
   if (!path.empty()) config = read_config_file(path, dir);
   const ConfigFile preset = read_preset(in, config, dir);
 
+  const auto apply_sources = [&](Args& a) {
+    apply_file(preset, a);
+    apply_file(config, a);
+    apply_cli(in.events, a);
+  };
   Args args;
-  apply_file(preset, args);
-  apply_file(config, args);
-  apply_cli(in.events, args);
+  apply_sources(args);
+  if (args.model) args = with_hf_model(*args.model, apply_sources, warnings);  // below every source
   args.command = in.command;
   args.config_file = path;
 

@@ -1,6 +1,7 @@
 // Internal to lib/config: merging preset < YAML config < command line into Args.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,15 @@ struct MergeInput {
 // Reads the YAML config and preset, applies ENV, and returns unvalidated Args.
 // Throws UsageError for command-line problems, ConfigError for file problems.
 Args merge_sources(const MergeInput& in, std::vector<std::string>& warnings);
+
+// `--model <dir>`: Args with the model flags <dir>/config.json implies
+// (config/hf_model_config.h) as defaults, then `apply_sources` (preset, YAML,
+// command line) on top. An explicit value that contradicts the model's shape
+// is a ConfigError naming both values; one that overrides a non-shape field
+// (max_position_embeddings, norm_epsilon, rotary_base) adds a warning.
+// --tokenizer defaults to <dir>/tokenizer.json when it exists.
+Args with_hf_model(const std::string& dir, const std::function<void(Args&)>& apply_sources,
+                   std::vector<std::string>& warnings);
 
 // ConfigError unless args.device_profile names a loadable profile.
 void check_device_profile(const Args& args, const std::string& config_dir);

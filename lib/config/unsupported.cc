@@ -23,15 +23,6 @@ struct Unsupported {
 
 const std::vector<Unsupported>& unsupported_settings() {
   static const std::vector<Unsupported> list = {
-      {"load", {}, "checkpoint loading is not implemented yet", "remove --load / --mcore_model"},
-      {"save_interval",
-       {},
-       "checkpoint saving is not implemented yet",
-       "remove --save_interval / --save_steps (checkpointing is a later issue)"},
-      {"model",
-       {},
-       "loading a Hugging Face model directory is not implemented yet",
-       "give the model shape with --model_preset or the model flags"},
       {"dry_run", {}, "--dry_run (memory and step-time planning) is not implemented yet", "remove --dry_run"},
       {"train_type", {"full"}, "LoRA is not supported yet", "use --train_type full (--tuner_type full)"},
       {"position_embedding_type",

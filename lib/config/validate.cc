@@ -140,6 +140,38 @@ void check_logging(Args& a) {
   require_positive(a.max_new_tokens, "max_new_tokens");
 }
 
+// An octal permission string ("0750"); never world-writable, and the owner
+// must keep what a save needs (rwx on directories, rw on files).
+void check_mode(const std::string& text, const char* flag, unsigned owner_needs) {
+  unsigned mode = 0;
+  bool ok = !text.empty() && text.size() <= 4;
+  for (char c : text) {
+    ok = ok && c >= '0' && c <= '7';
+    mode = mode * 8 + static_cast<unsigned>(c - '0');
+  }
+  if (!ok) throw ConfigError(fmt::format("--{} {}: not an octal permission mode", flag, text), "e.g. 0750");
+  if (mode & 02)
+    throw ConfigError(fmt::format("--{} {}: checkpoints must never be world-writable", flag, text),
+                      "drop the write bit for others, e.g. 0750 / 0640");
+  if ((mode & owner_needs) != owner_needs)
+    throw ConfigError(fmt::format("--{} {}: the owner needs {} to save and load checkpoints", flag, text,
+                                  owner_needs == 0700 ? "rwx on directories" : "rw on files"));
+}
+
+void check_checkpointing(Args& a) {
+  require_positive(a.save_interval, "save_interval");
+  if (a.save_total_limit) require_positive(*a.save_total_limit, "save_total_limit");
+  if (a.ckpt_step && *a.ckpt_step < 0) throw ConfigError(fmt::format("--ckpt_step must be >= 0, got {}", *a.ckpt_step));
+  if (a.ckpt_step && !a.load) throw ConfigError("--ckpt_step needs --load", "name the directory to load from");
+  if (a.finetune && !a.load && !a.model)
+    throw ConfigError("--finetune needs --load (or --model)", "name the checkpoint whose weights to start from");
+  if (a.load && a.load->empty()) throw ConfigError("--load must not be empty");
+  if (a.save_timeout_minutes && !(*a.save_timeout_minutes > 0))
+    throw ConfigError(fmt::format("--save_timeout_minutes must be > 0, got {}", *a.save_timeout_minutes));
+  check_mode(a.checkpoint_dir_mode, "checkpoint_dir_mode", 0700);
+  check_mode(a.checkpoint_file_mode, "checkpoint_file_mode", 0600);
+}
+
 }  // namespace
 
 std::vector<std::string> validate(Args& args, int world_size) {
@@ -150,6 +182,7 @@ std::vector<std::string> validate(Args& args, int world_size) {
   detail::check_training(args, warnings);
   check_data(args);
   check_logging(args);
+  check_checkpointing(args);
   // Last: a setting that is wrong in itself gets Megatron's message first.
   check_supported(args);
   return warnings;

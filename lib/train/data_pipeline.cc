@@ -44,6 +44,8 @@ class LoaderSource : public BatchSource {
     return out;
   }
   int64_t global_batch_samples() const override { return gbs_; }
+  data::DataLoader::State position() const override { return loader_.state(); }
+  void set_position(const data::DataLoader::State& s) override { loader_.set_state(s); }
 
  private:
   data::DataLoader loader_;

@@ -1,5 +1,5 @@
-// Step hooks: the public seam by which the logger (and later the
-// checkpointer, profiler and precision dumper) attach to the training loop
+// Step hooks: the public seam by which the logger, the checkpointer (and
+// later the profiler and precision dumper) attach to the training loop
 // without touching it. A hook overrides only what it needs. Hooks run on
 // every rank in registration order; they must not throw on the hot path
 // except to stop training (the exception propagates out of Trainer::train).
@@ -65,6 +65,9 @@ class TrainHook {
   virtual void on_step_begin(int64_t /*iteration*/) {}
   virtual void on_step_end(const StepMetrics&) {}
   virtual void on_eval_end(const EvalMetrics&) {}
+  // The iteration is over: step, logging and its evaluation (if any) are
+  // done. The checkpointer saves here, in Megatron's order.
+  virtual void on_iteration_end(int64_t /*iteration*/) {}
   // Every collective and point-to-point transfer of this rank, as it completes
   // (bytes, group, time): for the profiler and the cost model.
   virtual void on_comm(const parallel::CommEvent&) {}
@@ -85,6 +88,9 @@ class HookList {
   }
   void eval_end(const EvalMetrics& m) {
     for (auto& h : hooks_) h->on_eval_end(m);
+  }
+  void iteration_end(int64_t it) {
+    for (auto& h : hooks_) h->on_iteration_end(it);
   }
   void comm(const parallel::CommEvent& e) {
     for (auto& h : hooks_) h->on_comm(e);

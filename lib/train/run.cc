@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/errors.h"
+#include "common/file_system.h"
 #include "config/json.h"
 #include "config/profiles.h"
 #include "config/validate.h"
@@ -19,6 +20,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/pipeline_schedule.h"
+#include "train/checkpointing.h"
 #include "train/data_pipeline.h"
 #include "train/fault_injection.h"
 #include "train/generate.h"
@@ -184,17 +186,17 @@ struct TrainerSetup {
 
 // A rank that waits for a stuck or dead peer ends instead of hanging: the
 // watchdog (world size > 1 only: one process has no peer to wait for) and its
-// beats, then the fault-injection test seam. Returns the watchdog or null.
+// beats, then the fault-injection test seam (which may arm the checkpoint
+// file system `fs`). Returns the watchdog or null.
 static std::shared_ptr<Watchdog> add_watchdog_hooks(HookList& hooks, const config::Args& args,
-                                                    const parallel::ParallelState& state) {
+                                                    const parallel::ParallelState& state,
+                                                    const std::optional<InjectedFault>& fault, FileSystem& fs) {
   std::shared_ptr<Watchdog> watchdog;
   if (state.world_size() > 1) {
     watchdog = start_rank_watchdog(args.distributed_timeout_minutes * 60, state.rank());
     hooks.add(std::make_shared<WatchdogHook>(watchdog));
   }
-  // fault_injection.h: the only reader of these variables.
-  if (auto fault = parse_injected_fault(std::getenv("MTRAIN_FAULT_RANK"), std::getenv("MTRAIN_FAULT")))
-    hooks.add(std::make_shared<FaultInjectionHook>(std::move(*fault), state.rank()));
+  if (fault) hooks.add(std::make_shared<FaultInjectionHook>(*fault, state.rank(), fs));
   return watchdog;
 }
 
@@ -242,7 +244,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
 
   device::Device dev(device_profile(args), ctx.device_index);
   const model::ModelConfig mc = rank_model_config(args, rc);
-  const TrainerOptions to = trainer_options(args);
+  TrainerOptions to = trainer_options(args);
   if (first_rank)
     fmt::print(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n", mc.vocab, mc.padded_vocab - mc.vocab,
                mc.padded_vocab);
@@ -262,12 +264,30 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
   add_logger(hooks, args, *state, dev);
-  const std::shared_ptr<Watchdog> watchdog = add_watchdog_hooks(hooks, args, *state);
+  // fault_injection.h: the only reader of these variables; a save fault
+  // makes the checkpoint file system a fault-injecting one.
+  const std::optional<InjectedFault> fault =
+      parse_injected_fault(std::getenv("MTRAIN_FAULT_RANK"), std::getenv("MTRAIN_FAULT"));
+  const std::unique_ptr<FileSystem> checkpoint_fs = checkpoint_file_system(fault);
+  const std::shared_ptr<Watchdog> watchdog = add_watchdog_hooks(hooks, args, *state, fault, *checkpoint_fs);
   const DataShard shard{rc.dp, dp, mc.sequence_parallel ? mc.tp : 1};
   std::unique_ptr<BatchSource> source = data.train_source(args, shard);
   const std::vector<data::Batch> val = data.validation_batches(args, shard);
+
+  FileSystem& fs = *checkpoint_fs;
+  TrainingState ts{model, setup.optimizer, setup.scaler.get(), *source, *state, to.bucket_elems};
+  std::optional<Resumed> resumed;
+  // --load (--mcore_model) wins over --model's weights, as in Megatron-SWIFT;
+  // --model still gives the shape and tokenizer.
+  if (args.load) resumed = load_training_checkpoint(fs, load_settings(args), ts);
+  if (!resumed && args.model) load_hf_model(fs, *args.model, ts);
+  if (resumed && resumed->seed) to.seed = *resumed->seed;
   if (watchdog) watchdog->beat("trainer starts");
   Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), *source, &val, hooks, state);
+  if (resumed) trainer.restore(resumed->counters);
+  SaveSettings save = save_settings(args);
+  save.seed = to.seed;
+  hooks.add(std::make_shared<CheckpointHook>(fs, std::move(save), ts, trainer, watchdog));
   trainer.train();
   // Without TP/PP the sample answers are one rank's own compute: no peer to wait for.
   if (watchdog && args.tensor_model_parallel_size * args.pipeline_model_parallel_size == 1) watchdog->stop();

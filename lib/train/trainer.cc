@@ -95,6 +95,19 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
 
 Trainer::~Trainer() { state_->set_observer({}); }
 
+TrainerCounters Trainer::counters() const {
+  return {iteration_, successful_steps_, consumed_samples_, skipped_total_, nan_total_, consecutive_skips_};
+}
+
+void Trainer::restore(const TrainerCounters& c) {
+  iteration_ = c.iteration;
+  successful_steps_ = c.successful_steps;
+  consumed_samples_ = c.consumed_samples;
+  skipped_total_ = c.skipped_iterations;
+  nan_total_ = c.nan_iterations;
+  consecutive_skips_ = c.consecutive_skips;
+}
+
 void Trainer::train() {
   TrainInfo info;
   info.start_iteration = iteration_;
@@ -109,6 +122,7 @@ void Trainer::train() {
     if (eval_enabled() && iteration_ % opts_.eval_interval == 0) {
       hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), false});
     }
+    hooks_.iteration_end(iteration_);
   }
   hooks_.train_end(info);
   // Megatron evaluates once more after training is done.

@@ -36,6 +36,21 @@ class BatchSource {
   virtual ~BatchSource() = default;
   virtual std::vector<data::Batch> next_global_batch() = 0;
   virtual int64_t global_batch_samples() const = 0;
+  // Where the next global batch starts (the same on every DP rank): what a
+  // checkpoint saves so a resumed run reads exactly the samples a straight
+  // run would have, under any DP size.
+  virtual data::DataLoader::State position() const = 0;
+  virtual void set_position(const data::DataLoader::State& s) = 0;
+};
+
+// The loop's own counters, saved in a checkpoint and restored on resume.
+struct TrainerCounters {
+  int64_t iteration = 0;
+  int64_t successful_steps = 0;  // optimizer steps taken: the LR schedule's position
+  int64_t consumed_samples = 0;
+  int64_t skipped_iterations = 0;
+  int64_t nan_iterations = 0;
+  int64_t consecutive_skips = 0;
 };
 
 struct TrainerOptions {
@@ -72,6 +87,11 @@ class Trainer {
   double evaluate(const std::vector<data::Batch>& batches);
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
+  TrainerCounters counters() const;
+  // Before train(): continue from a checkpoint's counters.
+  void restore(const TrainerCounters& c);
+  // This rank's groups and coordinates.
+  parallel::ParallelState& parallel_state() { return *state_; }
 
  private:
   StepMetrics train_step();

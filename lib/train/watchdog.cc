@@ -55,25 +55,54 @@ void Watchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::string Watchdog::report(double idle_seconds) const {
+void Watchdog::begin_phase(std::string name, double timeout_seconds, OnTimeout on_timeout) {
+  {
+    std::lock_guard<std::mutex> lock(phase_mutex_);
+    phase_ = std::move(name);
+    phase_timeout_seconds_ = timeout_seconds;
+    phase_on_timeout_ = std::move(on_timeout);
+  }
+  beat(phase_);
+}
+
+void Watchdog::end_phase() {
+  std::lock_guard<std::mutex> lock(phase_mutex_);
+  phase_.clear();
+  phase_on_timeout_ = nullptr;
+}
+
+std::string Watchdog::report(double idle_seconds, const std::string& phase) const {
   std::string last;
   {
     std::lock_guard<std::mutex> lock(label_mutex_);
     last.assign(label_.data(), label_size_);
   }
-  return fmt::format("{}{}no progress for {:.1f} s (last: {})", who_, who_.empty() ? "" : ": ", idle_seconds, last);
+  return fmt::format("{}{}no progress for {:.1f} s{}{} (last: {})", who_, who_.empty() ? "" : ": ", idle_seconds,
+                     phase.empty() ? "" : " during ", phase, last);
 }
 
 void Watchdog::watch() {
-  const auto interval = poll_interval(timeout_seconds_);
   std::unique_lock<std::mutex> lock(stop_mutex_);
+  auto interval = poll_interval(timeout_seconds_);
   while (!stop_cv_.wait_for(lock, interval, [this] { return stop_requested_; })) {
+    std::string phase;
+    double limit = timeout_seconds_;
+    OnTimeout handler = on_timeout_;
+    {
+      std::lock_guard<std::mutex> p(phase_mutex_);
+      if (!phase_.empty()) {
+        phase = phase_;
+        limit = phase_timeout_seconds_;
+        handler = phase_on_timeout_;
+      }
+    }
+    interval = poll_interval(std::min(limit, timeout_seconds_));
     const double idle = static_cast<double>(now_ns() - last_beat_ns_.load(std::memory_order_acquire)) * 1e-9;
-    if (idle < timeout_seconds_) continue;
+    if (idle < limit) continue;
     fired_.store(true);
-    const std::string text = report(idle);
+    const std::string text = report(idle, phase);
     lock.unlock();  // stop() may run while on_timeout does
-    if (on_timeout_) on_timeout_(text);
+    if (handler) handler(text);
     return;
   }
 }

@@ -43,6 +43,13 @@ class Watchdog {
   // kMaxLabel bytes; no allocation. Safe from any thread, also after stop().
   void beat(std::string_view what);
 
+  // A phase with its own time limit and handler (a checkpoint save): until
+  // end_phase(), the watchdog fires after `timeout_seconds` without a beat,
+  // names the phase in the report and calls `on_timeout` instead of the
+  // constructor's handler.
+  void begin_phase(std::string name, double timeout_seconds, OnTimeout on_timeout);
+  void end_phase();
+
   // Ends the thread promptly (within a wake-up, not a timeout); on_timeout is
   // never called afterwards. Waits for an on_timeout that is already running.
   void stop();
@@ -52,7 +59,7 @@ class Watchdog {
 
  private:
   void watch();
-  std::string report(double idle_seconds) const;
+  std::string report(double idle_seconds, const std::string& phase) const;
 
   const double timeout_seconds_;
   const OnTimeout on_timeout_;
@@ -65,6 +72,10 @@ class Watchdog {
   std::condition_variable stop_cv_;
   bool stop_requested_ = false;
   std::atomic<bool> fired_{false};
+  std::mutex phase_mutex_;
+  std::string phase_;  // empty: none
+  double phase_timeout_seconds_ = 0;
+  OnTimeout phase_on_timeout_;
   std::thread thread_;  // last member: starts once everything above exists
 };
 

@@ -190,6 +190,33 @@ inline std::vector<std::string> demo_pt_args(int iters, const fs::path& output_d
                 {"--train_iters", std::to_string(iters), "--output_dir", output_dir.string()});
 }
 
+// `ranks` processes the way users launch them: NPROC_PER_NODE=<ranks> (mtrain
+// re-runs itself under mpirun) on loopback, without multi-node variables
+// from the environment; one rank is a plain process.
+inline RunOptions launch_ranks(int ranks, double timeout_seconds = 300) {
+  RunOptions o;
+  o.timeout_seconds = timeout_seconds;
+  o.address_space_bytes = 0;  // mpirun and its ranks map large shared-memory segments
+  if (ranks > 1) {
+    o.env = {{"NPROC_PER_NODE", std::to_string(ranks)},
+             {"OMPI_MCA_oob_tcp_if_include", "lo"},
+             {"OMPI_MCA_btl_tcp_if_include", "lo"},
+             {"PMIX_MCA_ptl_base_if_include", "lo"}};
+  }
+  o.unset_env = {"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_SIZE"};
+  return o;
+}
+
+// The checkpoint tests' job: the demo for 20 iterations at lr 3e-4 (see
+// test_mtrain_parallel.cc for why), 4 micro-batches of 2, saving every 10.
+inline std::vector<std::string> checkpoint_job(const fs::path& out, const std::string& extra = "") {
+  return concat(concat(words("sft configs/sft_demo.yaml --train_iters 20 --lr 3e-4 --min_lr 3e-5 --lr_decay_iters "
+                             "2400 --micro_batch_size 2 --global_batch_size 8 --log_interval 1 --num_threads 1 "
+                             "--num_generate_samples 0 --save_interval 10"),
+                       words(extra)),
+                {"--output_dir", out.string()});
+}
+
 inline std::string join(const std::vector<std::string>& v, const std::string& sep = " ") {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];

@@ -40,18 +40,6 @@ std::vector<std::string> base_args(const fs::path& out) {
                 {"--output_dir", out.string()});
 }
 
-RunOptions launch_options(int ranks) {
-  RunOptions o;
-  o.timeout_seconds = 300;
-  o.address_space_bytes = 0;  // mpirun and its ranks map large shared-memory segments
-  o.env = {{"NPROC_PER_NODE", std::to_string(ranks)},
-           {"OMPI_MCA_oob_tcp_if_include", "lo"},
-           {"OMPI_MCA_btl_tcp_if_include", "lo"},
-           {"PMIX_MCA_ptl_base_if_include", "lo"}};
-  o.unset_env = {"NNODES", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_SIZE"};
-  return o;
-}
-
 double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(a), 1e-30); }
 
 class ParallelEquivalence : public MtrainTest, public ::testing::WithParamInterface<Layout> {};
@@ -61,7 +49,7 @@ TEST_P(ParallelEquivalence, MatchesSingleDevice) {
   const RunResult ref = run(concat(base_args(tmp_ / "ref"), words(l.both)), "ref");
   ASSERT_EQ(ref.exit_code, 0) << ref.describe();
   const RunResult par =
-      run(concat(concat(base_args(tmp_ / "par"), words(l.both)), words(l.flags)), "par", launch_options(l.ranks));
+      run(concat(concat(base_args(tmp_ / "par"), words(l.both)), words(l.flags)), "par", launch_ranks(l.ranks));
   ASSERT_EQ(par.exit_code, 0) << par.describe();
 
   const auto steps_a = train_rows(tmp_ / "ref"), steps_b = train_rows(tmp_ / "par");

@@ -15,6 +15,7 @@
 #include "checkpoint/hf_config.h"
 #include "checkpoint/hf_layout.h"
 #include "common/errors.h"
+#include "hf_dir_test_util.h"
 
 namespace mtrain::checkpoint {
 namespace {
@@ -27,9 +28,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using testing::same_bits;
 
 // The CheckpointError/ConfigError text (message + hint) of f; fails the test when f does not throw.
 std::string error_of(const std::function<void()>& f) {
@@ -42,21 +41,10 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// 50 HF vocabulary rows padded to 64 in mtrain.
 HfModelShape tiny_shape(HfArch arch, bool tied, int64_t heads = 4, int64_t groups = 2) {
-  HfModelShape s;
-  s.arch = arch;
-  s.num_layers = 2;
-  s.head_dim = 4;
-  s.heads = heads;
-  s.groups = groups;
-  s.hidden = heads * s.head_dim;
-  s.ffn = 24;
-  s.vocab_size = 50;
+  HfModelShape s = testing::tiny_hf_shape(arch, tied, heads, groups);
   s.padded_vocab = 64;
-  s.max_positions = 128;
-  s.rms_norm_eps = 1e-6;
-  s.rope_theta = 1e6;
-  s.tie_word_embeddings = tied;
   return s;
 }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <map>
+#include <optional>
 
 #include "../common/fs_test_util.h"
 #include "checkpoint/sharded_checkpoint.h"
@@ -95,6 +97,46 @@ TEST(ShardedCheckpointFaults, CrashBeforeTrackerKeepsPrevious) {
   Fixture fx;
   const SaveBytes b = measure_save();
   crash_at(fx, b.shards + b.manifest + b.tracker - 1, true);
+}
+
+// Saving the iteration the tracker names again (a rerun into the same
+// directory) replaces it only at commit time; a crash at any file-system call
+// of that save leaves a tracker that names a complete checkpoint.
+TEST(ShardedCheckpointFaults, ReplacingTheLatestNeverLeavesTheTrackerDangling) {
+  std::vector<std::string> calls;
+  {
+    Fixture fx;
+    for (const std::string& e : save_on_4_ranks(fx.posix, fx.dir, 200)) EXPECT_EQ(e, "");
+    FaultInjectingFileSystem fs(fx.posix);
+    for (const std::string& e : save_on_4_ranks(fs, fx.dir, 200)) EXPECT_EQ(e, "");
+    calls = fs.log();
+  }
+  std::map<std::pair<std::string, std::string>, int64_t> seen;  // (op, file name) -> calls so far
+  for (const std::string& call : calls) {
+    const std::string op = call.substr(0, call.find(' '));
+    std::string path = call.substr(op.size() + 1);
+    path = path.substr(0, path.find(' '));
+    const std::string name = path.substr(path.rfind('/') + 1);
+    const int64_t nth = ++seen[{op, name}];
+    std::optional<FsOp> which;
+    for (FsOp o : {FsOp::kCreateDirs, FsOp::kOpenWrite, FsOp::kWrite, FsOp::kSync, FsOp::kClose, FsOp::kRename,
+                   FsOp::kSyncDir, FsOp::kRemove})
+      if (op == fs_op_name(o)) which = o;
+    if (!which) continue;  // reads
+    Fixture fx;
+    for (const std::string& e : save_on_4_ranks(fx.posix, fx.dir, 200)) EXPECT_EQ(e, "");
+    FaultInjectingFileSystem fs(fx.posix);
+    fs.crash_at(*which, nth, name);
+    try {
+      save_on_4_ranks(fs, fx.dir, 200);
+    } catch (const SimulatedCrash&) {
+    }
+    const CheckpointReader r = CheckpointReader::open(fx.posix, fx.dir);  // throws if the tracker dangles
+    EXPECT_TRUE(r.iteration() == 100 || r.iteration() == 200) << call;
+    for (const std::string& e : save_on_4_ranks(fx.posix, fx.dir, 200)) EXPECT_EQ(e, "") << call;
+    EXPECT_EQ(CheckpointReader::open(fx.posix, fx.dir).iteration(), 200) << call;
+  }
+  EXPECT_GT(seen.size(), 10u);
 }
 
 TEST(ShardedCheckpointFaults, FlippedByteNamesFileAndChecksums) {

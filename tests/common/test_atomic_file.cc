@@ -184,6 +184,20 @@ TEST(FaultFileSystem, RulesCountCallsPerOpAndPath) {
   EXPECT_EQ(fs.bytes_written(), 4);
 }
 
+TEST(FaultFileSystem, CrashAtTheNthCallOnANameRunsNothingFromThereOn) {
+  Fixture fx;
+  FaultInjectingFileSystem fs(fx.posix);
+  fs.crash_at(FsOp::kRename, 2, "file.txt.tmp");
+  fs.rename(fx.target, fx.tmp / "moved.txt");  // another name: not counted
+  fs.rename(fx.tmp / "moved.txt", fx.target);
+  write_file_atomic(fs, fx.target, "first");  // the 1st rename of file.txt.tmp
+  EXPECT_THROW(write_file_atomic(fs, fx.target, kNew), SimulatedCrash);
+  EXPECT_TRUE(fs.crashed());
+  EXPECT_EQ(slurp(fx.target), "first") << "the crashing rename did not run";
+  EXPECT_EQ(slurp(temp_path_for(fx.target)), kNew) << "what came before it did";
+  EXPECT_EQ(fs.log().back(), "crash " + temp_path_for(fx.target));
+}
+
 TEST(FaultFileSystem, EveryCallAfterACrashThrows) {
   Fixture fx;
   FaultInjectingFileSystem fs(fx.posix);

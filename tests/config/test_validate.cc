@@ -293,12 +293,40 @@ TEST(Validate, PaddedVocabSize) {
   EXPECT_EQ(padded_vocab_size(300, 128, 1), 384);
 }
 
+TEST(Validate, CheckpointSettings) {
+  const std::vector<std::pair<std::function<void(Args&)>, std::string>> cases = {
+      {[](Args& a) { a.save_interval = 0; }, "--save_interval must be >= 1, got 0"},
+      {[](Args& a) { a.save_total_limit = 0; }, "--save_total_limit must be >= 1, got 0"},
+      {[](Args& a) { a.ckpt_step = 10; }, "--ckpt_step needs --load"},
+      {[](Args& a) { a.finetune = true; }, "--finetune needs --load (or --model)"},
+      {[](Args& a) { a.save_timeout_minutes = 0; }, "--save_timeout_minutes must be > 0, got 0"},
+      {[](Args& a) { a.checkpoint_dir_mode = "0777"; },
+       "--checkpoint_dir_mode 0777: checkpoints must never be world-writable"},
+      {[](Args& a) { a.checkpoint_file_mode = "0666"; },
+       "--checkpoint_file_mode 0666: checkpoints must never be world-writable"},
+      {[](Args& a) { a.checkpoint_file_mode = "rw-r-----"; },
+       "--checkpoint_file_mode rw-r-----: not an octal permission mode"},
+      {[](Args& a) { a.checkpoint_dir_mode = "0640"; },
+       "--checkpoint_dir_mode 0640: the owner needs rwx on directories to save and load checkpoints"},
+      {[](Args& a) { a.checkpoint_file_mode = "0440"; },
+       "--checkpoint_file_mode 0440: the owner needs rw on files to save and load checkpoints"},
+  };
+  for (const auto& [set, message] : cases) {
+    Args a = demo();
+    set(a);
+    EXPECT_EQ(fails(a), message);
+  }
+  Args ok = demo();
+  ok.load = "ckpt";
+  ok.ckpt_step = 10;
+  ok.finetune = true;
+  ok.checkpoint_dir_mode = "700";
+  ok.checkpoint_file_mode = "0600";
+  EXPECT_NO_THROW(validate(ok, 1));
+}
+
 TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
   const std::vector<std::pair<std::function<void(Args&)>, std::string>> cases = {
-      {[](Args& a) { a.load = "ckpt"; }, "--load ckpt: checkpoint loading is not implemented yet"},
-      {[](Args& a) { a.save_interval = 50; }, "--save_interval 50: checkpoint saving is not implemented yet"},
-      {[](Args& a) { a.model = "Qwen/Qwen2.5-7B"; },
-       "--model Qwen/Qwen2.5-7B: loading a Hugging Face model directory is not implemented yet"},
       {[](Args& a) { a.dry_run = true; },
        "--dry_run true: --dry_run (memory and step-time planning) is not implemented yet"},
       {[](Args& a) { a.train_type = "lora"; }, "--train_type lora: LoRA is not supported yet"},

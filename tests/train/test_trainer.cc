@@ -60,6 +60,8 @@ class FixedSource : public BatchSource {
     return out;
   }
   int64_t global_batch_samples() const override { return 4; }
+  data::DataLoader::State position() const override { return {0, next_ * 4, 0, next_ * 4, 64}; }
+  void set_position(const data::DataLoader::State& s) override { next_ = s.cursor / 4; }
 
  private:
   std::vector<data::Sample> samples_;

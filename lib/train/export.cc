@@ -1,0 +1,132 @@
+// `mtrain export --to_hf / --to_mcore`: the conversions (export.h).
+#include "train/export.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/hf_model_dir.h"
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/errors.h"
+#include "parallel/local_comm.h"
+
+namespace mtrain::train {
+
+namespace {
+
+using checkpoint::HfModelShape;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const char* torch_dtype_name(checkpoint::StDType t) {
+  return t == checkpoint::StDType::kBF16 ? "bfloat16" : t == checkpoint::StDType::kF16 ? "float16" : "float32";
+}
+
+std::string plural(int64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+
+std::string describe(const HfModelShape& s) {
+  return fmt::format("{}, {} layers, hidden {}, ffn {}, {} heads, {} query groups, head dim {}, vocab {}{}, {}{}",
+                     checkpoint::hf_arch_class(s.arch), s.num_layers, s.hidden, s.ffn, s.heads, s.groups, s.head_dim,
+                     s.vocab_size, s.mcore_vocab() != s.vocab_size ? fmt::format(" (padded {})", s.mcore_vocab()) : "",
+                     s.tie_word_embeddings ? "tied embeddings" : "untied output layer",
+                     s.qkv_bias() ? ", q/k/v biases" : "");
+}
+
+// The model shape the checkpoint's state JSON records under "model".
+checkpoint::ModelMeta checkpoint_model(const checkpoint::CheckpointReader& r) {
+  const std::string source = r.path() + "/" + checkpoint::kManifestFileName;
+  const nlohmann::json state = nlohmann::json::parse(r.state_json());  // the reader validated it as an object
+  if (!state.contains("model"))
+    throw CheckpointError(fmt::format("{}: the checkpoint records no model shape (state key \"model\")", source),
+                          "it was not written by a training run of this mtrain version");
+  return checkpoint::model_meta_from_json(state.at("model"), source);
+}
+
+// Every model tensor of the checkpoint must map to HF with the shape the model implies, and every
+// tensor the HF model needs must be there. Optimizer state is skipped.
+void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const HfModelShape& s) {
+  for (const std::string& name : r.names()) {
+    if (name.rfind("optimizer.", 0) == 0) continue;
+    checkpoint::HfTensorMap m;
+    try {
+      m = checkpoint::hf_map_for_mcore(name, s);
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(fmt::format("{}: {}", r.path(), e.what()), e.hint());
+    }
+    if (r.global_shape(name) != m.mcore_shape)
+      throw CheckpointError(fmt::format("{}: tensor {} has shape {}, but the checkpoint's model implies {}", r.path(),
+                                        name, shape_str(r.global_shape(name)), shape_str(m.mcore_shape)),
+                            "the checkpoint is damaged or its state's \"model\" does not describe its tensors");
+  }
+  for (const checkpoint::HfTensorMap& m : checkpoint::hf_tensor_maps(s))
+    if (!r.has(m.mcore_name))
+      throw CheckpointError(fmt::format("{}: tensor {} is missing", r.path(), m.mcore_name),
+                            "the checkpoint does not hold the whole model");
+}
+
+int export_to_hf(const ExportOptions& o, FileSystem& fs) {
+  const auto t0 = Clock::now();
+  checkpoint::require_new_output_dir(fs, o.output_dir);
+  const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(fs, o.load, o.ckpt_step);
+  const checkpoint::ModelMeta meta = checkpoint_model(r);
+  const HfModelShape shape = checkpoint::hf_shape_from_meta(meta);
+  check_checkpoint_tensors(r, shape);
+  const checkpoint::StDType dtype = o.torch_dtype ? *o.torch_dtype : checkpoint::st_dtype_of(shape.dtype);
+  fmt::print(" loading checkpoint from {} at iteration {:7d}\n > model: {}\n", o.load, r.iteration(), describe(shape));
+  fmt::print(" saving Hugging Face model ({}) to {}\n", torch_dtype_name(dtype), o.output_dir);
+  std::fflush(stdout);
+  const auto fetch = [&](const std::string& name) {
+    const Shape global = r.global_shape(name);
+    std::vector<float> full(static_cast<size_t>(shape_numel(global)));
+    r.read_block(name, std::vector<int64_t>(global.size(), 0), global, full.data());
+    return full;
+  };
+  const checkpoint::HfWriteResult w =
+      checkpoint::write_hf_model(fs, o.output_dir, shape, fetch, o.max_shard_bytes, dtype);
+  fmt::print("  successfully saved Hugging Face model to {}: {}, {}, {} bytes in {:.2f} s\n", o.output_dir,
+             plural(static_cast<int64_t>(w.files.size()), "safetensors file"), plural(w.tensors, "tensor"), w.bytes,
+             seconds_since(t0));
+  return 0;
+}
+
+int export_to_mcore(const ExportOptions& o, FileSystem& fs) {
+  const auto t0 = Clock::now();
+  checkpoint::require_new_output_dir(fs, o.output_dir);
+  const checkpoint::HfModelReader hf = checkpoint::HfModelReader::open(fs, o.model);
+  fmt::print(" loading Hugging Face model from {} ({}): {}\n", o.model,
+             plural(static_cast<int64_t>(hf.files().size()), "safetensors file"), describe(hf.shape()));
+  fmt::print(" saving checkpoint at iteration {:7d} to {} in mtrain-sharded format\n", 0, o.output_dir);
+  std::fflush(stdout);
+  const std::vector<std::string> names = hf.names();
+  std::vector<std::vector<float>> data;
+  data.reserve(names.size());
+  std::vector<checkpoint::ShardedTensor> tensors;
+  for (const std::string& name : names) {
+    data.push_back(hf.read_full(name));
+    const Shape global = hf.global_shape(name);
+    tensors.push_back({name, global, std::vector<int64_t>(global.size(), 0), global, data.back().data()});
+  }
+  const nlohmann::json state = {{"iteration", 0},
+                                {"consumed_samples", 0},
+                                {"model", checkpoint::model_meta_to_json(checkpoint::meta_from_hf_shape(hf.shape()))},
+                                {"source", o.model}};
+  parallel::SelfComm world("export");
+  const checkpoint::SaveResult saved = checkpoint::save_checkpoint(fs, world, o.output_dir, 0, tensors, state.dump());
+  fmt::print("  successfully saved checkpoint from iteration {:7d} to {} [ t 1/1, p 1/1 ]: {}, {} bytes in {:.2f} s\n",
+             0, o.output_dir, plural(static_cast<int64_t>(tensors.size()), "tensor"), saved.total_bytes,
+             seconds_since(t0));
+  return 0;
+}
+
+}  // namespace
+
+int run_export(const ExportOptions& options, FileSystem& fs) {
+  if (options.direction == ExportOptions::Direction::kToHf) return export_to_hf(options, fs);
+  if (options.direction == ExportOptions::Direction::kToMcore) return export_to_mcore(options, fs);
+  throw UsageError("mtrain export: say which way to convert: --to_hf or --to_mcore");
+}
+
+}  // namespace mtrain::train
