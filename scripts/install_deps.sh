@@ -9,8 +9,9 @@ PACKAGES=(
   libopenblas-dev libopenblas-openmp-dev
   libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
-  libopenmpi-dev openmpi-bin libpcre2-dev
+  libopenmpi-dev openmpi-bin libpcre2-dev libsentencepiece-dev
   zlib1g-dev
+  libcsv-dev
 )
 
 missing=()

@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,8 @@
 
 #include "common/errors.h"
 #include "config/cli.h"
+#include "data/preprocess_command.h"
+#include "data/tokenizer_command.h"
 #include "mtrain/launch/launch_devices_command.h"
 #include "mtrain/launch/launch_env.h"
 #include "mtrain/launch/launch_rank.h"
@@ -44,6 +47,14 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
                       {},
                       "convert weights: mtrain checkpoint -> Hugging Face directory (--to_hf) or back (--to_mcore)",
                       /*training_flags=*/false});
+  commands.push_back({"tokenizer",
+                      {},
+                      "encode or decode with a tokenizer (tokenizer.json, tokenizer.model) to check ids",
+                      /*training_flags=*/false});
+  commands.push_back({"preprocess_data",
+                      {},
+                      "tokenize JSONL into Megatron's indexed .bin/.idx pretraining format (for pt --data_path)",
+                      /*training_flags=*/false});
   return commands;
 }
 
@@ -52,9 +63,18 @@ struct Prepared {
   mtrain::config::Invocation inv;
   mtrain::launch::DevicesOptions devices;
   mtrain::train::ExportOptions export_options;
+  mtrain::data::TokenizerCommandOptions tokenizer_options;
+  mtrain::data::PreprocessCommandOptions preprocess_options;
   mtrain::launch::DevicePlacement placement;
   std::vector<std::string> warnings;
 };
+
+// Commands that work on files alone (export, preprocess_data) refuse a launch of several ranks.
+void require_one_process(const char* command, const WorldInfo& world) {
+  if (world.size > 1)
+    throw mtrain::UsageError(fmt::format("mtrain {} runs as one process, not {} ranks", command, world.size),
+                             "run it without NPROC_PER_NODE / NNODES / mpirun");
+}
 
 Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const WorldInfo& world) {
   Prepared p;
@@ -66,9 +86,16 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   if (p.inv.action != mtrain::config::Invocation::Action::kRun) return p;
   if (p.inv.command == "export") {  // one process, no device
     p.export_options = mtrain::train::parse_export_args(p.inv.passthrough);
-    if (world.size > 1 && !p.export_options.help)
-      throw mtrain::UsageError(fmt::format("mtrain export runs as one process, not {} ranks", world.size),
-                               "run it without NPROC_PER_NODE / NNODES / mpirun");
+    if (!p.export_options.help) require_one_process("export", world);
+    return p;
+  }
+  if (p.inv.command == "tokenizer") {  // one process, no device
+    p.tokenizer_options = mtrain::data::parse_tokenizer_args(p.inv.passthrough);
+    return p;
+  }
+  if (p.inv.command == "preprocess_data") {  // one process, no device
+    p.preprocess_options = mtrain::data::parse_preprocess_args(p.inv.passthrough);
+    if (!p.preprocess_options.help) require_one_process("preprocess_data", world);
     return p;
   }
   const bool devices = p.inv.command == "devices";
@@ -85,6 +112,8 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   if (p.inv.command == "devices") {
     return mtrain::launch::run_devices_command(p.devices, p.placement, world, mpi ? mpi->comm() : MPI_COMM_NULL);
   }
+  if (p.inv.command == "tokenizer") return mtrain::data::run_tokenizer_command(p.tokenizer_options, std::cout);
+  if (p.inv.command == "preprocess_data") return mtrain::data::run_preprocess_command(p.preprocess_options, std::cout);
   if (p.inv.command == "export") {
     mtrain::PosixFileSystem fs;
     return mtrain::train::run_export(p.export_options, fs);
@@ -123,9 +152,11 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
     if (p.inv.action != mtrain::config::Invocation::Action::kRun) fmt::print("{}", p.inv.text);
     if (p.devices.help) fmt::print("{}", mtrain::launch::devices_help());
     if (p.export_options.help) fmt::print("{}", mtrain::train::export_help());
+    if (p.tokenizer_options.help) fmt::print("{}", mtrain::data::tokenizer_help());
+    if (p.preprocess_options.help) fmt::print("{}", mtrain::data::preprocess_help());
   }
   int rc = 0;
-  const bool help = p.devices.help || p.export_options.help;
+  const bool help = p.devices.help || p.export_options.help || p.tokenizer_options.help || p.preprocess_options.help;
   if (p.inv.action == mtrain::config::Invocation::Action::kRun && !help) {
     std::optional<mtrain::launch::FailureChannel> failures;
     if (mpi && world.size > 1) failures.emplace(mpi->comm());

@@ -130,6 +130,8 @@ class CheckpointReader final : public WeightSource {
   // not fully covered by saved blocks.
   void read_block(const std::string& name, const std::vector<int64_t>& offsets, const Shape& shape,
                   float* out) const override;
+  // The errors read_block would throw for this block (bounds, coverage), without reading data.
+  void check_block(const std::string& name, const std::vector<int64_t>& offsets, const Shape& shape) const;
 
  private:
   struct Tensor {
@@ -139,6 +141,7 @@ class CheckpointReader final : public WeightSource {
   CheckpointReader() = default;
   void load_manifest(const std::string& text);
   void open_files(FileSystem& fs);
+  void assemble(const std::string& name, const std::vector<int64_t>& offsets, const Shape& shape, float* out) const;
   void copy_overlap(const SavedBlock& b, const std::vector<int64_t>& offsets, const Shape& shape, float* out,
                     std::vector<uint8_t>& covered) const;
 

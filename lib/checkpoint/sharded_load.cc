@@ -198,6 +198,17 @@ const std::vector<SavedBlock>& CheckpointReader::blocks(const std::string& name)
 
 void CheckpointReader::read_block(const std::string& name, const std::vector<int64_t>& offsets, const Shape& shape,
                                   float* out) const {
+  assemble(name, offsets, shape, out);
+}
+
+void CheckpointReader::check_block(const std::string& name, const std::vector<int64_t>& offsets,
+                                   const Shape& shape) const {
+  assemble(name, offsets, shape, nullptr);
+}
+
+// read_block; with out == nullptr only the bounds and the coverage are checked.
+void CheckpointReader::assemble(const std::string& name, const std::vector<int64_t>& offsets, const Shape& shape,
+                                float* out) const {
   const Shape global = global_shape(name);
   bool ok = offsets.size() == global.size() && shape.size() == global.size();
   for (size_t d = 0; ok && d < global.size(); ++d) {
@@ -225,7 +236,7 @@ void CheckpointReader::copy_overlap(const SavedBlock& b, const std::vector<int64
   const size_t dims = shape.size();
   const TensorInfo& info = files_.at(b.file)->get(b.key);
   if (dims == 0) {
-    files_.at(b.file)->read_f32(info, 0, 1, std::span<float>(out, 1));
+    if (out) files_.at(b.file)->read_f32(info, 0, 1, std::span<float>(out, 1));
     covered[0] = 1;
     return;
   }
@@ -243,7 +254,7 @@ void CheckpointReader::copy_overlap(const SavedBlock& b, const std::vector<int64
       src = src * b.shape[d] + (idx[d] - b.offsets[d]);
       dst = dst * shape[d] + (idx[d] - offsets[d]);
     }
-    files_.at(b.file)->read_f32(info, src, run, std::span<float>(out + dst, static_cast<size_t>(run)));
+    if (out) files_.at(b.file)->read_f32(info, src, run, std::span<float>(out + dst, static_cast<size_t>(run)));
     std::fill_n(covered.begin() + dst, run, uint8_t{1});
     size_t d = dims - 1;  // odometer over all but the last dim
     while (d > 0) {

@@ -1,5 +1,6 @@
 // save_checkpoint: the collective commit protocol of sharded_checkpoint.h.
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <functional>
 #include <optional>
@@ -190,17 +191,12 @@ void apply_retention(FileSystem& fs, const std::string& save_dir, int64_t iterat
   }
 }
 
-// Rank 0, at commit time, when <final_dir> already exists: the leftover of a
-// save killed between its rename and its tracker update, a checkpoint of
-// another history (a rerun into the same --save, a resume from an older
-// iteration), or the latest checkpoint itself. The new one is complete in the
-// temporary directory by now; the old one goes only then, and if the tracker
-// names it, the tracker first falls back to the newest other committed
-// iteration (or goes, when there is none), so that at every moment it names
-// a complete checkpoint.
-void replace_existing(FileSystem& fs, const std::string& save_dir, const std::string& final_dir, int64_t iteration,
-                      mode_t file_mode, SaveResult& result) {
-  if (!fs.exists(final_dir)) return;
+// Without an atomic exchange (file systems that refuse RENAME_EXCHANGE):
+// the tracker first falls back to the newest other committed iteration, then
+// the old directory goes; when there is no other checkpoint the save is
+// refused rather than leave a moment with none.
+void replace_without_exchange(FileSystem& fs, const std::string& save_dir, const std::string& final_dir,
+                              int64_t iteration, mode_t file_mode) {
   const std::string tracker = save_dir + "/" + kTrackerFileName;
   std::optional<int64_t> tracked;
   try {
@@ -210,26 +206,45 @@ void replace_existing(FileSystem& fs, const std::string& save_dir, const std::st
   }
   if (tracked == iteration) {
     const auto older = committed_before(fs, save_dir, iteration);
-    if (older.empty()) {
-      fs.remove_all(tracker);
-    } else {
-      replace_text_file_atomic(fs, tracker, std::to_string(older.back().first), file_mode);
-    }
+    if (older.empty())
+      throw CheckpointError(fmt::format("{} is the only checkpoint and this file system cannot swap directories "
+                                        "atomically: refusing to replace it",
+                                        final_dir),
+                            "save to another --output_dir, or move the old checkpoint away first");
+    replace_text_file_atomic(fs, tracker, std::to_string(older.back().first), file_mode);
     fs.sync_dir(save_dir);
   }
   fs.remove_all(final_dir);
   fs.sync_dir(save_dir);
-  result.replaced = final_dir;
 }
 
-// Rank 0: rename into place (replacing an existing one), fsync the parent,
-// replace the tracker.
+// Rank 0: the complete temporary directory becomes <final_dir>, the parent is
+// fsynced, the tracker replaced. An existing <final_dir> (a rerun into the
+// same directory, a resume from an older iteration, the leftover of a save
+// killed before its tracker update) is swapped with the new one atomically
+// and removed only after the tracker names the new one, so at every moment
+// the tracker names a complete checkpoint.
 void commit(FileSystem& fs, const std::string& save_dir, const std::string& tmp, const std::string& final_dir,
             int64_t iteration, mode_t file_mode, SaveResult& result) {
-  replace_existing(fs, save_dir, final_dir, iteration, file_mode, result);
-  fs.rename(tmp, final_dir);
+  bool swapped = false;
+  if (fs.exists(final_dir)) {
+    result.replaced = final_dir;
+    try {
+      fs.exchange(tmp, final_dir);
+      swapped = true;
+    } catch (const IoError& e) {
+      const int err = e.error_number();
+      if (err != EINVAL && err != ENOTSUP && err != ENOSYS) throw;
+      replace_without_exchange(fs, save_dir, final_dir, iteration, file_mode);
+    }
+  }
+  if (!swapped) fs.rename(tmp, final_dir);
   fs.sync_dir(save_dir);
   replace_text_file_atomic(fs, save_dir + "/" + kTrackerFileName, std::to_string(iteration), file_mode);
+  if (swapped) {
+    fs.remove_all(tmp);  // the replaced checkpoint
+    fs.sync_dir(save_dir);
+  }
 }
 
 }  // namespace

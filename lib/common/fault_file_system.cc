@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <optional>
 #include <string_view>
 
 #include "fmt/format.h"
@@ -188,6 +189,19 @@ std::unique_ptr<ReadableFile> FaultInjectingFileSystem::open_for_read(const std:
   std::lock_guard lock(mu_);
   before(FsOp::kOpenRead, path, "");
   return std::make_unique<FaultReadableFile>(*this, base_.open_for_read(path));
+}
+
+void FaultInjectingFileSystem::exchange(const std::string& a, const std::string& b) {
+  std::lock_guard lock(mu_);
+  before(FsOp::kRename, a, "<-> " + b);
+  base_.exchange(a, b);
+  const auto sa = synced_size_.find(a), sb = synced_size_.find(b);
+  const std::optional<int64_t> va = sa == synced_size_.end() ? std::nullopt : std::optional(sa->second);
+  const std::optional<int64_t> vb = sb == synced_size_.end() ? std::nullopt : std::optional(sb->second);
+  synced_size_.erase(a);
+  synced_size_.erase(b);
+  if (va) synced_size_[b] = *va;
+  if (vb) synced_size_[a] = *vb;
 }
 
 void FaultInjectingFileSystem::rename(const std::string& from, const std::string& to) {

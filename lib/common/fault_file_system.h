@@ -61,6 +61,7 @@ class FaultInjectingFileSystem final : public FileSystem {
   std::unique_ptr<WritableFile> open_for_write(const std::string& path, mode_t mode = kDefaultFileMode) override;
   std::unique_ptr<ReadableFile> open_for_read(const std::string& path) override;
   void rename(const std::string& from, const std::string& to) override;
+  void exchange(const std::string& a, const std::string& b) override;  // counted and ruled as kRename
   void sync_dir(const std::string& path) override;
   void remove_all(const std::string& path) override;
   bool exists(const std::string& path) override;

@@ -201,6 +201,11 @@ void PosixFileSystem::rename(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) throw IoError("rename", from, errno, "to " + to);
 }
 
+void PosixFileSystem::exchange(const std::string& a, const std::string& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0)
+    throw IoError("rename", a, errno, "exchange with " + b);
+}
+
 void PosixFileSystem::sync_dir(const std::string& path) {
   const int fd = retry_eintr([&] { return ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
   if (fd < 0) throw IoError("open", path, errno, "directory, to fsync it");

@@ -84,6 +84,10 @@ class FileSystem {
   virtual std::unique_ptr<ReadableFile> open_for_read(const std::string& path) = 0;
   // rename(2): atomic; replaces a file, or an empty directory, at `to`.
   virtual void rename(const std::string& from, const std::string& to) = 0;
+  // Swaps two existing paths atomically (renameat2 RENAME_EXCHANGE): a
+  // reader sees either name pointing at one complete directory or the other,
+  // never a gap. Throws IoError; EINVAL / ENOTSUP when the file system cannot.
+  virtual void exchange(const std::string& a, const std::string& b) = 0;
   // fsync of a directory: makes creations, renames and removals in it durable.
   virtual void sync_dir(const std::string& path) = 0;
   // rm -rf; a missing path is not an error. Symlinks are removed, not followed.
@@ -104,6 +108,7 @@ class PosixFileSystem final : public FileSystem {
   std::unique_ptr<WritableFile> open_for_write(const std::string& path, mode_t mode = kDefaultFileMode) override;
   std::unique_ptr<ReadableFile> open_for_read(const std::string& path) override;
   void rename(const std::string& from, const std::string& to) override;
+  void exchange(const std::string& a, const std::string& b) override;
   void sync_dir(const std::string& path) override;
   void remove_all(const std::string& path) override;
   bool exists(const std::string& path) override;

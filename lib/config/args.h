@@ -129,10 +129,19 @@ struct Args {
   int data_seed = 42;
   bool dataset_shuffle = true;
   std::string text_key = "text";
+  // Megatron indexed pretraining data (pt): --data_path [w1] prefix1 [w2] prefix2 ...
+  std::vector<std::string> data_path;
+  std::string split = "969,30,1";              // train,valid,test weights over documents
+  std::optional<std::string> data_cache_path;  // None: <data dir>/cache/GPTDataset_indices
   // swift's token weighting: default (answer tokens) | all | last_round.
   // derived: "default" for sft, "all" for pt. A numeric --loss_scale is
   // Megatron's fp16 loss scale and goes to static_loss_scale instead.
   std::optional<std::string> loss_scale;
+  // sft data (lib/data/sft_files.h, chat_template.h, packing.h)
+  std::optional<std::string> template_name;  // --template; None: tokenizer_config's chat_template
+  bool packing = false;                      // rows of max_length tokens from several samples
+  bool strict = true;                        // false: skip malformed records (swift --strict)
+  int max_malformed = 100;                   // with strict false: the most records skipped
 
   // ---- logging / eval / output ---------------------------------------------
   int log_interval = 5;

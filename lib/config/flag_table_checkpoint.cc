@@ -25,7 +25,8 @@ std::vector<FlagSpec> checkpoint_flags() {
       {.name = "no_save_optim",
        .field = &Args::no_save_optim,
        .group = K,
-       .help = "Do not save the optimizer state, LR schedule and loss scale (weights-only checkpoints)."},
+       .help = "Do not save the optimizer state and loss scale; loading such a checkpoint needs --no_load_optim "
+               "(or --finetune) and restarts the LR schedule."},
       {.name = "no_save_rng",
        .field = &Args::no_save_rng,
        .group = K,
@@ -33,7 +34,8 @@ std::vector<FlagSpec> checkpoint_flags() {
       {.name = "no_load_optim",
        .field = &Args::no_load_optim,
        .group = K,
-       .help = "Start the optimizer, LR schedule and loss scale fresh instead of loading them."},
+       .help = "Start the optimizer, LR schedule (warmup again, as Megatron) and loss scale fresh instead of "
+               "loading them; the iteration and data position still resume."},
       {.name = "no_load_rng",
        .field = &Args::no_load_rng,
        .group = K,
@@ -67,8 +69,8 @@ std::vector<FlagSpec> checkpoint_flags() {
       {.name = "save_timeout_minutes",
        .field = &Args::save_timeout_minutes,
        .group = K,
-       .help = "A save that makes no progress for this long ends the run (exit 5) instead of stalling the "
-               "other ranks.",
+       .help = "A save that makes no progress for this long ends the run (exit 5) instead of hanging it (and "
+               "the other ranks).",
        .default_text = "None (--distributed_timeout_minutes)"},
       {.name = "checkpoint_dir_mode",
        .field = &Args::checkpoint_dir_mode,

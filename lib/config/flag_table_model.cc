@@ -120,7 +120,8 @@ std::vector<FlagSpec> model_flags() {
                "position_embedding_type, untie_embeddings_and_output_weights, add_bias_linear, add_qkv_bias) below "
                "every other source; an explicit value that contradicts them is an error. max_position_embeddings, "
                "norm_epsilon and rotary_base may be overridden (with a warning). --tokenizer defaults to its "
-               "tokenizer.json. Its weights are the starting point unless --load resumes a checkpoint; `mtrain "
+               "tokenizer.json (else its tokenizer.model). Its weights are the starting point unless --load resumes a "
+               "checkpoint; `mtrain "
                "export --to_mcore` converts the directory into a checkpoint instead.",
        .default_text = "none"},
   };

@@ -48,6 +48,8 @@ Args with_hf_model(const std::string& dir, const std::function<void(Args&)>& app
   const std::string tokenizer = (std::filesystem::path(dir) / "tokenizer.json").string();
   std::error_code ec;
   if (!args.tokenizer && std::filesystem::is_regular_file(tokenizer, ec)) args.tokenizer = tokenizer;
+  const std::string sentencepiece = (std::filesystem::path(dir) / "tokenizer.model").string();  // Llama-2 family
+  if (!args.tokenizer && std::filesystem::is_regular_file(sentencepiece, ec)) args.tokenizer = sentencepiece;
   return args;
 }
 

@@ -119,6 +119,10 @@ void check_data(Args& a) {
   require_range(a.split_dataset_ratio, 0, 1, false, "split_dataset_ratio");
   if (!a.loss_scale) a.loss_scale = a.command == "pt" ? "all" : "default";
   if (a.text_key.empty()) throw ConfigError("--text_key must not be empty");
+  if (a.max_malformed < 0) throw ConfigError(fmt::format("--max_malformed must be >= 0, got {}", a.max_malformed));
+  if (a.packing && a.command == "pt") {
+    throw ConfigError("--packing applies to `mtrain sft`", "pt already fills every row with seq_length tokens");
+  }
 }
 
 void check_logging(Args& a) {

@@ -28,14 +28,20 @@ void throw_unreadable_dataset(const std::string& path) {
                   "check the --dataset path (relative paths are resolved from " + cwd + ")");
 }
 
-int64_t read_jsonl(const std::string& path,
-                   const std::function<void(const nlohmann::json& record, const std::string& origin)>& fn) {
+std::ifstream open_dataset_file(const std::string& path) {
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in || std::filesystem::is_directory(path)) {
     if (errno == 0) errno = std::filesystem::is_directory(path) ? EISDIR : ENOENT;
     throw_unreadable_dataset(path);
   }
+  return in;
+}
+
+int64_t read_jsonl(const std::string& path,
+                   const std::function<void(const nlohmann::json& record, const std::string& origin)>& fn,
+                   const std::function<void(const DataError& error)>& on_malformed) {
+  std::ifstream in = open_dataset_file(path);
   std::string line;
   int64_t line_number = 0, records = 0;
   while (std::getline(in, line)) {
@@ -47,8 +53,11 @@ int64_t read_jsonl(const std::string& path,
     try {
       record = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
-      throw DataError(origin + ":" + std::to_string(e.byte) + ": invalid JSON: " + parse_error_reason(e.what()),
+      DataError error(origin + ":" + std::to_string(e.byte) + ": invalid JSON: " + parse_error_reason(e.what()),
                       "each line of a .jsonl file must be one complete JSON object");
+      if (!on_malformed) throw error;
+      on_malformed(error);
+      continue;
     }
     ++records;
     fn(record, origin);

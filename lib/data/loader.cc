@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "common/rng.h"
+#include "data/packing.h"
 
 namespace mtrain::data {
 namespace {
@@ -34,16 +35,21 @@ Batch make_batch(const std::vector<Sample>& samples, std::span<const int64_t> in
                  int32_t pad_id) {
   int64_t longest = 0;
   for (int64_t index : indices) {
-    const auto length = static_cast<int64_t>(samples.at(index).tokens.size());
+    const Sample& sample = samples.at(index);
+    const auto length = static_cast<int64_t>(sample.tokens.size());
+    // A packed row's inputs are all its tokens (each sample's last one predicts nothing).
+    const int64_t inputs = sample.doc_lengths.empty() ? length - 1 : length;
     if (length < 2)
       throw DataError("sample " + std::to_string(index) + " has " + std::to_string(length) +
                       " tokens; a training sample needs at least 2");
-    if (seq_len > 0 && length - 1 > seq_len) {
-      throw DataError("sample " + std::to_string(index) + " has " + std::to_string(length) +
-                          " tokens, more than seq_len + 1 = " + std::to_string(seq_len + 1),
+    if (seq_len > 0 && inputs > seq_len) {
+      const bool packed = !sample.doc_lengths.empty();
+      throw DataError((packed ? "packed row " : "sample ") + std::to_string(index) + " has " + std::to_string(length) +
+                          " tokens, more than seq_len" + (packed ? "" : " + 1") + " = " +
+                          std::to_string(packed ? seq_len : seq_len + 1),
                       "set max_length <= seq_len + 1 so long samples are truncated or dropped when loading");
     }
-    longest = std::max(longest, length - 1);
+    longest = std::max(longest, inputs);
   }
   Batch batch;
   batch.B = static_cast<int64_t>(indices.size());
@@ -57,6 +63,10 @@ Batch make_batch(const std::vector<Sample>& samples, std::span<const int64_t> in
   for (int64_t b = 0; b < batch.B; ++b) {
     const Sample& s = samples[indices[b]];
     const auto row = static_cast<size_t>(b * batch.T);
+    if (!s.doc_lengths.empty()) {
+      fill_packed_row(s, batch, b);
+      continue;
+    }
     const size_t inputs = s.tokens.size() - 1;
     std::copy(s.tokens.begin(), s.tokens.end() - 1, batch.tokens.begin() + row);
     std::copy(s.tokens.begin() + 1, s.tokens.end(), batch.targets.begin() + row);

@@ -14,6 +14,9 @@ namespace mtrain::data {
 struct Sample {
   std::vector<int32_t> tokens;     // (L)
   std::vector<uint8_t> loss_mask;  // (L) 1 = the model is trained to predict this token
+  // A packed row (data/packing.h): the token counts of the samples it
+  // concatenates, in order (sum = L). Empty: one plain sample.
+  std::vector<int32_t> doc_lengths = {};
 };
 
 // Which tokens of a conversation carry loss.

@@ -68,6 +68,28 @@ Conversation parse_messages(const Json& record, const std::string& origin) {
   return c;
 }
 
+// ShareGPT: {"conversations": [{"from": "system"|"human"|"gpt", "value": ...}]};
+// "user"/"assistant" are accepted as `from` too. Same rules as messages.
+Conversation parse_sharegpt(const Json& record, const std::string& origin) {
+  const Json& turns = record.at("conversations");
+  if (!turns.is_array() || turns.empty()) {
+    throw DataError(origin + ": 'conversations' must be a non-empty array of {\"from\", \"value\"} objects");
+  }
+  Json messages = Json::array();
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const std::string where = "conversations[" + std::to_string(i) + "]: ";
+    if (!turns[i].is_object()) throw DataError(origin + ": " + where + "must be an object {\"from\", \"value\"}");
+    std::string role = string_field(turns[i], "from", true, origin, where);
+    if (role == "human") role = "user";
+    if (role == "gpt") role = "assistant";
+    if (role != "system" && role != "user" && role != "assistant") {
+      throw DataError(origin + ": " + where + "'from' is '" + role + "', not one of system, human, gpt");
+    }
+    messages.push_back({{"role", role}, {"content", string_field(turns[i], "value", true, origin, where)}});
+  }
+  return parse_messages(Json{{"messages", std::move(messages)}}, origin);
+}
+
 }  // namespace
 
 Conversation parse_sft_record(const Json& record, const std::string& origin) {
@@ -75,9 +97,11 @@ Conversation parse_sft_record(const Json& record, const std::string& origin) {
     throw DataError(origin + ": expected a JSON object, got " + std::string(record.type_name()));
   }
   if (record.contains("messages")) return parse_messages(record, origin);
+  if (record.contains("conversations")) return parse_sharegpt(record, origin);
   if (record.contains("instruction") || record.contains("output")) return parse_alpaca(record, origin);
   throw DataError(origin + ": unknown sample format with keys " + keys_of(record),
-                  "expected {\"messages\": [...]} or alpaca {\"instruction\", \"input\", \"output\"}");
+                  "expected {\"messages\": [...]}, ShareGPT {\"conversations\": [...]} or alpaca "
+                  "{\"instruction\", \"input\", \"output\"}");
 }
 
 std::vector<Conversation> read_sft_jsonl(const std::string& path) {
@@ -98,9 +122,11 @@ SftDataset build_sft_dataset(const std::vector<Conversation>& conversations, con
   dataset.num_records = static_cast<int64_t>(conversations.size());
   for (const Conversation& conversation : conversations) {
     Sample sample;
-    if (!options.default_system.empty() && conversation.messages.front().role != "system") {
+    const std::string system =
+        options.default_system.empty() ? default_system_prompt(options.chat_template) : options.default_system;
+    if (!system.empty() && conversation.messages.front().role != "system") {
       Conversation with_system = conversation;
-      with_system.messages.insert(with_system.messages.begin(), {"system", options.default_system});
+      with_system.messages.insert(with_system.messages.begin(), {"system", system});
       sample = tokenize_chat(tokenizer, with_system, options.chat_template, options.loss_scale);
     } else {
       sample = tokenize_chat(tokenizer, conversation, options.chat_template, options.loss_scale);

@@ -4,6 +4,9 @@
 //            user turn = instruction, plus "\n" + input when input is non-empty
 //   messages {"messages": [{"role", "content"}, ...]}  roles system (first
 //            only) / user / assistant; the last message must be the assistant's.
+//   sharegpt {"conversations": [{"from", "value"}, ...]}  from system / human /
+//            gpt (user / assistant accepted); same rules as messages.
+// Detection order: "messages", then "conversations", then alpaca keys.
 // Every error names `file:line` and what is wrong.
 #pragma once
 
@@ -23,7 +26,7 @@ struct SftOptions {
   LossScale loss_scale = LossScale::kDefault;
   int64_t max_length = 0;  // tokens; <= 0: no limit
   TruncationStrategy truncation = TruncationStrategy::kDelete;
-  std::string default_system;  // used for records without a system prompt; "" = none
+  std::string default_system;  // for records without a system prompt; "" = the template's (qwen, default)
 };
 
 struct SftDataset {

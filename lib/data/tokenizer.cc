@@ -97,23 +97,47 @@ std::shared_ptr<Tokenizer::Impl> Tokenizer::Impl::build(BpeModelSpec spec, std::
   return impl;
 }
 
+namespace {
+
+bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+// Approximates Hugging Face's "word character" for single_word on raw bytes:
+// ASCII letters, digits and '_', and any byte of a non-ASCII character.
+bool is_word_byte(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u >= 0x80 || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+}  // namespace
+
+Tokenizer::Impl::AddedMatch Tokenizer::Impl::match_added(std::string_view text, size_t at, size_t floor) const {
+  for (const auto& t : added_longest_first) {
+    if (text.compare(at, t.content.size(), t.content) != 0) continue;
+    size_t begin = at, end = at + t.content.size();
+    if (t.single_word &&
+        ((begin > 0 && is_word_byte(text[begin - 1])) || (end < text.size() && is_word_byte(text[end])))) {
+      continue;
+    }
+    if (t.lstrip) {
+      while (begin > floor && is_ascii_space(text[begin - 1])) --begin;
+    }
+    if (t.rstrip) {
+      while (end < text.size() && is_ascii_space(text[end])) ++end;
+    }
+    return {&t, begin, end};
+  }
+  return {};
+}
+
 void Tokenizer::Impl::encode_append(std::string_view text, std::vector<int32_t>& out) const {
   size_t segment_start = 0;
   size_t i = 0;
   while (i < text.size()) {
     if (added_first_byte[static_cast<uint8_t>(text[i])]) {
-      const AddedToken* match = nullptr;
-      for (const auto& t : added_longest_first) {
-        if (text.compare(i, t.content.size(), t.content) == 0) {
-          match = &t;
-          break;
-        }
-      }
-      if (match != nullptr) {
-        encode_ordinary(text.substr(segment_start, i - segment_start), out);
-        out.push_back(match->id);
-        i += match->content.size();
-        segment_start = i;
+      if (const AddedMatch m = match_added(text, i, segment_start); m.token != nullptr) {
+        encode_ordinary(text.substr(segment_start, m.begin - segment_start), out);
+        out.push_back(m.token->id);
+        i = segment_start = m.end;
         continue;
       }
     }
@@ -124,6 +148,10 @@ void Tokenizer::Impl::encode_append(std::string_view text, std::vector<int32_t>&
 
 void Tokenizer::Impl::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
   if (text.empty()) return;
+  if (spm) {
+    spm->encode(text, out);
+    return;
+  }
   std::string prefixed;
   if (spec.add_prefix_space && text.front() != ' ') {
     prefixed.reserve(text.size() + 1);
@@ -255,23 +283,29 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) 
   impl_->encode_append(text, out);
 }
 
+std::string Tokenizer::Impl::decode_model_run(std::span<const int32_t> ids) const {
+  if (ids.empty()) return "";
+  if (spm) return spm->decode(ids);
+  std::string symbols;  // consecutive model tokens are converted to bytes together
+  for (int32_t id : ids) symbols += id_to_text[id];
+  return symbols_to_bytes(symbols);
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::string out;
-  std::string symbols;  // consecutive model tokens are converted to bytes together
-  for (int32_t id : ids) {
+  size_t run_start = 0;  // first id of the current run of model tokens
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
     if (id < 0 || id >= vocab_size() || impl_->kinds[id] == Impl::Kind::kUnused) {
       throw DataError("token id " + std::to_string(id) + " is not in tokenizer " + impl_->source + " (vocab_size " +
                       std::to_string(vocab_size()) + ")");
     }
-    if (impl_->kinds[id] == Impl::Kind::kModel) {
-      symbols += impl_->id_to_text[id];
-      continue;
-    }
-    out += symbols_to_bytes(symbols);
-    symbols.clear();
+    if (impl_->kinds[id] == Impl::Kind::kModel) continue;
+    out += impl_->decode_model_run(ids.subspan(run_start, i - run_start));
+    run_start = i + 1;
     if (!(skip_special_tokens && impl_->special_flags[id])) out += impl_->id_to_text[id];
   }
-  out += symbols_to_bytes(symbols);
+  out += impl_->decode_model_run(ids.subspan(run_start));
   return out;
 }
 
@@ -302,5 +336,6 @@ const std::vector<AddedToken>& Tokenizer::added_tokens() const { return impl_->s
 const SpecialTokenIds& Tokenizer::special() const { return special_; }
 const std::string& Tokenizer::chat_template() const { return chat_template_; }
 const std::string& Tokenizer::source() const { return impl_->source; }
+bool Tokenizer::is_sentencepiece() const { return impl_->spm != nullptr; }
 
 }  // namespace mtrain::data

@@ -1,18 +1,28 @@
-// Byte-level BPE tokenizer (GPT-2 / Qwen family) read from and written to the
-// Hugging Face `tokenizer.json` format. Text is first cut at added (special)
-// tokens, which are matched verbatim; each remaining stretch is split by the
-// pre-tokenizer regex, mapped to the byte-level alphabet (byte_level.h) and
-// merged by BPE rank. Special ids (eos/pad/bos, chatml markers) come from a
-// sibling `tokenizer_config.json` when present, else from well-known names.
+// Byte-level BPE tokenizer (GPT-2 / Qwen2 / Llama-3 families) read from and
+// written to the Hugging Face `tokenizer.json` format, or a SentencePiece
+// `tokenizer.model` (Llama-2 family, through libsentencepiece) behind the same
+// interface. Text is first cut at added (special) tokens, which are matched
+// verbatim; each remaining stretch is split by the pre-tokenizer regexes,
+// mapped to the byte-level alphabet (byte_level.h) and merged by BPE rank.
+// Special ids (eos/pad/bos, chatml markers) come from a sibling
+// `tokenizer_config.json` when present, else from well-known names.
 //
 // The model part is immutable and shared between copies, so a Tokenizer is
 // cheap to copy and encode/decode are safe to call from several threads.
 //
-// Scope: byte-level BPE only (GPT-2, Qwen, Llama-3 style files). A "NFC"
+// tokenizer.json scope: byte-level BPE (Split regexes + ByteLevel, as the file
+// gives them; merges as "a b" or [a, b]; ignore_merges). A "NFC"
 // normalizer is accepted and assumed already satisfied by the input; the
 // post_processor is ignored (no BOS/EOS is added implicitly: the data
-// pipeline adds what a template or corpus needs); added tokens are matched
-// verbatim whatever their lstrip/rstrip/single_word flags.
+// pipeline adds what a template or corpus needs). Added tokens honour
+// lstrip/rstrip (ASCII whitespace next to the token is absorbed into it) and
+// single_word (no ASCII letter, digit, '_' or non-ASCII byte on either side);
+// `normalized` has no effect because the only accepted normalizer (NFC) is
+// assumed already satisfied.
+//
+// A SentencePiece model is encoded by libsentencepiece after its control and
+// unknown pieces (<s>, </s>, <unk>) are cut out of the text as special tokens,
+// as Hugging Face's Llama tokenizer does; it cannot be saved as tokenizer.json.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +40,11 @@ namespace mtrain::data {
 struct AddedToken {
   int32_t id = -1;
   std::string content;
-  bool special = true;  // special tokens are dropped by decode(..., skip_special_tokens=true)
+  bool special = true;       // special tokens are dropped by decode(..., skip_special_tokens=true)
+  bool lstrip = false;       // absorb whitespace before the token
+  bool rstrip = false;       // absorb whitespace after the token
+  bool single_word = false;  // match only when not inside a word
+  bool normalized = false;   // kept for save(); no effect (see above)
 };
 
 // Ids of the tokens the data pipeline needs; -1 when the tokenizer has none.
@@ -56,9 +70,13 @@ struct BpeModelSpec {
 
 class Tokenizer {
  public:
-  // Reads a Hugging Face tokenizer.json (and tokenizer_config.json next to it,
-  // if any). Throws DataError naming the file and what is wrong.
-  static Tokenizer load(const std::string& tokenizer_json_path);
+  // Reads a Hugging Face tokenizer.json, a SentencePiece *.model, or a
+  // directory holding one of them (tokenizer.json preferred), and the
+  // tokenizer_config.json next to it, if any. Throws DataError naming the file
+  // and what is wrong.
+  static Tokenizer load(const std::string& path);
+  // Reads a SentencePiece model file (and tokenizer_config.json next to it).
+  static Tokenizer load_sentencepiece(const std::string& model_path);
   // Builds from parts; `source` names the tokenizer in error messages.
   static Tokenizer from_spec(BpeModelSpec spec, std::string source);
   // Parses tokenizer.json text (no tokenizer_config.json); `source` is used in errors.
@@ -78,11 +96,14 @@ class Tokenizer {
   const SpecialTokenIds& special() const;
   // Applies tokenizer_config-style names (empty = keep). Throws DataError for unknown tokens.
   void set_special_tokens(const std::string& eos, const std::string& pad, const std::string& bos);
-  // chat_template from tokenizer_config.json ("" if none): a template name such as "chatml" or a Jinja string.
+  // chat_template from tokenizer_config.json ("" if none): a template name such
+  // as "chatml" or a Jinja string; of a list of named templates, "default".
   const std::string& chat_template() const;
   const std::string& source() const;  // file path or a description
+  bool is_sentencepiece() const;
 
-  // Hugging Face tokenizer.json (pretty-printed, vocab in id order, trailing newline).
+  // Hugging Face tokenizer.json (pretty-printed, vocab in id order, trailing
+  // newline). Throws DataError for a SentencePiece tokenizer.
   std::string to_json_text() const;
   void save(const std::string& path) const;
 
@@ -96,6 +117,8 @@ class Tokenizer {
   struct Impl;
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
   void resolve_default_special_tokens();
+  // Applies eos/pad/bos and chat_template of a tokenizer_config.json, if it exists.
+  void apply_config_file(const std::string& config_path);
 
   std::shared_ptr<const Impl> impl_;  // vocabulary, merges, pre-tokenizer, word cache
   SpecialTokenIds special_;

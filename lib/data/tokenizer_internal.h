@@ -1,6 +1,7 @@
 // Internal to lib/data: the shared, immutable state behind a Tokenizer.
 // tokenizer.cc encodes and decodes with it; tokenizer_json.cc reads and
-// writes it as tokenizer.json.
+// writes it as tokenizer.json; sentencepiece_model.cc fills it from a
+// SentencePiece model (then `spm` encodes and decodes the ordinary text).
 #pragma once
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "data/pretokenizer.h"
+#include "data/sentencepiece_model.h"
 #include "data/tokenizer.h"
 
 namespace mtrain::data {
@@ -43,13 +45,23 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> added_ids;
   std::array<bool, 256> added_first_byte{};
   std::vector<RegexSplitter> splitters;
+  std::shared_ptr<const SentencePieceModel> spm;  // set for a tokenizer.model; null for byte-level BPE
 
   mutable WordCache cache;
 
   // Validates `spec` and builds the lookup tables; throws DataError naming `source`.
   static std::shared_ptr<Impl> build(BpeModelSpec spec, std::string source);
 
+  // An added token found at text[at] and the span it consumes (with lstrip/rstrip whitespace).
+  struct AddedMatch {
+    const AddedToken* token = nullptr;
+    size_t begin = 0, end = 0;
+  };
+  // Longest added token matching at text[at]; lstrip stops at `floor`.
+  AddedMatch match_added(std::string_view text, size_t at, size_t floor) const;
   void encode_append(std::string_view text, std::vector<int32_t>& out) const;
+  // Model (non-added) ids -> text: byte-level symbols to bytes, or SentencePiece decoding.
+  std::string decode_model_run(std::span<const int32_t> ids) const;
   // Text without added tokens: prefix space, regex split, BPE per piece.
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;

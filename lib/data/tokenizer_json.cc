@@ -1,5 +1,6 @@
 // Reading and writing the Hugging Face tokenizer.json format (byte-level BPE
-// only) and the eos/pad/bos/chat_template fields of tokenizer_config.json.
+// only), choosing between tokenizer.json and a SentencePiece model for a path,
+// and the eos/pad/bos/chat_template fields of tokenizer_config.json.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -108,8 +109,13 @@ BpeModelSpec parse_spec(const Json& j, const std::string& source) {
   if (model.contains("unk_token") && model["unk_token"].is_string()) spec.unk_token = model["unk_token"];
   spec.ignore_merges = model.value("ignore_merges", false);
   for (const auto& t : j.value("added_tokens", Json::array())) {
-    spec.added_tokens.push_back(
-        {t.at("id").get<int32_t>(), t.at("content").get<std::string>(), t.value("special", false)});
+    spec.added_tokens.push_back({.id = t.at("id").get<int32_t>(),
+                                 .content = t.at("content").get<std::string>(),
+                                 .special = t.value("special", false),
+                                 .lstrip = t.value("lstrip", false),
+                                 .rstrip = t.value("rstrip", false),
+                                 .single_word = t.value("single_word", false),
+                                 .normalized = t.value("normalized", false)});
   }
   check_normalizer(j.value("normalizer", Json()), source);
   bool saw_byte_level = false;
@@ -127,6 +133,21 @@ std::string config_token(const Json& config, const char* key) {
   if (!config.contains(key) || config[key].is_null()) return "";
   const Json& v = config[key];
   return v.is_string() ? v.get<std::string>() : v.at("content").get<std::string>();
+}
+
+// chat_template is a string, or a list of {"name", "template"} of which "default" is used.
+std::string config_chat_template(const Json& config) {
+  const Json& t = config.value("chat_template", Json());
+  if (t.is_string()) return t.get<std::string>();
+  if (!t.is_array()) return "";
+  for (const auto& named : t) {
+    if (named.value("name", std::string()) == "default") return named.at("template").get<std::string>();
+  }
+  return "";
+}
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 using OrderedJson = nlohmann::ordered_json;
@@ -171,46 +192,59 @@ Tokenizer Tokenizer::from_json_text(std::string_view json_text, std::string sour
   return Tokenizer(std::move(impl));
 }
 
-Tokenizer Tokenizer::load(const std::string& tokenizer_json_path) {
-  const std::string text =
-      read_file(tokenizer_json_path, "tokenizer file",
-                "pass the path of a Hugging Face tokenizer.json, e.g. configs/demo/tokenizer.json");
-  Tokenizer tokenizer = from_json_text(text, tokenizer_json_path);
-  const auto config_path = std::filesystem::path(tokenizer_json_path).parent_path() / "tokenizer_config.json";
-  if (!std::filesystem::exists(config_path)) return tokenizer;
-  const std::string config_source = config_path.string();
-  const Json config = parse_json(read_file(config_source, "tokenizer config", ""), config_source);
+Tokenizer Tokenizer::load(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+      const std::string file = (fs::path(path) / name).string();
+      if (fs::is_regular_file(file, ec)) return load(file);
+    }
+    throw DataError("tokenizer directory '" + path + "' has neither tokenizer.json nor tokenizer.model",
+                    "pass a Hugging Face model directory, a tokenizer.json or a SentencePiece .model file");
+  }
+  if (ends_with(path, ".model")) return load_sentencepiece(path);
+  const std::string text = read_file(
+      path, "tokenizer file", "pass the path of a Hugging Face tokenizer.json, e.g. configs/demo/tokenizer.json");
+  Tokenizer tokenizer = from_json_text(text, path);
+  tokenizer.apply_config_file((fs::path(path).parent_path() / "tokenizer_config.json").string());
+  return tokenizer;
+}
+
+void Tokenizer::apply_config_file(const std::string& config_path) {
+  if (!std::filesystem::exists(config_path)) return;
+  const Json config = parse_json(read_file(config_path, "tokenizer config", ""), config_path);
   try {
     for (const char* key : {"eos_token", "pad_token", "bos_token"}) {
       const std::string name = config_token(config, key);
-      if (!name.empty() && !tokenizer.find_token(name)) {
-        throw DataError(config_source + ": " + key + " '" + name + "' is not a token of " + tokenizer_json_path);
+      if (!name.empty() && !find_token(name)) {
+        throw DataError(config_path + ": " + key + " '" + name + "' is not a token of " + source());
       }
     }
-    tokenizer.set_special_tokens(config_token(config, "eos_token"), config_token(config, "pad_token"),
-                                 config_token(config, "bos_token"));
-    if (config.contains("chat_template") && config["chat_template"].is_string()) {
-      tokenizer.chat_template_ = config["chat_template"].get<std::string>();
-    }
+    set_special_tokens(config_token(config, "eos_token"), config_token(config, "pad_token"),
+                       config_token(config, "bos_token"));
+    chat_template_ = config_chat_template(config);
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(config_source + ": unexpected structure: " + e.what());
+    throw DataError(config_path + ": unexpected structure: " + e.what());
   }
-  return tokenizer;
 }
 
 // Written by hand around nlohmann dumps of the small sections: the vocab must
 // be in id order, and a 150k-entry ordered_json object would be quadratic.
 std::string Tokenizer::to_json_text() const {
+  if (is_sentencepiece()) {
+    throw DataError("tokenizer " + source() + " is a SentencePiece model and cannot be written as tokenizer.json");
+  }
   const BpeModelSpec& spec = impl_->spec;
   OrderedJson added = OrderedJson::array();
   for (const auto& t : spec.added_tokens) {
     OrderedJson token = OrderedJson::object();  // field order as Hugging Face writes it
     token["id"] = t.id;
     token["content"] = t.content;
-    token["single_word"] = false;
-    token["lstrip"] = false;
-    token["rstrip"] = false;
-    token["normalized"] = false;
+    token["single_word"] = t.single_word;
+    token["lstrip"] = t.lstrip;
+    token["rstrip"] = t.rstrip;
+    token["normalized"] = t.normalized;
     token["special"] = t.special;
     added.push_back(std::move(token));
   }

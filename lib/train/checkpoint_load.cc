@@ -6,6 +6,8 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
+#include <cmath>
+#include <exception>
 #include <string>
 
 #include "checkpoint/hf_model_dir.h"
@@ -65,16 +67,35 @@ int64_t check_weights(const checkpoint::WeightSource& src, model::GptModel& m, c
   return rows;
 }
 
+// This rank's blocks of `p` that a source with `saved_rows` vocabulary rows
+// holds: padding rows it does not have are left out.
+std::vector<detail::ParamBlock> source_blocks(const model::ParamInfo& p, const model::ModelConfig& c,
+                                              int64_t saved_rows) {
+  std::vector<detail::ParamBlock> out;
+  for (detail::ParamBlock b : detail::param_blocks(p)) {
+    if (vocab_rows(p, c)) b.shape[0] = std::clamp<int64_t>(saved_rows - b.offsets[0], 0, b.shape[0]);
+    if (shape_numel(b.shape) > 0) out.push_back(std::move(b));
+  }
+  return out;
+}
+
+// Refuses, before anything is read, a checkpoint whose saved blocks do not
+// cover this rank's blocks (a rank's file missing from the manifest).
+void check_coverage(const checkpoint::CheckpointReader& r, model::GptModel& m, const std::string& prefix) {
+  for (const model::ParamInfo& p : m.params().infos()) {
+    const std::string name = prefix + detail::source_name(p);
+    for (const detail::ParamBlock& b : source_blocks(p, m.config(), r.global_shape(name).at(0)))
+      r.check_block(name, b.offsets, b.shape);
+  }
+}
+
 // Reads this rank's blocks of every parameter into `flat` (the parameter
 // layout). Vocabulary rows past the source's are left as they are.
 void read_params(const checkpoint::WeightSource& src, model::GptModel& m, const std::string& prefix, float* flat) {
   for (const model::ParamInfo& p : m.params().infos()) {
     const std::string name = prefix + detail::source_name(p);
-    const int64_t saved_rows = src.global_shape(name).at(0);
-    for (detail::ParamBlock b : detail::param_blocks(p)) {
-      if (vocab_rows(p, m.config())) b.shape[0] = std::clamp<int64_t>(saved_rows - b.offsets[0], 0, b.shape[0]);
+    for (const detail::ParamBlock& b : source_blocks(p, m.config(), src.global_shape(name).at(0)))
       src.read_block(name, b.offsets, b.shape, flat + p.offset + b.local_offset);
-    }
   }
 }
 
@@ -85,14 +106,38 @@ const json& member(const json& j, const char* key, const std::string& where) {
   return j.at(key);
 }
 
+// A non-negative integer field (every counter and position in the state is one).
 int64_t integer(const json& j, const char* key, const std::string& where) {
   const json& v = member(j, key, where);
-  if (!v.is_number_integer())
-    throw CheckpointError(fmt::format("{}: \"{}\" of the checkpoint state is not an integer", where, key));
+  if (!v.is_number_integer() || v.get<int64_t>() < 0)
+    throw CheckpointError(fmt::format("{}: \"{}\" of the checkpoint state is not a non-negative integer", where, key),
+                          "the checkpoint is damaged; load an older one with --ckpt_step");
   return v.get<int64_t>();
 }
 
+// An integer field that may be negative (the loss scaler's hysteresis tracker
+// counts down past zero, as Megatron's does).
+int64_t signed_integer(const json& j, const char* key, const std::string& where) {
+  const json& v = member(j, key, where);
+  if (!v.is_number_integer())
+    throw CheckpointError(fmt::format("{}: \"{}\" of the checkpoint state is not an integer", where, key),
+                          "the checkpoint is damaged; load an older one with --ckpt_step");
+  return v.get<int64_t>();
+}
+
+std::string text(const json& j, const char* key, const std::string& where) {
+  const json& v = member(j, key, where);
+  if (!v.is_string())
+    throw CheckpointError(fmt::format("{}: \"{}\" of the checkpoint state is not a string", where, key));
+  return v.get<std::string>();
+}
+
 TrainerCounters counters_from(const json& st, const std::string& where) {
+  if (!st.contains("trainer"))
+    throw CheckpointError(fmt::format("{} holds weights only (no training state: written by `mtrain export "
+                                      "--to_mcore`?), so there is no run to resume",
+                                      where),
+                          "pass --finetune to start training from these weights");
   const json& tr = member(st, "trainer", where);
   TrainerCounters c;
   c.iteration = integer(st, "iteration", where);
@@ -125,12 +170,12 @@ void require_saved(const json& st, const char* key, const std::string& where, co
 }
 
 // The optimizer states of `r` into `t`'s optimizer (this rank's elements).
-void read_optimizer(const checkpoint::CheckpointReader& r, TrainingState& t) {
+void read_optimizer(const checkpoint::CheckpointReader& r, TrainingState& t, bool has_master) {
   model::ParamStore& ps = t.model.params();
   for (const auto& [name, tensor] : t.optimizer.state_tensors()) {
     const std::string prefix = "optimizer." + name + "/";
     // Saved from an fp32 run: the master keeps the loaded weights (load_model_weights).
-    if (name == "fp32_param" && !r.has(prefix + ps.infos().front().init_name)) continue;
+    if (name == "fp32_param" && !has_master) continue;
     std::vector<float> flat(static_cast<size_t>(ps.numel()), 0.0f);
     // A master copy's rows past the checkpoint's vocabulary padding start as the weights.
     if (name == "fp32_param") std::copy_n(ps.params().data(), ps.numel(), flat.data());
@@ -171,10 +216,107 @@ void load_hf_model(FileSystem& fs, const std::string& dir, TrainingState& t) {
   }
 }
 
+namespace {
+
+// Everything a load applies besides the tensors, parsed and checked first.
+struct SavedState {
+  TrainerCounters counters;
+  data::DataLoader::State position;
+  std::optional<uint64_t> seed;
+  int64_t optimizer_step = 0;
+  std::optional<optim::DynamicGradScalerState> scaler;
+  bool master = false;     // the checkpoint holds fp32 master weights
+  int64_t vocab_rows = 0;  // the checkpoint's embedding rows (check_weights)
+};
+
+SavedState parse_state(const checkpoint::CheckpointReader& r, const json& st, const LoadSettings& s, TrainingState& t) {
+  const std::string& where = r.path();
+  SavedState out;
+  const checkpoint::ModelMeta saved = checkpoint::model_meta_from_json(member(st, "model", where), where);
+  const std::vector<std::string> diff = checkpoint::model_meta_mismatches(saved, model_meta(t.model.config()));
+  if (!diff.empty())
+    throw CheckpointError(fmt::format("{}: the checkpoint is of another model:\n  {}", where, fmt::join(diff, "\n  ")),
+                          "pass the model flags the checkpoint was saved with (its \"args\" are in manifest.json)");
+  out.vocab_rows = check_weights(r, t.model, "");
+  check_coverage(r, t.model, "");
+  const bool optim = s.optim && !s.finetune, rng = s.rng && !s.finetune;
+  if (!s.finetune) {
+    out.counters = counters_from(st, where);
+    if (out.counters.iteration != r.iteration())
+      throw CheckpointError(fmt::format("{}: the state says iteration {}, the directory {}", where,
+                                        out.counters.iteration, r.iteration()),
+                            "the checkpoint is damaged; load an older one with --ckpt_step");
+    out.position = position_from(st, where);
+    // Megatron's --no_load_optim restarts the LR schedule with the optimizer.
+    if (!optim) out.counters.successful_steps = 0;
+  }
+  if (optim) {
+    require_saved(st, "optimizer", where, "the optimizer state", "--no_save_optim", "--no_load_optim");
+    const json& o = st.at("optimizer");
+    const std::string type = text(o, "type", where);
+    if (type != t.optimizer.config().type)
+      throw CheckpointError(fmt::format("{}: optimizer value from checkpoint ({}) is not equal to the input argument "
+                                        "value ({})",
+                                        where, type, t.optimizer.config().type),
+                            "pass --no_load_optim to start the new optimizer fresh");
+    out.optimizer_step = integer(o, "step", where);
+    for (const auto& [name, tensor] : t.optimizer.state_tensors()) {
+      const std::string prefix = "optimizer." + name + "/";
+      if (name == "fp32_param") {
+        out.master = r.has(prefix + detail::source_name(t.model.params().infos().front()));
+        if (!out.master) continue;  // saved from an fp32 run: the master starts from the weights
+      }
+      check_weights(r, t.model, prefix);
+      check_coverage(r, t.model, prefix);
+    }
+    const json& g = member(st, "grad_scaler", where);
+    if (!g.is_null() && dynamic_cast<optim::DynamicGradScaler*>(t.scaler)) {
+      const json& scale = member(g, "scale", where);
+      if (!scale.is_number() || !std::isfinite(scale.get<double>()) || scale.get<double>() <= 0)
+        throw CheckpointError(fmt::format("{}: the loss scale of the checkpoint state is not a positive number", where),
+                              "the checkpoint is damaged; load an older one with --ckpt_step");
+      out.scaler = optim::DynamicGradScalerState{scale.get<float>(), integer(g, "growth_tracker", where),
+                                                 signed_integer(g, "hysteresis_tracker", where)};
+    }
+  }
+  if (rng) {
+    require_saved(st, "rng", where, "the rng state", "--no_save_rng", "--no_load_rng");
+    out.seed = static_cast<uint64_t>(integer(st.at("rng"), "seed", where));
+  }
+  return out;
+}
+
+// Every rank must load the same iteration (node-local --load directories can
+// differ): Megatron all-reduces it; mtrain refuses a disagreement.
+void agree_on_iteration(parallel::ParallelState& ps, int64_t mine, const std::string& dir) {
+  if (ps.world_size() == 1) return;
+  const int64_t lo = ps.world().all_reduce_value(mine, parallel::ReduceOp::kMin);
+  const int64_t hi = ps.world().all_reduce_value(mine, parallel::ReduceOp::kMax);
+  if (lo == hi) return;
+  const auto show = [](int64_t it) { return it < 0 ? std::string("no checkpoint") : fmt::format("iteration {}", it); };
+  throw CheckpointError(fmt::format("--load {}: the ranks see different checkpoints ({} on some, {} on others; this "
+                                    "rank: {})",
+                                    dir, show(lo), show(hi), show(mine)),
+                        "every rank must read the same checkpoint: put --load on a file system all nodes share");
+}
+
+}  // namespace
+
 std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettings& s, TrainingState& t) {
   const bool print = t.parallel.rank() == 0;
   const std::string tracker = s.dir + "/" + checkpoint::kTrackerFileName;
-  if (!s.iteration && !fs.exists(tracker)) {
+  const bool missing = !s.iteration && !fs.exists(tracker);
+  std::optional<checkpoint::CheckpointReader> reader;
+  std::exception_ptr error;
+  try {
+    if (!missing) reader.emplace(checkpoint::CheckpointReader::open(fs, s.dir, s.iteration));
+  } catch (const CheckpointError&) {
+    error = std::current_exception();
+  }
+  // A damaged checkpoint fails on every rank alike; only agree on what was found.
+  if (!error) agree_on_iteration(t.parallel, reader ? reader->iteration() : -1, s.dir);
+  if (error) std::rethrow_exception(error);
+  if (missing) {
     if (s.exit_on_missing)
       throw CheckpointError(fmt::format("--load {}: no checkpoint there ({} is missing)", s.dir, tracker),
                             "--exit_on_missing_checkpoint is set: point --load at the --output_dir of a run that "
@@ -187,7 +329,7 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
     return std::nullopt;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(fs, s.dir, s.iteration);
+  const checkpoint::CheckpointReader& r = *reader;
   const std::string where = r.path();
   if (print) fmt::print("loading checkpoint from {} at iteration {}\n", s.dir, r.iteration());
   json st;
@@ -196,47 +338,20 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
   } catch (const json::exception& e) {
     throw CheckpointError(fmt::format("{}: the checkpoint state is not valid JSON: {}", where, e.what()));
   }
-  // 1. Everything that can refuse the checkpoint.
-  const checkpoint::ModelMeta saved = checkpoint::model_meta_from_json(member(st, "model", where), where);
-  const std::vector<std::string> diff = checkpoint::model_meta_mismatches(saved, model_meta(t.model.config()));
-  if (!diff.empty())
-    throw CheckpointError(fmt::format("{}: the checkpoint is of another model:\n  {}", where, fmt::join(diff, "\n  ")),
-                          "pass the model flags the checkpoint was saved with (its \"args\" are in manifest.json)");
-  const int64_t saved_rows = check_weights(r, t.model, "");
-  const bool optim = s.optim && !s.finetune, rng = s.rng && !s.finetune;
-  if (optim) {
-    require_saved(st, "optimizer", where, "the optimizer state", "--no_save_optim", "--no_load_optim");
-    const std::string type = member(member(st, "optimizer", where), "type", where).get<std::string>();
-    if (type != t.optimizer.config().type)
-      throw CheckpointError(fmt::format("{}: optimizer value from checkpoint ({}) is not equal to the input argument "
-                                        "value ({})",
-                                        where, type, t.optimizer.config().type),
-                            "pass --no_load_optim to start the new optimizer fresh");
-    for (const auto& [name, tensor] : t.optimizer.state_tensors())
-      if (name != "fp32_param") check_weights(r, t.model, "optimizer." + name + "/");
-  }
-  if (rng) require_saved(st, "rng", where, "the rng state", "--no_save_rng", "--no_load_rng");
-  Resumed res;
-  if (!s.finetune) {
-    res.counters = counters_from(st, where);
-    t.data.set_position(position_from(st, where));  // DataError if the dataset changed
-  }
-  if (rng) res.seed = static_cast<uint64_t>(integer(member(st, "rng", where), "seed", where));
+  // 1. Everything that can refuse the checkpoint, before any state changes.
+  const SavedState saved = parse_state(r, st, s, t);
+  const int64_t saved_rows = saved.vocab_rows;
+  if (!s.finetune) t.data.set_position(saved.position);  // DataError if the dataset changed
 
-  // 2. The tensors.
+  // 2. The state.
+  Resumed res;
+  res.counters = saved.counters;
+  res.seed = saved.seed;
   load_model_weights(r, t);
-  if (optim) {
-    const json& o = st.at("optimizer");
-    read_optimizer(r, t);
-    t.optimizer.set_step_count(integer(o, "step", where));
-    if (auto* dyn = dynamic_cast<optim::DynamicGradScaler*>(t.scaler); dyn && !st.at("grad_scaler").is_null()) {
-      const json& g = st.at("grad_scaler");
-      optim::DynamicGradScalerState gs;
-      gs.scale = member(g, "scale", where).get<float>();
-      gs.growth_tracker = integer(g, "growth_tracker", where);
-      gs.hysteresis_tracker = integer(g, "hysteresis_tracker", where);
-      dyn->load_state(gs);
-    }
+  if (s.optim && !s.finetune) {
+    read_optimizer(r, t, saved.master);
+    t.optimizer.set_step_count(saved.optimizer_step);
+    if (saved.scaler) dynamic_cast<optim::DynamicGradScaler&>(*t.scaler).load_state(*saved.scaler);
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (print) {

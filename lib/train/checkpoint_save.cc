@@ -179,14 +179,26 @@ void CheckpointHook::save() {
     std::fflush(stdout);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  if (watchdog_)
-    watchdog_->begin_phase(fmt::format("checkpoint save of iteration {}", c.iteration), s_.timeout_seconds,
-                           save_timeout_handler(s_.dir));
   checkpoint::SaveResult r;
   try {
+    // The save's time limit: a phase of the rank watchdog, or (one process,
+    // no watchdog) a watchdog of its own for the duration of the save.
+    const std::string what = fmt::format("checkpoint save of iteration {}", c.iteration);
+    std::unique_ptr<Watchdog> own;
+    if (watchdog_) {
+      watchdog_->begin_phase(what, s_.timeout_seconds, save_timeout_handler(s_.dir));
+    } else {
+      own = std::make_unique<Watchdog>(s_.timeout_seconds, save_timeout_handler(s_.dir), "rank 0");
+      own->beat(what);
+    }
+    struct EndPhase {
+      Watchdog* w;
+      ~EndPhase() {
+        if (w) w->end_phase();
+      }
+    } end_phase{watchdog_.get()};
     r = save_training_checkpoint(fs_, s_, t_, c);
   } catch (const CheckpointError& e) {
-    if (watchdog_) watchdog_->end_phase();
     if (!s_.continue_on_error) throw;
     if (print) {
       fmt::print(stderr,
@@ -197,7 +209,6 @@ void CheckpointHook::save() {
     }
     return;
   }
-  if (watchdog_) watchdog_->end_phase();
   last_saved_ = c.iteration;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!print) return;

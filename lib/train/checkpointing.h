@@ -65,7 +65,7 @@ struct SaveSettings {
   mode_t dir_mode = kDefaultDirMode;
   mode_t file_mode = kDefaultFileMode;
   bool continue_on_error = false;  // --on_save_error continue
-  double timeout_seconds = 600;    // multi-rank runs: a save stalled this long ends the run
+  double timeout_seconds = 600;    // a save stalled this long ends the run (exit 5)
   uint64_t seed = 42;              // the run's RNG state
   std::string args_json;           // the run's arguments, recorded in the state
 };

@@ -7,8 +7,11 @@
 
 #include "common/errors.h"
 #include "config/validate.h"
+#include "data/packing.h"
 #include "data/pretrain.h"
 #include "data/sft.h"
+#include "data/sft_files.h"
+#include "train/indexed_source.h"
 
 namespace mtrain::train {
 
@@ -55,11 +58,13 @@ class LoaderSource : public BatchSource {
 
 data::SftOptions sft_options(const config::Args& a, const data::Tokenizer& tok) {
   data::SftOptions o;
-  if (!tok.chat_template().empty()) {
+  if (a.template_name) {
+    o.chat_template = data::chat_template_from_name(*a.template_name).value();  // choices checked by the flag
+  } else if (!tok.chat_template().empty()) {
     auto t = data::chat_template_from_name(tok.chat_template());
     if (!t)
       throw DataError(fmt::format("{}: unsupported chat template '{}'", tok.source(), tok.chat_template()),
-                      "mtrain supports the chatml (Qwen) template today");
+                      "pass --template chatml, qwen, llama3 or default");
     o.chat_template = *t;
   }
   auto ls = data::loss_scale_from_name(a.loss_scale.value_or("default"));
@@ -85,12 +90,26 @@ std::string dropped_text(int64_t dropped, int64_t truncated, const config::Args&
   return parts.empty() ? "" : fmt::format(" ({})", fmt::join(parts, "; "));
 }
 
+// " (N malformed records skipped (--strict false), the first: ...)", or "".
+std::string malformed_text(const data::SftRecords& malformed, const config::Args& a) {
+  if (malformed.num_malformed == 0) return "";
+  return fmt::format(" ({} malformed records skipped (--strict false, --max_malformed {}), the first: {})",
+                     malformed.num_malformed, a.max_malformed, malformed.first_malformed);
+}
+
 }  // namespace
 
 DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
   if (!a.tokenizer)
     throw ConfigError("no tokenizer: --tokenizer is not set",
                       "pass --tokenizer <path to tokenizer.json>, e.g. configs/demo/tokenizer.json");
+  if (!a.data_path.empty()) {  // Megatron indexed data (indexed_source.h)
+    DataPipeline p(data::Tokenizer::load(*a.tokenizer));
+    IndexedPretrainData d = load_indexed_pretrain_data(a, p.tokenizer_.vocab_size(), verbose);
+    p.indexed_train_ = std::move(d.train);
+    p.val_ = std::move(d.valid);
+    return p;
+  }
   if (a.dataset.empty())
     throw ConfigError("no training data: --dataset is not set", "pass --dataset <file.jsonl> [more files]");
   DataPipeline p(data::Tokenizer::load(*a.tokenizer));
@@ -98,22 +117,26 @@ DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
   // Samples longer than --max_length are dropped (delete) or cut (left/right);
   // samples left without loss tokens are always dropped.
   int64_t dropped = 0, truncated = 0, tokens = 0;
+  data::SftRecords malformed;  // --strict false: records skipped over all datasets
+  const data::SftOptions sft = a.command == "pt" ? data::SftOptions{} : sft_options(a, tok);
+  p.chat_template_ = sft.chat_template;
   auto load = [&](const std::vector<std::string>& paths, bool keep_conversations) {
     std::vector<data::Sample> out;
+    if (a.command != "pt") {
+      std::vector<data::Conversation> conv =
+          data::read_sft_datasets(paths, {a.strict, a.max_malformed}, static_cast<uint64_t>(a.data_seed),
+                                  keep_conversations ? 0 : 1000, malformed);
+      data::SftDataset d = data::build_sft_dataset(conv, tok, sft, fmt::format("{}", fmt::join(paths, " ")));
+      (a.truncation_strategy == "delete" ? dropped : truncated) += d.num_too_long;
+      dropped += d.num_no_loss;
+      tokens += d.num_tokens;
+      if (keep_conversations) p.conversations_ = std::move(conv);
+      return std::move(d.samples);
+    }
     for (const std::string& path : paths) {
-      if (a.command == "pt") {
-        data::PretrainDataset d = data::load_pretrain_dataset(path, tok, a.seq_length.value(), a.text_key);
-        tokens += d.num_tokens;
-        std::move(d.samples.begin(), d.samples.end(), std::back_inserter(out));
-      } else {
-        std::vector<data::Conversation> conv = data::read_sft_jsonl(path);
-        data::SftDataset d = data::build_sft_dataset(conv, tok, sft_options(a, tok), path);
-        (a.truncation_strategy == "delete" ? dropped : truncated) += d.num_too_long;
-        dropped += d.num_no_loss;
-        tokens += d.num_tokens;
-        std::move(d.samples.begin(), d.samples.end(), std::back_inserter(out));
-        if (keep_conversations) std::move(conv.begin(), conv.end(), std::back_inserter(p.conversations_));
-      }
+      data::PretrainDataset d = data::load_pretrain_dataset(path, tok, a.seq_length.value(), a.text_key);
+      tokens += d.num_tokens;
+      std::move(d.samples.begin(), d.samples.end(), std::back_inserter(out));
     }
     return out;
   };
@@ -128,6 +151,11 @@ DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
   }
   if (p.train_.empty())
     throw DataError("the training set is empty after filtering", "check --dataset and --max_length");
+  const int64_t train_samples = static_cast<int64_t>(p.train_.size());
+  if (a.packing) {  // swift: packing_length = max_length; validation is packed the same way
+    p.train_ = data::pack_samples(p.train_, a.max_length.value());
+    if (!p.val_.empty()) p.val_ = data::pack_samples(p.val_, a.max_length.value());
+  }
   if (!a.train_iters) {
     // swift: len(ds) // (mbs*dp) * (mbs*dp) * epochs // gbs.
     const int64_t per = static_cast<int64_t>(a.micro_batch_size) * a.data_parallel_size;
@@ -141,14 +169,18 @@ DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
   }
   if (verbose)
     fmt::print(
-        " > data: {} training samples, {} validation samples, {} tokens{}; {} iterations of {} samples "
+        " > data: {} training samples, {} validation {}, {} tokens{}{}{}; {} iterations of {} {} "
         "({:.2f} epochs)\n",
-        p.train_.size(), p.val_.size(), tokens, dropped_text(dropped, truncated, a), a.train_iters.value(),
-        a.global_batch_size, static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
+        train_samples, p.val_.size(), a.packing ? "rows" : "samples", tokens, dropped_text(dropped, truncated, a),
+        malformed_text(malformed, a),
+        a.packing ? fmt::format("; packed into {} rows of <= {} tokens", p.train_.size(), a.max_length.value()) : "",
+        a.train_iters.value(), a.global_batch_size, a.packing ? "rows" : "samples",
+        static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
   return p;
 }
 
 std::unique_ptr<BatchSource> DataPipeline::train_source(const config::Args& a, const DataShard& shard) {
+  if (indexed_train_) return make_indexed_source(indexed_train_, a, tokenizer_.special().pad, vocab_size(), shard);
   return std::make_unique<LoaderSource>(train_, a, tokenizer_.special().pad, shard);
 }
 
@@ -181,7 +213,8 @@ std::vector<PromptSample> DataPipeline::sample_prompts(int64_t n) const {
       if (m.role == "assistant" && answer.empty()) answer = m.content;
     }
     if (user.empty() || answer.empty()) continue;
-    out.push_back({user, answer, data::encode_prompt(tokenizer_, user, system)});
+    if (system.empty()) system = data::default_system_prompt(chat_template_);
+    out.push_back({user, answer, data::encode_prompt(tokenizer_, user, system, {}, chat_template_)});
   }
   return out;
 }

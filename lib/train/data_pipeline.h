@@ -15,6 +15,10 @@
 #include "data/tokenizer.h"
 #include "train/trainer.h"
 
+namespace mtrain::data {
+class BlendedGptDataset;
+}  // namespace mtrain::data
+
 namespace mtrain::train {
 
 // Which share of the data this rank reads: DP rank dp_rank of dp_size, rows
@@ -50,7 +54,9 @@ class DataPipeline {
   explicit DataPipeline(data::Tokenizer t) : tokenizer_(std::move(t)) {}
   data::Tokenizer tokenizer_;
   std::vector<data::Sample> train_, val_;
-  std::vector<data::Conversation> conversations_;  // sft only, for sample prompts
+  std::vector<data::Conversation> conversations_;                   // sft only, for sample prompts
+  std::shared_ptr<const data::BlendedGptDataset> indexed_train_;    // pt --data_path (indexed_source.h)
+  data::ChatTemplate chat_template_ = data::ChatTemplate::kChatml;  // sft: --template or tokenizer_config's
 };
 
 // Loads tokenizer and data and prints what the run will use (verbose: rank 0). Fills

@@ -158,6 +158,7 @@ std::unique_ptr<ReadableFile> SaveFaultFileSystem::open_for_read(const std::stri
   return target().open_for_read(path);
 }
 void SaveFaultFileSystem::rename(const std::string& from, const std::string& to) { target().rename(from, to); }
+void SaveFaultFileSystem::exchange(const std::string& a, const std::string& b) { target().exchange(a, b); }
 void SaveFaultFileSystem::sync_dir(const std::string& path) { target().sync_dir(path); }
 void SaveFaultFileSystem::remove_all(const std::string& path) { target().remove_all(path); }
 bool SaveFaultFileSystem::exists(const std::string& path) { return target().exists(path); }

@@ -56,19 +56,22 @@ void Watchdog::stop() {
 }
 
 void Watchdog::begin_phase(std::string name, double timeout_seconds, OnTimeout on_timeout) {
-  {
-    std::lock_guard<std::mutex> lock(phase_mutex_);
-    phase_ = std::move(name);
-    phase_timeout_seconds_ = timeout_seconds;
-    phase_on_timeout_ = std::move(on_timeout);
-  }
-  beat(phase_);
+  beat(name);  // first: the phase's limit counts from its start
+  std::lock_guard<std::mutex> lock(phase_mutex_);
+  phase_ = std::move(name);
+  phase_timeout_seconds_ = timeout_seconds;
+  phase_on_timeout_ = std::move(on_timeout);
 }
 
 void Watchdog::end_phase() {
-  std::lock_guard<std::mutex> lock(phase_mutex_);
-  phase_.clear();
-  phase_on_timeout_ = nullptr;
+  std::string done;
+  {
+    std::lock_guard<std::mutex> lock(phase_mutex_);
+    done = std::move(phase_);
+    phase_.clear();
+    phase_on_timeout_ = nullptr;
+  }
+  if (!done.empty()) beat(done + " done");  // the normal limit counts from here
 }
 
 std::string Watchdog::report(double idle_seconds, const std::string& phase) const {

@@ -147,6 +147,8 @@ TEST_F(Checkpoint, StateSavedWithoutOptimizerOrRngIsRefusedUnlessTheLoadSkipsIt)
   const auto rows = train_rows(tmp_ / "d");
   ASSERT_EQ(rows.size(), 10u);
   EXPECT_EQ(rows.front().at("iteration").get<std::string>(), "11/20") << "the iteration and data position resume";
+  EXPECT_EQ(rows.front().at("learning_rate"), train_rows(tmp_ / "a").front().at("learning_rate"))
+      << "--no_load_optim restarts the LR schedule (warmup), as in Megatron";
 }
 
 TEST_F(Checkpoint, FinetuneLoadsOnlyTheWeights) {
@@ -208,6 +210,24 @@ TEST_F(Checkpoint, RewindIntoTheSameDirectoryReplacesTheNewerCheckpoints) {
   ASSERT_GE(after.size(), 10u);
   EXPECT_EQ(after.back().at("iteration"), "20/20");
   EXPECT_EQ(after.back().at("loss"), before.back().at("loss")) << "iteration 20 again, bit for bit";
+}
+
+// TP changes the vocabulary padding: saved with 1100 rows at TP=1, loaded
+// with 2200 at TP=2, where rank 1's rows are all padding the checkpoint lacks.
+TEST_F(Checkpoint, VocabularyPaddingThatGrowsWithTpIsFilledFresh) {
+  ASSERT_EQ(run(checkpoint_job(tmp_ / "a", "--make_vocab_size_divisible_by 1100"), "a").exit_code, 0);
+  seed_with_iteration_10(tmp_ / "a", tmp_ / "b");
+  const RunResult r = run(concat(checkpoint_job(tmp_ / "b",
+                                                "--make_vocab_size_divisible_by 1100 "
+                                                "--tensor_model_parallel_size 2"),
+                                 {"--load", (tmp_ / "b").string()}),
+                          "b", launch_ranks(2));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.out, "pads the vocabulary (1024 tokens) to 1100 rows, this run to 2200")) << r.out;
+  // The 1100 fresh padding rows join the softmax (as Megatron's padded
+  // logits do) and add ~0.7 to the loss until training pushes them down:
+  // the run continues (iteration 11, same data), not equal to the straight one.
+  expect_continues(tmp_ / "a", tmp_ / "b", 0.2);
 }
 
 // --- (2, 2, 2): exact resume and resharding --------------------------------------

@@ -218,6 +218,19 @@ TEST_F(SaveErrors, AHungSaveEndsTheJobAfterTheSaveTimeout) {
   expect_loadable(dir, 5);
 }
 
+// One process has no rank watchdog: the save still has its time limit.
+TEST_F(SaveErrors, AHungSaveEndsASingleProcessRunToo) {
+  const fs::path dir = tmp_ / "run";
+  const RunResult r =
+      run(checkpoint_job(dir, "--save_interval 5 --save_timeout_minutes 0.03"), "hang", launch(1, "save_hang@10", 0));
+  ASSERT_FALSE(r.timed_out) << r.describe();
+  EXPECT_EQ(r.exit_code, kCheckpointExit) << r.describe();
+  EXPECT_TRUE(contains(r.err, "during checkpoint save of iteration 10") || contains(r.err, "rank 0: no progress for"))
+      << r.err;
+  EXPECT_EQ(tracker_of(dir), "5");
+  expect_loadable(dir, 5);
+}
+
 // --- damaged checkpoints -------------------------------------------------------
 
 class Damaged : public MtrainTest {
@@ -301,19 +314,31 @@ TEST_F(Damaged, AManifestThatIsNotJsonIsRefused) {
 }
 
 // The hint of every refusal above: load the older checkpoint explicitly. The
-// run trains 11..20 exactly as the straight run did. (It saves elsewhere: in
-// the damaged directory its save of 20 is refused, since the tracker names
-// the damaged iteration 20 as the latest checkpoint.)
+// run trains 11..20 exactly as the straight run did and, saving into the same
+// directory, replaces the damaged iteration 20 with a good one.
 TEST_F(Damaged, CkptStepLoadsTheOlderGoodCheckpoint) {
   const fs::path dir = damaged_copy("older", [](const fs::path& d) { flip_byte(d / kRankFile); });
-  const fs::path out = tmp_ / "older_out";
+  fs::remove(dir / "logging.jsonl");
   const RunResult r =
-      run(concat(checkpoint_job(out), {"--load", dir.string(), "--ckpt_step", "10"}), "older", launch(1));
+      run(concat(checkpoint_job(dir), {"--load", dir.string(), "--ckpt_step", "10"}), "older", launch(1));
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_TRUE(contains(r.out, "successfully loaded checkpoint from " + dir.string())) << r.out;
   EXPECT_TRUE(contains(r.out, "at iteration 10")) << r.out;
-  expect_same_steps(train_rows(straight_), 10, train_rows(out), 0);
-  expect_loadable(out, 20);
+  expect_same_steps(train_rows(straight_), 10, train_rows(dir), 0);
+  expect_loadable(dir, 20);
+}
+
+// The state record is checked before anything is applied: a negative
+// optimizer step (which would otherwise surface later as a NaN) is refused.
+TEST_F(Damaged, AnImpossibleStateValueIsRefused) {
+  const fs::path manifest = fs::path("iter_0000020") / "manifest.json";
+  const fs::path dir = damaged_copy("state", [&](const fs::path& d) {
+    auto m = nlohmann::json::parse(read_text(d / manifest));
+    m["state"]["optimizer"]["step"] = -1;
+    write_text(d / manifest, m.dump());
+  });
+  const RunResult r = refused(dir, "state");
+  EXPECT_TRUE(contains(r.err, "\"step\" of the checkpoint state is not a non-negative integer")) << r.err;
 }
 
 // --- permissions -----------------------------------------------------------------

@@ -164,6 +164,14 @@ TEST_F(Export, ExportedModelGivesTheCheckpointsLossOnTheSameBatch) {
   EXPECT_LT(la, fresh - 0.3) << "the trained weights were loaded";
   EXPECT_EQ(la, lb);
   EXPECT_LE(std::abs(la - lc) / la, 1e-6) << la << " vs " << lc;
+  // A converted (weights-only) checkpoint is for --finetune; resuming it says so.
+  ASSERT_EQ(run({"export", "--to_mcore", "--model", hf.string(), "--output_dir", (tmp_ / "m").string()}, "to_mcore")
+                .exit_code,
+            0);
+  const RunResult d = run(checkpoint_job(tmp_ / "d", "--load " + (tmp_ / "m").string()), "resume_weights");
+  EXPECT_EQ(d.exit_code, 5) << d.describe();
+  EXPECT_TRUE(contains(d.err, "holds weights only")) << d.err;
+  EXPECT_TRUE(contains(d.err, "--finetune")) << d.err;
 }
 
 TEST_F(Export, BadModelDirectoryExits5NamingTheTensor) {

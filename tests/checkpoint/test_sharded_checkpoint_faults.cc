@@ -100,13 +100,18 @@ TEST(ShardedCheckpointFaults, CrashBeforeTrackerKeepsPrevious) {
 }
 
 // Saving the iteration the tracker names again (a rerun into the same
-// directory) replaces it only at commit time; a crash at any file-system call
-// of that save leaves a tracker that names a complete checkpoint.
-TEST(ShardedCheckpointFaults, ReplacingTheLatestNeverLeavesTheTrackerDangling) {
+// directory) swaps the new checkpoint in atomically; a crash at any
+// file-system call of that save leaves a tracker that names a complete
+// checkpoint, also when the replaced one is the only one.
+void replace_latest_crashing_everywhere(bool with_older) {
+  const auto prepare = [&](Fixture& fx) {
+    if (!with_older) fx.posix.remove_all(fx.dir);
+    for (const std::string& e : save_on_4_ranks(fx.posix, fx.dir, 200)) EXPECT_EQ(e, "");
+  };
   std::vector<std::string> calls;
   {
     Fixture fx;
-    for (const std::string& e : save_on_4_ranks(fx.posix, fx.dir, 200)) EXPECT_EQ(e, "");
+    prepare(fx);
     FaultInjectingFileSystem fs(fx.posix);
     for (const std::string& e : save_on_4_ranks(fs, fx.dir, 200)) EXPECT_EQ(e, "");
     calls = fs.log();
@@ -124,7 +129,7 @@ TEST(ShardedCheckpointFaults, ReplacingTheLatestNeverLeavesTheTrackerDangling) {
       if (op == fs_op_name(o)) which = o;
     if (!which) continue;  // reads
     Fixture fx;
-    for (const std::string& e : save_on_4_ranks(fx.posix, fx.dir, 200)) EXPECT_EQ(e, "");
+    prepare(fx);
     FaultInjectingFileSystem fs(fx.posix);
     fs.crash_at(*which, nth, name);
     try {
@@ -132,12 +137,18 @@ TEST(ShardedCheckpointFaults, ReplacingTheLatestNeverLeavesTheTrackerDangling) {
     } catch (const SimulatedCrash&) {
     }
     const CheckpointReader r = CheckpointReader::open(fx.posix, fx.dir);  // throws if the tracker dangles
-    EXPECT_TRUE(r.iteration() == 100 || r.iteration() == 200) << call;
+    EXPECT_TRUE(r.iteration() == 200 || (with_older && r.iteration() == 100)) << call;
     for (const std::string& e : save_on_4_ranks(fx.posix, fx.dir, 200)) EXPECT_EQ(e, "") << call;
     EXPECT_EQ(CheckpointReader::open(fx.posix, fx.dir).iteration(), 200) << call;
   }
   EXPECT_GT(seen.size(), 10u);
 }
+
+TEST(ShardedCheckpointFaults, ReplacingTheLatestNeverLeavesTheTrackerDangling) {
+  replace_latest_crashing_everywhere(true);
+}
+
+TEST(ShardedCheckpointFaults, ReplacingTheOnlyCheckpointNeverLosesIt) { replace_latest_crashing_everywhere(false); }
 
 TEST(ShardedCheckpointFaults, FlippedByteNamesFileAndChecksums) {
   Fixture fx;

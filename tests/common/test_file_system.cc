@@ -94,6 +94,24 @@ TEST(PosixFileSystem, DoesNotWriteThroughASymlink) {
   EXPECT_EQ(testing::slurp(tmp / "victim"), "precious");
 }
 
+TEST(PosixFileSystem, ExchangeSwapsTwoDirectoriesAtomically) {
+  TempDir tmp;
+  PosixFileSystem fs;
+  fs.create_dirs(tmp / "a");
+  fs.create_dirs(tmp / "b");
+  testing::put(tmp / "a/f", "old");
+  testing::put(tmp / "b/f", "new");
+  fs.exchange(tmp / "b", tmp / "a");
+  EXPECT_EQ(testing::slurp(tmp / "a/f"), "new");
+  EXPECT_EQ(testing::slurp(tmp / "b/f"), "old");
+  try {
+    fs.exchange(tmp / "a", tmp / "missing");
+    FAIL() << "exchanged with a missing path";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_number(), ENOENT);
+  }
+}
+
 TEST(PosixFileSystem, WriteReadRoundTripAndExactRanges) {
   TempDir tmp;
   PosixFileSystem fs;

@@ -87,6 +87,16 @@ TEST(HfModelArgs, MultiHeadLlamaAndTheTokenizerDefault) {
   EXPECT_EQ(parse(with_model(dir.path(), {"--tokenizer", "other.json"})).args.tokenizer, "other.json");
 }
 
+// Llama-2 style: a SentencePiece tokenizer.model and no tokenizer.json.
+TEST(HfModelArgs, SentencePieceTokenizerDefault) {
+  TempDir dir;
+  dir.write("config.json", llama_config().dump());
+  dir.write("tokenizer.model", "");
+  EXPECT_EQ(parse(with_model(dir.path())).args.tokenizer, dir.path() + "/tokenizer.model");
+  dir.write("tokenizer.json", "{}");  // both: tokenizer.json wins
+  EXPECT_EQ(parse(with_model(dir.path())).args.tokenizer, dir.path() + "/tokenizer.json");
+}
+
 TEST(HfModelArgs, ContradictingTheShapeIsAnErrorNamingBothValues) {
   TempDir dir;
   dir.write("config.json", qwen_config().dump());

@@ -13,6 +13,8 @@ namespace {
 
 using testing::error_of;
 using testing::parse_sft;
+using testing::sft_with;
+using testing::usage_error;
 
 // The demo shape, set by hand (no files involved).
 Args demo() {
@@ -168,6 +170,25 @@ TEST(Validate, TrainingMessages) {
   Args beta = demo();
   beta.adam_beta2 = 1.0;
   EXPECT_EQ(fails(beta), "--adam_beta2 must be in [0, 1), got 1");
+}
+
+TEST(Validate, SftDataMessages) {
+  Args cap = demo();
+  cap.max_malformed = -1;
+  EXPECT_EQ(fails(cap), "--max_malformed must be >= 0, got -1");
+  Args packed_pt = demo();
+  packed_pt.command = "pt";
+  packed_pt.packing = true;
+  EXPECT_EQ(fails(packed_pt), "--packing applies to `mtrain sft`");
+  EXPECT_EQ(usage_error(sft_with({"--template", "vicuna"})),
+            "invalid value for --template: invalid choice: 'vicuna' (choose from 'chatml', 'qwen', 'llama3', "
+            "'default')");
+  const Args flags =
+      parse_sft({"--template", "llama3", "--packing", "true", "--strict", "false", "--max_malformed", "7"});
+  EXPECT_EQ(flags.template_name, "llama3");
+  EXPECT_TRUE(flags.packing);
+  EXPECT_FALSE(flags.strict);
+  EXPECT_EQ(flags.max_malformed, 7);
 }
 
 TEST(Validate, RecomputeMessages) {

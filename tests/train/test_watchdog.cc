@@ -65,6 +65,33 @@ TEST(Watchdog, BeatsKeepItQuiet) {
   EXPECT_EQ(reports.count(), 0u);
 }
 
+TEST(Watchdog, APhaseHasItsOwnLimitAndHandler) {
+  Reports normal, phase;
+  Watchdog w(60.0, normal.callback(), "rank 1");
+  w.begin_phase("checkpoint save of iteration 10", 0.05, phase.callback());
+  ASSERT_TRUE(wait_until_fired(w, 10s));
+  w.stop();
+  EXPECT_EQ(normal.count(), 0u);
+  ASSERT_EQ(phase.count(), 1u);
+  EXPECT_NE(phase.texts[0].find("rank 1: no progress for "), std::string::npos) << phase.texts[0];
+  EXPECT_NE(phase.texts[0].find(" s during checkpoint save of iteration 10 (last: "), std::string::npos)
+      << phase.texts[0];
+}
+
+TEST(Watchdog, AfterAPhaseTheNormalLimitIsBack) {
+  Reports normal, phase;
+  Watchdog w(0.3, normal.callback());
+  w.begin_phase("save", 60.0, phase.callback());
+  std::this_thread::sleep_for(500ms);  // longer than the normal limit: the phase's applies
+  EXPECT_FALSE(w.fired());
+  w.end_phase();
+  ASSERT_TRUE(wait_until_fired(w, 10s));
+  w.stop();
+  EXPECT_EQ(phase.count(), 0u);
+  ASSERT_EQ(normal.count(), 1u);
+  EXPECT_NE(normal.texts[0].find("(last: save done)"), std::string::npos) << normal.texts[0];
+}
+
 TEST(Watchdog, StopIsPromptAndNeverFires) {
   Reports reports;
   const auto t0 = Clock::now();

@@ -1,0 +1,38 @@
+// `mtrain tokenizer`: load a tokenizer as training would and encode or decode
+// from the shell, to check ids, pieces and special tokens of a model:
+//
+//   mtrain tokenizer --tokenizer DIR|tokenizer.json|tokenizer.model --encode "Hello world"
+//   15496,995
+//   mtrain tokenizer --model DIR --encode "Hello world" --show_tokens
+//   15496,995
+//   15496  Hello   "Hello"
+//   995    Ġworld  " world"
+//   mtrain tokenizer --tokenizer ... --decode 15496,995
+//   Hello world
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace mtrain::data {
+
+struct TokenizerCommandOptions {
+  std::string tokenizer;              // --tokenizer PATH or --model DIR
+  std::optional<std::string> encode;  // text to encode
+  std::optional<std::string> decode;  // ids, comma- or space-separated
+  bool show_tokens = false;           // with --encode: one line per token
+  bool skip_special_tokens = false;   // with --decode
+  bool info = false;                  // vocabulary size, special ids, chat template
+  bool help = false;
+};
+
+// Throws UsageError (exit 2) for unknown flags, missing values, or nothing to do.
+TokenizerCommandOptions parse_tokenizer_args(const std::vector<std::string>& args);
+std::string tokenizer_help();
+
+// Loads the tokenizer (DataError, exit 4, naming the path) and prints to `out`; returns 0.
+int run_tokenizer_command(const TokenizerCommandOptions& options, std::ostream& out);
+
+}  // namespace mtrain::data
