@@ -186,13 +186,22 @@ void read_optimizer(const checkpoint::CheckpointReader& r, TrainingState& t, boo
 
 }  // namespace
 
-void load_model_weights(const checkpoint::WeightSource& src, TrainingState& t) {
-  check_weights(src, t.model, "");
+namespace {
+
+// load_model_weights after its checks: the weights, then the master copy.
+void apply_model_weights(const checkpoint::WeightSource& src, TrainingState& t) {
   model::ParamStore& ps = t.model.params();
   read_params(src, t.model, "", ps.params().data());
   // The fp32 master starts from the loaded values; a bf16/fp16 model holds them rounded.
   t.optimizer.init_master_from(ps.params().data());
   kernels::round_to_dtype(ps.params().data(), ps.numel(), t.model.config().dtype);
+}
+
+}  // namespace
+
+void load_model_weights(const checkpoint::WeightSource& src, TrainingState& t) {
+  check_weights(src, t.model, "");
+  apply_model_weights(src, t);
 }
 
 void load_hf_model(FileSystem& fs, const std::string& dir, TrainingState& t) {
@@ -347,7 +356,7 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
   Resumed res;
   res.counters = saved.counters;
   res.seed = saved.seed;
-  load_model_weights(r, t);
+  apply_model_weights(r, t);  // checked in parse_state
   if (s.optim && !s.finetune) {
     read_optimizer(r, t, saved.master);
     t.optimizer.set_step_count(saved.optimizer_step);

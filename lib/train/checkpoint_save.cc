@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "common/errors.h"
@@ -124,10 +123,7 @@ Watchdog::OnTimeout save_timeout_handler(const std::string& dir) {
                                         "was not committed, so the previous checkpoint is intact; raise "
                                         "--save_timeout_minutes if saves legitimately take longer",
                                         dir));
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", format_error(e).c_str());
-    std::fflush(stderr);
-    std::_Exit(static_cast<int>(ExitCode::kCheckpoint));  // no unwinding: the main thread is blocked
+    end_process_on_timeout(e);
   };
 }
 

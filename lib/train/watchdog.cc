@@ -147,6 +147,13 @@ void WatchdogHook::on_train_end(const TrainInfo&) { watchdog_->beat("training en
 
 // --- the rank's watchdog ----------------------------------------------------------
 
+void end_process_on_timeout(const Error& e) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s\n", format_error(e).c_str());
+  std::fflush(stderr);
+  std::_Exit(static_cast<int>(e.code()));
+}
+
 std::shared_ptr<Watchdog> start_rank_watchdog(double timeout_seconds, int rank) {
   auto on_timeout = [rank](const std::string& report) {
     const DistributedError e(
@@ -154,10 +161,7 @@ std::shared_ptr<Watchdog> start_rank_watchdog(double timeout_seconds, int rank) 
         fmt::format("a peer rank is stuck or dead (or rank {} itself is); raise --distributed_timeout_minutes if a "
                     "step legitimately takes longer",
                     rank));
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s\n", format_error(e).c_str());
-    std::fflush(stderr);
-    std::_Exit(static_cast<int>(ExitCode::kDistributed));  // no unwinding: the main thread is blocked
+    end_process_on_timeout(e);
   };
   return std::make_shared<Watchdog>(timeout_seconds, std::move(on_timeout), fmt::format("rank {}", rank));
 }

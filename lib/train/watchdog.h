@@ -23,6 +23,7 @@
 #include <string_view>
 #include <thread>
 
+#include "common/errors.h"
 #include "train/hooks.h"
 
 namespace mtrain::train {
@@ -95,6 +96,11 @@ class WatchdogHook : public TrainHook {
   std::shared_ptr<Watchdog> watchdog_;
   int64_t iteration_ = 0;  // the step in progress (or the last one finished)
 };
+
+// What a timeout handler does: prints `e` (format_error) to stderr and ends
+// the process at once with e's exit code, without unwinding (the main thread
+// is blocked and cannot be reached).
+[[noreturn]] void end_process_on_timeout(const Error& e);
 
 // The watchdog of one rank of a multi-rank run: on timeout it prints
 //   mtrain: error: rank R: no progress for T s (last: ...)
