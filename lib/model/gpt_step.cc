@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "common/rng.h"
 #include "model/gpt.h"
+#include "profiler/probe.h"
 #include "tensor/activation.h"
 #include "tensor/embedding.h"
 #include "tensor/norm.h"
@@ -24,6 +25,18 @@ int64_t token_offset(const ModelConfig& c, int64_t N) { return c.sequence_parall
 
 void round_act(const ModelConfig& c, float* x, int64_t n) {
   if (c.dtype != DType::kF32) k::round_to_dtype(x, n, c.dtype);
+}
+
+namespace pf = profiler;
+
+pf::Region module(const char* name, pf::Pass pass, int64_t index = -1) {
+  return {pf::Kind::kModule, pass, name, index};
+}
+
+// (N_loc, C) hidden states of this rank (a token shard under sequence parallelism).
+pf::TensorRef hidden(const ModelConfig& c, const char* role, const float* p, int64_t N) {
+  return pf::tensor_2d(role, p, c.tokens_local(N), c.hidden, dtype_name(c.dtype),
+                       c.sequence_parallel ? pf::Partition::kTpShard : pf::Partition::kReplicated);
 }
 
 }  // namespace
@@ -54,16 +67,22 @@ const float* GptModel::forward_chunk(int c, int s, const TokenBatch& b, const fl
   const int64_t Nl = cf.tokens_local(b.B * b.T), C = cf.hidden;
   const int64_t stride = residual_stride();
   float* res = sl.residuals.data();
+  const int64_t N = b.B * b.T;
   if (ch.spec.pre) {
+    pf::Scope m(module("embedding", pf::Pass::kForward));
     embed_forward(b, res, seed, training);
+    m.end({hidden(cf, "output", res, N)});
   } else if (res) {
     std::memcpy(res, input, sizeof(float) * Nl * C);
   }
   const parallel::TpConfig tp = tp_config();
   for (int64_t i = 0; i < ch.spec.num_layers; ++i) {
     const uint64_t lseed = stream_seed(seed, static_cast<uint64_t>(ch.spec.first_layer + i));
+    pf::Scope m(module("decoder.layers", pf::Pass::kForward, ch.spec.first_layer + i),
+                {hidden(cf, "input", res + i * stride, N)});
     layer_forward(cf, tp, params_, layers_[ch.layer_index[i]], acts_for(sl, i), ws_, res + i * stride,
                   res + (i + 1) * stride, b, lseed, training);
+    m.end({hidden(cf, "output", res + (i + 1) * stride, N)});
   }
   const float* out = res + ch.spec.num_layers * stride;
   if (!ch.spec.post) return out;
@@ -89,6 +108,8 @@ const float* GptModel::backward_chunk(int c, int s, const TokenBatch& b, const f
     const uint64_t lseed = stream_seed(seed, static_cast<uint64_t>(ch.spec.first_layer + i));
     const float* x = res + i * stride;
     const LayerParams& lp = layers_[ch.layer_index[i]];
+    pf::Scope m(module("decoder.layers", pf::Pass::kBackward, ch.spec.first_layer + i),
+                {hidden(cf, "grad_output", dres_.data(), b.B * b.T)});
     if (cf.layer_recomputed(i)) {
       // Re-run this layer's forward from its saved input into the shared
       // activation set; the output lands in a spare buffer (d_ln is free here).
@@ -96,6 +117,7 @@ const float* GptModel::backward_chunk(int c, int s, const TokenBatch& b, const f
     }
     if (zero_grads) zero_layer_grads(ch.layer_index[i]);
     layer_backward(cf, tp, params_, lp, acts_for(sl, i), ws_, x, dres_.data(), b, lseed, training);
+    m.end({hidden(cf, "grad_input", dres_.data(), b.B * b.T)});
     report_ready(layer_param_span_[ch.layer_index[i]].first, layer_param_span_[ch.layer_index[i]].second);
   }
   if (ch.spec.post) {
@@ -104,6 +126,7 @@ const float* GptModel::backward_chunk(int c, int s, const TokenBatch& b, const f
     if (out_w_ != wte_) report_ready(out_w_, out_w_);
   }
   if (!ch.spec.pre) return dres_.data();
+  pf::Scope m(module("embedding", pf::Pass::kBackward), {hidden(cf, "grad_output", dres_.data(), b.B * b.T)});
   embed_backward(b, dres_.data(), seed, training, zero_grads);
   report_ready(wte_, wte_);
   if (wpe_ >= 0) report_ready(wpe_, wpe_);
@@ -152,22 +175,37 @@ void GptModel::head_forward(ChunkSlot& s, const TokenBatch& b, const float* h) {
   const ModelConfig& c = config_;
   const int64_t N = b.B * b.T, Nl = c.tokens_local(N), C = c.hidden, V = c.vocab_local();
   float* scratch = ws_.scratch.data();
-  if (c.rmsnorm) {
-    k::rmsnorm_forward(s.lnf.data(), s.lnf_rstd.data(), h, params_.param(lnf_w_), Nl, C, c.norm_eps, c.fusions.rmsnorm,
-                       scratch);
-  } else {
-    k::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), h, params_.param(lnf_w_),
-                         params_.param(lnf_b_), Nl, C, c.norm_eps);
+  {
+    pf::Scope m(module("decoder.final_layernorm", pf::Pass::kForward), {hidden(c, "input", h, N)});
+    if (c.rmsnorm) {
+      k::rmsnorm_forward(s.lnf.data(), s.lnf_rstd.data(), h, params_.param(lnf_w_), Nl, C, c.norm_eps,
+                         c.fusions.rmsnorm, scratch);
+    } else {
+      k::layernorm_forward(s.lnf.data(), s.lnf_mean.data(), s.lnf_rstd.data(), h, params_.param(lnf_w_),
+                           params_.param(lnf_b_), Nl, C, c.norm_eps);
+    }
+    round_act(c, s.lnf.data(), Nl * C);
+    m.end({hidden(c, "output", s.lnf.data(), N)});
   }
-  round_act(c, s.lnf.data(), Nl * C);
-  float* x_full = c.sequence_parallel ? ws_.full_in.data() : s.lnf.data();
-  parallel::column_parallel_linear_forward(tp_config(), s.logits.data(), x_full, s.lnf.data(), params_.param(out_w_),
-                                           nullptr, N, C, V);
+  const pf::TensorRef logits =
+      pf::tensor_2d("output", s.logits.data(), N, V, dtype_name(c.dtype), pf::Partition::kTpShard);
+  {
+    pf::Scope m(module("output_layer", pf::Pass::kForward), {hidden(c, "input", s.lnf.data(), N)});
+    float* x_full = c.sequence_parallel ? ws_.full_in.data() : s.lnf.data();
+    parallel::column_parallel_linear_forward(tp_config(), s.logits.data(), x_full, s.lnf.data(), params_.param(out_w_),
+                                             nullptr, N, C, V);
+    m.end({logits});
+  }
   if (!b.targets) return;
   const bool fused = c.fusions.cross_entropy;
+  pf::TensorRef in = logits;
+  in.role = "input";
+  pf::Scope op(
+      {pf::Kind::kOp, pf::Pass::kForward, "cross_entropy", -1, fused ? "--cross_entropy_loss_fusion" : nullptr}, {in});
   parallel::vocab_parallel_cross_entropy_forward(*tp_, s.losses.data(), fused ? s.ce_stats.data() : nullptr,
                                                  s.logits.data(), b.targets, N, V, c.vocab_start(), fused,
                                                  fused ? nullptr : s.ce_scratch.data());
+  op.end({pf::tensor_2d("output", s.losses.data(), b.B, b.T, "float32")});
 }
 
 void GptModel::head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, const float* dloss, bool zero_grads) {
@@ -175,26 +213,41 @@ void GptModel::head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, 
   const int64_t N = b.B * b.T, Nl = c.tokens_local(N), C = c.hidden, V = c.vocab_local();
   float* scratch = ws_.scratch.data();
   const bool fused = c.fusions.cross_entropy;
-  // d(logits) overwrites the logits in place.
-  parallel::vocab_parallel_cross_entropy_backward(s.logits.data(), s.logits.data(), fused ? s.ce_stats.data() : nullptr,
-                                                  b.targets, dloss, N, V, c.vocab_start(), fused,
-                                                  fused ? nullptr : s.ce_scratch.data());
-  if (zero_grads) zero_grad(out_w_);  // tied: the word embeddings, before the embedding backward adds to them
-  float* x_full = s.lnf.data();
-  if (c.sequence_parallel) {
-    parallel::sp_all_gather(*tp_, s.lnf.data(), ws_.full_in.data(), Nl * C);
-    x_full = ws_.full_in.data();
+  const pf::TensorRef dlogits =
+      pf::tensor_2d("grad_input", s.logits.data(), N, V, dtype_name(c.dtype), pf::Partition::kTpShard);
+  {
+    // d(logits) overwrites the logits in place.
+    pf::Scope op(
+        {pf::Kind::kOp, pf::Pass::kBackward, "cross_entropy", -1, fused ? "--cross_entropy_loss_fusion" : nullptr},
+        {pf::tensor_2d("grad_output", dloss, b.B, b.T, "float32")});
+    parallel::vocab_parallel_cross_entropy_backward(s.logits.data(), s.logits.data(),
+                                                    fused ? s.ce_stats.data() : nullptr, b.targets, dloss, N, V,
+                                                    c.vocab_start(), fused, fused ? nullptr : s.ce_scratch.data());
+    op.end({dlogits});
   }
-  // The output layer always accumulates its weight gradient in place.
-  parallel::column_parallel_linear_backward(tp_config(), dlnf_.data(), ws_.full_out.data(), params_.grad(out_w_),
-                                            nullptr, s.logits.data(), x_full, params_.param(out_w_), N, C, V,
-                                            /*fused_grad_accumulation=*/true, scratch);
-  round_act(c, dlnf_.data(), Nl * C);
+  if (zero_grads) zero_grad(out_w_);  // tied: the word embeddings, before the embedding backward adds to them
+  {
+    pf::TensorRef dout = dlogits;
+    dout.role = "grad_output";
+    pf::Scope m(module("output_layer", pf::Pass::kBackward), {dout});
+    float* x_full = s.lnf.data();
+    if (c.sequence_parallel) {
+      parallel::sp_all_gather(*tp_, s.lnf.data(), ws_.full_in.data(), Nl * C);
+      x_full = ws_.full_in.data();
+    }
+    // The output layer always accumulates its weight gradient in place.
+    parallel::column_parallel_linear_backward(tp_config(), dlnf_.data(), ws_.full_out.data(), params_.grad(out_w_),
+                                              nullptr, s.logits.data(), x_full, params_.param(out_w_), N, C, V,
+                                              /*fused_grad_accumulation=*/true, scratch);
+    round_act(c, dlnf_.data(), Nl * C);
+    m.end({hidden(c, "grad_input", dlnf_.data(), N)});
+  }
   if (dres_.data()) std::memset(dres_.data(), 0, sizeof(float) * Nl * C);
   if (zero_grads) {
     zero_grad(lnf_w_);
     zero_grad(lnf_b_);
   }
+  pf::Scope m(module("decoder.final_layernorm", pf::Pass::kBackward), {hidden(c, "grad_output", dlnf_.data(), N)});
   if (c.rmsnorm) {
     k::rmsnorm_backward(dres_.data(), params_.grad(lnf_w_), dlnf_.data(), h, params_.param(lnf_w_), s.lnf_rstd.data(),
                         Nl, C, c.fusions.rmsnorm, scratch);
@@ -202,6 +255,7 @@ void GptModel::head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, 
     k::layernorm_backward(dres_.data(), params_.grad(lnf_w_), params_.grad(lnf_b_), dlnf_.data(), h,
                           params_.param(lnf_w_), s.lnf_mean.data(), s.lnf_rstd.data(), Nl, C);
   }
+  m.end({hidden(c, "grad_input", dres_.data(), N)});
 }
 
 }  // namespace mtrain::model

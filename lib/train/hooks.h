@@ -1,17 +1,33 @@
-// Step hooks: the public seam by which the logger, the checkpointer (and
-// later the profiler and precision dumper) attach to the training loop
-// without touching it. A hook overrides only what it needs. Hooks run on
-// every rank in registration order; they must not throw on the hot path
-// except to stop training (the exception propagates out of Trainer::train).
+// Step hooks: the public seam by which the logger, the checkpointer, the
+// profiler and the precision dumper attach to the training loop without
+// touching it. A hook overrides only what it needs. Hooks run on every rank in
+// registration order; they must not throw on the hot path except to stop
+// training (the exception propagates out of Trainer::train).
+//
+// Order of calls in one iteration N (one rank):
+//   on_step_begin(N)
+//     region iteration N
+//       region forward_step / backward_step (one per micro-batch and model chunk,
+//         in the pipeline schedule's order), each holding modules > ops > kernels
+//       region grad_sync, region optimizer_step
+//     on_comm(...) after every collective / p2p transfer, wherever it happens
+//   on_step_end(metrics)  [on_eval_end(...) every --eval_interval]  on_iteration_end(N)
+// Regions (profiler/probe.h) reach only hooks whose region_depth() covers
+// their kind; asked again at every step, so a hook can want them for some
+// steps only. Nobody asking costs one branch per region.
+// docs/HOOKS.md shows a complete hook.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "parallel/comm.h"
+#include "profiler/probe.h"
 
 namespace mtrain::train {
 
@@ -72,17 +88,35 @@ class TrainHook {
   // (bytes, group, time): for the profiler and the cost model.
   virtual void on_comm(const parallel::CommEvent&) {}
   virtual void on_train_end(const TrainInfo&) {}
+
+  // Regions of the coming step `iteration`: the deepest kind this hook wants
+  // (nullopt: none), and whether it reads the tensors at region edges.
+  virtual std::optional<profiler::Kind> region_depth(int64_t /*iteration*/) const { return std::nullopt; }
+  virtual bool region_tensors(int64_t /*iteration*/) const { return false; }
+  // A region opens / closes; `tensors` are its inputs / outputs (for a
+  // backward region: incoming / outgoing gradients), valid during the call.
+  virtual void on_region_begin(const profiler::Region&, std::span<const profiler::TensorRef>) {}
+  virtual void on_region_end(const profiler::Region&, std::span<const profiler::TensorRef>) {}
 };
 
-class HookList {
+// The hooks of one rank. While some hook wants regions, the list is its
+// thread's probe listener (profiler/probe.h) and hands each region to the
+// hooks whose depth covers it.
+class HookList : public profiler::Listener {
  public:
-  void add(std::shared_ptr<TrainHook> h) { hooks_.push_back(std::move(h)); }
+  HookList() = default;
+  HookList(const HookList&) = delete;
+  HookList& operator=(const HookList&) = delete;
+  ~HookList() override { stop_listening(); }
+
+  void add(std::shared_ptr<TrainHook> h) {
+    hooks_.push_back(std::move(h));
+    depth_.push_back(-1);
+  }
   void train_begin(const TrainInfo& i) {
     for (auto& h : hooks_) h->on_train_begin(i);
   }
-  void step_begin(int64_t it) {
-    for (auto& h : hooks_) h->on_step_begin(it);
-  }
+  void step_begin(int64_t it);
   void step_end(const StepMetrics& m) {
     for (auto& h : hooks_) h->on_step_end(m);
   }
@@ -95,12 +129,17 @@ class HookList {
   void comm(const parallel::CommEvent& e) {
     for (auto& h : hooks_) h->on_comm(e);
   }
-  void train_end(const TrainInfo& i) {
-    for (auto& h : hooks_) h->on_train_end(i);
-  }
+  void train_end(const TrainInfo& i);
+
+  void begin(const profiler::Region& r, std::span<const profiler::TensorRef> t) override;
+  void end(const profiler::Region& r, std::span<const profiler::TensorRef> t) override;
 
  private:
+  void stop_listening();
+
   std::vector<std::shared_ptr<TrainHook>> hooks_;
+  std::vector<int> depth_;  // per hook: the deepest region kind it wants this step, -1: none
+  bool listening_ = false;
 };
 
 }  // namespace mtrain::train

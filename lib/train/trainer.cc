@@ -11,6 +11,7 @@
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "parallel/pipeline_schedule.h"
+#include "profiler/probe.h"
 #include "tensor/precision.h"
 
 namespace mtrain::train {
@@ -154,12 +155,16 @@ double Trainer::run_schedule(const std::vector<data::Batch>& micro, int64_t it, 
   parallel::PipelineCallbacks cb;
   cb.message_elems = [&](int, int mb) { return model_.hidden_elems(tb[mb]); };
   cb.forward = [&](const parallel::PipeAction& a, const float* input) {
+    profiler::Scope pass(
+        {profiler::Kind::kPhase, profiler::Pass::kForward, "forward_step", a.microbatch, nullptr, a.chunk});
     const float* out = model_.forward_chunk(a.chunk, a.slot, tb[a.microbatch], input, seed_of(a.microbatch), true);
     if (model_.chunk(a.chunk).post && counts_loss)
       loss_sum += weighted_loss(model_.chunk_losses(a.chunk, a.slot), micro[a.microbatch].loss_weights);
     return out;
   };
   cb.backward = [&](const parallel::PipeAction& a, const float* grad_output) {
+    profiler::Scope pass(
+        {profiler::Kind::kPhase, profiler::Pass::kBackward, "backward_step", a.microbatch, nullptr, a.chunk});
     const data::Batch& b = micro[a.microbatch];
     if (model_.chunk(a.chunk).post) {
       // d(total loss)/d(token loss) for the global per-token mean, times the fp16 loss scale.
@@ -189,6 +194,7 @@ double Trainer::share_loss(double local) {
 StepMetrics Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
+  profiler::Scope region({profiler::Kind::kIteration, profiler::Pass::kNone, "iteration", it});
   step_comm_ = {};
   step_comm_by_group_.clear();
   std::vector<data::Batch> micro = train_data_.next_global_batch();
@@ -206,7 +212,10 @@ StepMetrics Trainer::train_step() {
   grad_sync_->begin_overlap(ps.grads().data());
   const double loss_sum = share_loss(run_schedule(micro, it, loss_tokens > 0 ? scale / loss_tokens : 0.0));
   const double lm_loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
-  grad_sync_->reduce(ps.grads().data());
+  {
+    profiler::Scope phase({profiler::Kind::kPhase, profiler::Pass::kNone, "grad_sync"});
+    grad_sync_->reduce(ps.grads().data());
+  }
 
   float* grads = ps.grads().data();
   StepMetrics m;
@@ -251,6 +260,7 @@ StepMetrics Trainer::train_step() {
     // Clipping is applied inside the optimizer's pass (the same float product
     // as optim::clip_grads, without another sweep over the gradient buffer).
     const double clip_coeff = opts_.clip_grad > 0 ? optim::clip_coefficient(opts_.clip_grad, grad_norm) : 1.0;
+    profiler::Scope phase({profiler::Kind::kPhase, profiler::Pass::kNone, "optimizer_step"});
     optimizer_.step(ps.params().data(), grads, scheduler_.lr_at(successful_steps_), clip_coeff);
     grad_sync_->gather_params(ps.params().data());
     ++successful_steps_;
@@ -289,6 +299,8 @@ double Trainer::evaluate(const std::vector<data::Batch>& batches) {
   parallel::PipelineCallbacks cb;
   cb.message_elems = [&](int, int mb) { return model_.hidden_elems(tb[mb]); };
   cb.forward = [&](const parallel::PipeAction& a, const float* input) {
+    profiler::Scope pass(
+        {profiler::Kind::kPhase, profiler::Pass::kForward, "forward_step", a.microbatch, nullptr, a.chunk});
     const float* out = model_.forward_chunk(a.chunk, 0, tb[a.microbatch], input, 0, /*training=*/false);
     if (model_.chunk(a.chunk).post && counts_loss)
       sums[0] += weighted_loss(model_.chunk_losses(a.chunk, 0), batches[a.microbatch].loss_weights);
