@@ -31,6 +31,7 @@
 #include "mtrain/launch/rendezvous.h"
 #include "parallel/mpi_comm.h"
 #include "train/export.h"
+#include "train/precision_compare.h"
 #include "train/run.h"
 
 namespace {
@@ -51,6 +52,10 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
                       {},
                       "encode or decode with a tokenizer (tokenizer.json, tokenizer.model) to check ids",
                       /*training_flags=*/false});
+  commands.push_back({"compare",
+                      {},
+                      "compare two precision dumps (--precision_dump_path) and name the first diverging module",
+                      /*training_flags=*/false});
   commands.push_back({"preprocess_data",
                       {},
                       "tokenize JSONL into Megatron's indexed .bin/.idx pretraining format (for pt --data_path)",
@@ -65,6 +70,7 @@ struct Prepared {
   mtrain::train::ExportOptions export_options;
   mtrain::data::TokenizerCommandOptions tokenizer_options;
   mtrain::data::PreprocessCommandOptions preprocess_options;
+  mtrain::train::CompareOptions compare_options;
   mtrain::launch::DevicePlacement placement;
   std::vector<std::string> warnings;
 };
@@ -93,6 +99,11 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     p.tokenizer_options = mtrain::data::parse_tokenizer_args(p.inv.passthrough);
     return p;
   }
+  if (p.inv.command == "compare") {  // one process, no device
+    p.compare_options = mtrain::train::parse_compare_args(p.inv.passthrough);
+    if (!p.compare_options.help) require_one_process("compare", world);
+    return p;
+  }
   if (p.inv.command == "preprocess_data") {  // one process, no device
     p.preprocess_options = mtrain::data::parse_preprocess_args(p.inv.passthrough);
     if (!p.preprocess_options.help) require_one_process("preprocess_data", world);
@@ -114,6 +125,7 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   }
   if (p.inv.command == "tokenizer") return mtrain::data::run_tokenizer_command(p.tokenizer_options, std::cout);
   if (p.inv.command == "preprocess_data") return mtrain::data::run_preprocess_command(p.preprocess_options, std::cout);
+  if (p.inv.command == "compare") return mtrain::train::run_compare(p.compare_options, std::cout);
   if (p.inv.command == "export") {
     mtrain::PosixFileSystem fs;
     return mtrain::train::run_export(p.export_options, fs);
@@ -154,9 +166,11 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
     if (p.export_options.help) fmt::print("{}", mtrain::train::export_help());
     if (p.tokenizer_options.help) fmt::print("{}", mtrain::data::tokenizer_help());
     if (p.preprocess_options.help) fmt::print("{}", mtrain::data::preprocess_help());
+    if (p.compare_options.help) fmt::print("{}", mtrain::train::compare_help());
   }
   int rc = 0;
-  const bool help = p.devices.help || p.export_options.help || p.tokenizer_options.help || p.preprocess_options.help;
+  const bool help = p.devices.help || p.export_options.help || p.tokenizer_options.help || p.preprocess_options.help ||
+                    p.compare_options.help;
   if (p.inv.action == mtrain::config::Invocation::Action::kRun && !help) {
     std::optional<mtrain::launch::FailureChannel> failures;
     if (mpi && world.size > 1) failures.emplace(mpi->comm());

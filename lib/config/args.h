@@ -170,6 +170,25 @@ struct Args {
   std::string checkpoint_dir_mode = "0750";
   std::string checkpoint_file_mode = "0640";
 
+  // ---- precision debugging (train/precision_dump.h) -------------------------
+  std::string precision_dump_path;                // empty: no dump
+  std::string precision_dump_level = "L1";        // L0 (modules) | L1 (ops) | mix
+  std::vector<std::string> precision_dump_steps;  // 1-based iterations; empty: all
+  std::vector<std::string> precision_dump_ranks;  // global ranks; empty: all
+  bool precision_dump_tensors = false;            // also write each tensor as .npy
+
+  // ---- profiling (train/profiler_hook.h) ------------------------------------
+  bool profile = false;
+  int profile_step_start = 10;  // skip_first: iterations start+1..end are profiled
+  int profile_step_end = 12;
+  std::vector<std::string> profile_ranks = {"-1"};  // global ranks; -1: all (MindSpeed)
+  std::string profile_level = "level0";             // level0 | level1 | level2
+  bool profile_with_cpu = false;
+  bool profile_with_stack = false;
+  bool profile_with_memory = false;
+  bool profile_record_shapes = false;
+  std::string profile_save_path = "./profile_dir";
+
   // ---- derived by validate() (not flags; written to args.json) -------------
   int world_size = 1;
   int data_parallel_size = 1;  // world_size / (TP * PP * CP)

@@ -15,6 +15,8 @@ std::vector<FlagSpec> precision_flags();
 std::vector<FlagSpec> data_flags();
 std::vector<FlagSpec> logging_flags();
 std::vector<FlagSpec> checkpoint_flags();
+std::vector<FlagSpec> debug_flags();  // precision debugging
+std::vector<FlagSpec> profile_flags();
 
 // loss_scale: a number is Megatron's static fp16 loss scale, else swift's token weighting.
 std::string set_loss_scale(const FlagSpec& spec, Args& args, const RawValue& value);

@@ -26,6 +26,10 @@ const char* flag_group_name(FlagGroup g) {
       return "Logging, evaluation, output and device";
     case FlagGroup::kCheckpoint:
       return "Checkpointing";
+    case FlagGroup::kDebug:
+      return "Precision debugging";
+    case FlagGroup::kProfile:
+      return "Profiling";
   }
   return "?";
 }
@@ -34,7 +38,8 @@ const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
     for (auto part : {detail::model_flags, detail::parallel_flags, detail::fusion_flags, detail::training_flags,
-                      detail::precision_flags, detail::data_flags, detail::logging_flags, detail::checkpoint_flags}) {
+                      detail::precision_flags, detail::data_flags, detail::logging_flags, detail::checkpoint_flags,
+                      detail::debug_flags, detail::profile_flags}) {
       for (auto& spec : part()) all.push_back(std::move(spec));
     }
     return all;

@@ -17,11 +17,22 @@
 
 namespace mtrain::config {
 
-enum class FlagGroup { kModel, kParallel, kFusions, kTraining, kPrecision, kData, kLogging, kCheckpoint };
+enum class FlagGroup {
+  kModel,
+  kParallel,
+  kFusions,
+  kTraining,
+  kPrecision,
+  kData,
+  kLogging,
+  kCheckpoint,
+  kDebug,
+  kProfile
+};
 const char* flag_group_name(FlagGroup g);
-inline constexpr FlagGroup kAllFlagGroups[] = {FlagGroup::kModel,    FlagGroup::kParallel,  FlagGroup::kFusions,
-                                               FlagGroup::kTraining, FlagGroup::kPrecision, FlagGroup::kData,
-                                               FlagGroup::kLogging,  FlagGroup::kCheckpoint};
+inline constexpr FlagGroup kAllFlagGroups[] = {
+    FlagGroup::kModel, FlagGroup::kParallel, FlagGroup::kFusions,    FlagGroup::kTraining, FlagGroup::kPrecision,
+    FlagGroup::kData,  FlagGroup::kLogging,  FlagGroup::kCheckpoint, FlagGroup::kDebug,    FlagGroup::kProfile};
 
 // The Args member a flag sets. Its alternative gives the flag's type.
 using FieldRef =

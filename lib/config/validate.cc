@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include "common/errors.h"
+#include "config/precision_dump_args.h"
+#include "config/profile_args.h"
 #include "config/validate_parts.h"
 
 namespace mtrain::config {
@@ -187,6 +189,8 @@ std::vector<std::string> validate(Args& args, int world_size) {
   check_data(args);
   check_logging(args);
   check_checkpointing(args);
+  check_precision_dump(args, world_size, warnings);
+  check_profile(args, world_size);
   // Last: a setting that is wrong in itself gets Megatron's message first.
   check_supported(args);
   return warnings;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "profiler/kernel_region.h"
 #include "tensor/kernel_util.h"
 
 namespace mtrain::kernels {
@@ -17,6 +18,13 @@ inline float sigmoid(float a) { return detail::vec_sigmoid(a); }
 inline float tanh_f(float u) { return detail::vec_tanh(u); }
 
 inline float gelu_tanh_arg(float x) { return kGeluK * (x + kGeluC * (x * x * x)); }
+
+// Steps of the unfused forward paths, shown as ops nested in the op that calls
+// the kernel (the precision dumper takes dtype and TP partition from it).
+inline profiler::Region op_step(const char* name) { return {profiler::Kind::kOp, profiler::Pass::kForward, name}; }
+inline profiler::TensorRef step_ref(const char* role, const float* p, int64_t rows, int64_t cols) {
+  return profiler::tensor_2d(role, p, rows, cols, "float32");
+}
 
 // d gelu(x) / dx given t = tanh(gelu_tanh_arg(x)).
 inline float gelu_grad(float x, float t) {
@@ -110,6 +118,7 @@ void add_bias(float* dst, const float* src, const float* bias, int64_t N, int64_
 
 void bias_swiglu_forward(float* out, const float* inp, const float* bias, int64_t N, int64_t F, bool fused,
                          float* scratch) {
+  profiler::Scope prof(profiler::elementwise_kernel("bias_swiglu_forward", 5.0 * N * F, 8.0 * N * F));
   const int64_t n = N * F;
   if (fused) {
     if (bias)
@@ -121,16 +130,23 @@ void bias_swiglu_forward(float* out, const float* inp, const float* bias, int64_
   float* a = scratch;          // gate + bias (N, F)
   float* b = scratch + n;      // up + bias (N, F)
   float* s = scratch + 2 * n;  // silu(a) (N, F)
+  profiler::Scope step_bias(op_step("bias_add"), {step_ref("input", inp, N, 2 * F)});
   add_bias(a, inp, bias, N, F, 2 * F);
   add_bias(b, inp + F, bias ? bias + F : nullptr, N, F, 2 * F);
+  step_bias.end({step_ref("gate", a, N, F), step_ref("up", b, N, F)});
+  profiler::Scope step_silu(op_step("silu"), {step_ref("input", a, N, F)});
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) s[e] = a[e] * sigmoid(a[e]);
+  step_silu.end({step_ref("output", s, N, F)});
+  profiler::Scope step_mul(op_step("mul"), {step_ref("input", s, N, F), step_ref("up", b, N, F)});
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) out[e] = s[e] * b[e];
+  step_mul.end({step_ref("output", out, N, F)});
 }
 
 void bias_swiglu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias, int64_t N,
                           int64_t F, bool fused, float* scratch) {
+  profiler::Scope prof(profiler::elementwise_kernel("bias_swiglu_backward", 7.0 * N * F, 14.0 * N * F));
   const int64_t n = N * F;
   if (fused) {
     if (bias)
@@ -164,6 +180,7 @@ void bias_swiglu_backward(float* dinp, float* dbias, const float* dout, const fl
 
 void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t N, int64_t F, bool fused,
                        float* scratch) {
+  profiler::Scope prof(profiler::elementwise_kernel("bias_gelu_forward", 3.0 * N * F, 10.0 * N * F));
   const int64_t n = N * F;
   if (fused) {
     if (bias)
@@ -174,7 +191,10 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t 
   }
   float* x = scratch;      // inp + bias (N, F)
   float* t = scratch + n;  // x^3, then the tanh argument, then tanh (N, F)
+  profiler::Scope step_bias(op_step("bias_add"), {step_ref("input", inp, N, F)});
   add_bias(x, inp, bias, N, F, F);
+  step_bias.end({step_ref("output", x, N, F)});
+  profiler::Scope step_gelu(op_step("gelu"), {step_ref("input", x, N, F)});
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) t[e] = x[e] * x[e] * x[e];
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
@@ -183,10 +203,12 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t 
   for (int64_t e = 0; e < n; ++e) t[e] = tanh_f(t[e]);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) out[e] = 0.5f * x[e] * (1.0f + t[e]);
+  step_gelu.end({step_ref("output", out, N, F)});
 }
 
 void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias, int64_t N,
                         int64_t F, bool fused, float* scratch) {
+  profiler::Scope prof(profiler::elementwise_kernel("bias_gelu_backward", 4.0 * N * F, 16.0 * N * F));
   const int64_t n = N * F;
   if (fused) {
     if (bias)
@@ -213,6 +235,7 @@ void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const floa
 
 void bias_dropout_add_forward(float* out, const float* inp, const float* bias, const float* residual, int64_t N,
                               int64_t C, float p, uint64_t seed, bool fused, float* scratch, int64_t index_offset) {
+  profiler::Scope prof(profiler::elementwise_kernel("bias_dropout_add_forward", 4.0 * N * C, 3.0 * N * C));
   const int64_t n = N * C;
   const float keep_scale = detail::dropout_keep_scale(p);
   if (fused) {
@@ -233,19 +256,31 @@ void bias_dropout_add_forward(float* out, const float* inp, const float* bias, c
     return;
   }
   float* v = scratch;  // (N, C): inp + bias, then dropout in place
-  add_bias(v, inp, bias, N, C, C);
-  if (p > 0.0f) dropout_forward(v, v, n, p, seed, index_offset);
+  {
+    profiler::Scope step(op_step("bias_add"), {step_ref("input", inp, N, C)});
+    add_bias(v, inp, bias, N, C, C);
+    step.end({step_ref("output", v, N, C)});
+  }
+  if (p > 0.0f) {
+    profiler::Scope step(op_step("dropout"), {step_ref("input", v, N, C)});
+    dropout_forward(v, v, n, p, seed, index_offset);
+    step.end({step_ref("output", v, N, C)});
+  }
+  profiler::Scope step(op_step("residual_add"), {step_ref("input", v, N, C), step_ref("residual", residual, N, C)});
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) out[e] = residual[e] + v[e];
+  step.end({step_ref("output", out, N, C)});
 }
 
 void bias_dropout_add_backward(float* dinp, float* dbias, const float* dout, int64_t N, int64_t C, float p,
                                uint64_t seed, int64_t index_offset) {
+  profiler::Scope prof(profiler::elementwise_kernel("bias_dropout_add_backward", 3.0 * N * C, 2.0 * N * C));
   dropout_backward(dinp, dout, N * C, p, seed, index_offset);
   if (dbias) detail::column_sums_accumulate(dbias, dinp, N, C, C);
 }
 
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t index_offset) {
+  profiler::Scope prof(profiler::elementwise_kernel("dropout_forward", 2.0 * n, 2.0 * n));
   if (p <= 0.0f) {
     if (out != inp)
 #pragma omp parallel for schedule(static) if (n > kParallelMin)

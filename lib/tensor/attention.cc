@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "profiler/kernel_region.h"
 #include "tensor/kernel_util.h"
 
 namespace mtrain::kernels {
@@ -141,6 +142,8 @@ void attention_unfused_forward(float* out, float* probs, const float* q, const f
                                const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
                                float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch,
                                int64_t head_offset, int64_t total_heads) {
+  profiler::Scope prof(
+      profiler::attention_kernel("attention_unfused_forward", B, H, T, D, 2, B * H * T * (4.0 * D + T)));
   const int64_t R = H / G;
   const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -174,6 +177,8 @@ void attention_unfused_backward(float* dq, float* dk, float* dv, const float* do
                                 const float* v, const float* probs, const int32_t* doc_ids, int64_t B, int64_t H,
                                 int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch,
                                 int64_t head_offset, int64_t total_heads) {
+  profiler::Scope prof(
+      profiler::attention_kernel("attention_unfused_backward", B, H, T, D, 4, B * H * T * (7.0 * D + 2.0 * T)));
   (void)doc_ids;  // invisible entries have probs == 0, so the mask is already in probs
   const int64_t R = H / G;
   const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);

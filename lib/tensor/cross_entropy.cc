@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "profiler/kernel_region.h"
 #include "tensor/kernel_util.h"
 
 namespace mtrain::kernels {
@@ -37,6 +38,9 @@ void cross_entropy_forward_fused(float* losses, float* stats, const float* logit
 void cross_entropy_forward_unfused(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                                    int64_t V, float* logp /* (N, V) */) {
   const bool par = N * V > kParallelMin;
+  // Its steps, shown as ops nested in the cross_entropy op (precision dumper).
+  profiler::Scope step_lsm({profiler::Kind::kOp, profiler::Pass::kForward, "log_softmax"},
+                           {profiler::tensor_2d("input", logits, N, V, "float32")});
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t i = 0; i < N; ++i) {
     const float m = row_max(logits + i * V, V);
@@ -53,13 +57,18 @@ void cross_entropy_forward_unfused(float* losses, float* stats, const float* log
     for (int64_t j = 0; j < V; ++j) logp[i * V + j] -= log_sum;
     if (stats) stats[2 * i + 1] = stats[2 * i] + log_sum;
   }
+  step_lsm.end({profiler::tensor_2d("output", logp, N, V, "float32")});
+  profiler::Scope step_nll({profiler::Kind::kOp, profiler::Pass::kForward, "nll_loss"},
+                           {profiler::tensor_2d("input", logp, N, V, "float32")});
   for (int64_t i = 0; i < N; ++i) losses[i] = -logp[i * V + targets[i]];
+  step_nll.end({profiler::tensor_2d("output", losses, N, 1, "float32")});
 }
 
 }  // namespace
 
 void cross_entropy_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, bool fused, float* scratch) {
+  profiler::Scope prof(profiler::elementwise_kernel("cross_entropy_forward", 1.0 * N * V + 3.0 * N, 4.0 * N * V));
   if (fused)
     cross_entropy_forward_fused(losses, stats, logits, targets, N, V);
   else
@@ -68,6 +77,7 @@ void cross_entropy_forward(float* losses, float* stats, const float* logits, con
 
 void cross_entropy_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
                             const float* dlosses, int64_t N, int64_t V, bool fused, const float* scratch) {
+  profiler::Scope prof(profiler::elementwise_kernel("cross_entropy_backward", 2.0 * N * V + 3.0 * N, 4.0 * N * V));
   const bool par = N * V > kParallelMin;
   if (fused) {
     // softmax recomputed from the logits and the saved lse; one write per

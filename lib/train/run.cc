@@ -26,6 +26,8 @@
 #include "train/generate.h"
 #include "train/grad_sync.h"
 #include "train/logger.h"
+#include "train/precision_dump.h"
+#include "train/profiler_hook.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
 
@@ -264,6 +266,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
   add_logger(hooks, args, *state, dev);
+  if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
   // fault_injection.h: the only reader of these variables; a save fault
   // makes the checkpoint file system a fault-injecting one.
   const std::optional<InjectedFault> fault =
@@ -288,6 +291,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   SaveSettings save = save_settings(args);
   save.seed = to.seed;
   hooks.add(std::make_shared<CheckpointHook>(fs, std::move(save), ts, trainer, watchdog));
+  PosixFileSystem profile_fs;
+  if (args.profile)
+    hooks.add(std::make_shared<ProfilerHook>(profiler_options(args), dev, state, state->rank(), profile_fs));
   trainer.train();
   // Without TP/PP the sample answers are one rank's own compute: no peer to wait for.
   if (watchdog && args.tensor_model_parallel_size * args.pipeline_model_parallel_size == 1) watchdog->stop();

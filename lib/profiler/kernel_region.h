@@ -1,0 +1,55 @@
+// Kernel regions (profiler/probe.h, Kind::kKernel) with the work the simulated
+// NPU's cost model needs: one line at the top of a kernel,
+//   profiler::Scope prof(profiler::gemm_kernel("linear_forward", N, OC, C));
+// Bytes count the elements a kernel reads and writes at the model's compute
+// dtype (set per thread by the profiler; host storage is always fp32). When
+// nobody listens for kernels the helpers return at once.
+#pragma once
+
+#include <cstdint>
+
+#include "profiler/probe.h"
+
+namespace mtrain::profiler {
+
+namespace detail {
+extern thread_local int t_compute_dtype_bytes;  // 4 unless set
+}
+// The element size kernels of this thread account bytes at (2 for bf16/fp16).
+inline void set_compute_dtype_bytes(int bytes) { detail::t_compute_dtype_bytes = bytes; }
+inline int compute_dtype_bytes() { return detail::t_compute_dtype_bytes; }
+
+// C (m, n) = A (m, k) · B (k, n): 2mnk flops, (mk + kn + mn) elements moved.
+inline Region gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k) {
+  Region r{Kind::kKernel, Pass::kNone, name};
+  if (!listening(Kind::kKernel)) return r;
+  r.m = m;
+  r.n = n;
+  r.k = k;
+  r.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  r.bytes = (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n) *
+            detail::t_compute_dtype_bytes;
+  return r;
+}
+
+// A pass over memory: `elements` read plus written, `flops` of arithmetic.
+inline Region elementwise_kernel(const char* name, double elements, double flops) {
+  Region r{Kind::kKernel, Pass::kNone, name};
+  if (!listening(Kind::kKernel)) return r;
+  r.flops = flops;
+  r.bytes = elements * detail::t_compute_dtype_bytes;
+  return r;
+}
+
+// A fused attention kernel over (B, H, T, D) with `gemms` T×T×D GEMMs per
+// head; `elements` read plus written.
+inline Region attention_kernel(const char* name, int64_t B, int64_t H, int64_t T, int64_t D, int gemms,
+                               double elements) {
+  Region r = elementwise_kernel(name, elements, 2.0 * gemms * static_cast<double>(B * H) * T * T * D);
+  r.m = T;
+  r.n = T;
+  r.k = D;
+  return r;
+}
+
+}  // namespace mtrain::profiler
