@@ -11,6 +11,7 @@
 
 #include "common/errors.h"
 #include "parallel/tensor_parallel.h"
+#include "profiler/probe.h"
 #include "tensor/cross_entropy.h"
 #include "tensor/embedding.h"
 #include "tensor/kernel_util.h"
@@ -113,6 +114,10 @@ void ce_forward_fused(Comm& tp, float* losses, float* stats, const float* logits
 void ce_forward_unfused(Comm& tp, float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                         int64_t V, int64_t vocab_start, float* logp) {
   const bool par = N * V > kParallelMin;
+  // Its steps, shown as ops nested in the cross_entropy op (precision dumper),
+  // under the names the single-device kernel uses.
+  profiler::Scope step_lsm({profiler::Kind::kOp, profiler::Pass::kForward, "log_softmax"},
+                           {profiler::tensor_2d("input", logits, N, V, "float32")});
   global_row_max(tp, losses, logits, N, V);
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t i = 0; i < N; ++i) {
@@ -128,11 +133,15 @@ void ce_forward_unfused(Comm& tp, float* losses, float* stats, const float* logi
     for (int64_t j = 0; j < V; ++j) logp[i * V + j] -= log_sum;
     if (stats) stats[2 * i + 1] = stats[2 * i] + log_sum;
   }
+  step_lsm.end({profiler::tensor_2d("output", logp, N, V, "float32")});
+  profiler::Scope step_nll({profiler::Kind::kOp, profiler::Pass::kForward, "nll_loss"},
+                           {profiler::tensor_2d("input", logp, N, V, "float32")});
   for (int64_t i = 0; i < N; ++i) {
     const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
     losses[i] = (t >= 0 && t < V) ? -logp[i * V + t] : 0.0f;
   }
   tp.all_reduce_sum(losses, N);
+  step_nll.end({profiler::tensor_2d("output", losses, N, 1, "float32")});
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "profiler/probe.h"
 
+#include <utility>
+
 namespace mtrain::profiler {
 
 namespace detail {
@@ -34,35 +36,18 @@ const char* pass_name(Pass p) {
   return "?";
 }
 
-TensorRef tensor_2d(const char* role, const float* data, int64_t rows, int64_t cols, const char* dtype, Partition p) {
-  TensorRef t;
-  t.role = role;
-  t.data = data;
-  t.numel = rows * cols;
-  t.dims = {rows, cols, 0, 0};
-  t.ndim = 2;
-  t.dtype = dtype;
-  t.partition = p;
-  return t;
-}
-
-TensorRef tensor_4d(const char* role, const float* data, int64_t a, int64_t b, int64_t c, int64_t d, const char* dtype,
-                    Partition p) {
-  TensorRef t;
-  t.role = role;
-  t.data = data;
-  t.numel = a * b * c * d;
-  t.dims = {a, b, c, d};
-  t.ndim = 4;
-  t.dtype = dtype;
-  t.partition = p;
-  return t;
-}
-
 Listener* set_listener(Listener* l, Kind deepest, bool tensors) {
   Listener* prev = detail::t_probe.listener;
-  detail::t_probe = {l, deepest, tensors};
+  detail::t_probe.listener = l;
+  detail::t_probe.deepest = deepest;
+  detail::t_probe.tensors = tensors;
   return prev;
+}
+
+void rethrow_pending() {
+  if (!detail::t_probe.pending) return;
+  std::exception_ptr e = std::exchange(detail::t_probe.pending, nullptr);
+  std::rethrow_exception(e);
 }
 
 }  // namespace mtrain::profiler

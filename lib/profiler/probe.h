@@ -3,7 +3,8 @@
 // optimizer step), a module, an op, a kernel) and the tensors
 // it shows at their edges. Whoever listens (the profiler, the precision
 // dumper, a user's hook through train/hooks.h) sees them; nobody listening
-// costs one thread-local load and a branch per region.
+// costs a thread-local load and a branch per region (and filling the small
+// TensorRefs a site passes, on the stack).
 //
 // A thread has at most one listener: each simulated rank is a thread (or a
 // process), so ranks never see each other's regions. The listener says the
@@ -17,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
 #include <span>
 
@@ -56,10 +58,14 @@ struct TensorRef {
   Partition partition = Partition::kReplicated;
 };
 // A 2-D tensor ref (rows, cols), the common case of activations.
-TensorRef tensor_2d(const char* role, const float* data, int64_t rows, int64_t cols, const char* dtype,
-                    Partition p = Partition::kReplicated);
-TensorRef tensor_4d(const char* role, const float* data, int64_t a, int64_t b, int64_t c, int64_t d, const char* dtype,
-                    Partition p = Partition::kReplicated);
+inline TensorRef tensor_2d(const char* role, const float* data, int64_t rows, int64_t cols, const char* dtype,
+                           Partition p = Partition::kReplicated) {
+  return {role, data, rows * cols, {rows, cols, 0, 0}, 2, dtype, p};
+}
+inline TensorRef tensor_4d(const char* role, const float* data, int64_t a, int64_t b, int64_t c, int64_t d,
+                           const char* dtype, Partition p = Partition::kReplicated) {
+  return {role, data, a * b * c * d, {a, b, c, d}, 4, dtype, p};
+}
 
 struct Region {
   Kind kind = Kind::kOp;
@@ -92,6 +98,7 @@ struct ThreadProbe {
   Listener* listener = nullptr;
   Kind deepest = Kind::kIteration;
   bool tensors = false;
+  std::exception_ptr pending;  // thrown by a listener while a Scope was being destroyed
 };
 extern thread_local ThreadProbe t_probe;
 }  // namespace detail
@@ -106,28 +113,41 @@ inline bool listening(Kind k) {
 // True when the listener reads tensors (sites skip building refs otherwise).
 inline bool wants_tensors() { return detail::t_probe.listener != nullptr && detail::t_probe.tensors; }
 
+// Rethrows (and clears) what a listener threw while a Scope was destroyed:
+// a destructor must not throw, so ~Scope keeps the exception for the caller
+// that closes the step (train::HookList) to raise.
+void rethrow_pending();
+
 // A region for the life of a scope. Call end({...}) to show outputs; a scope
-// left without end() (an exception) is ended with no tensors.
+// left without end() (an exception, or just the end of the block) is ended
+// with no tensors. The listener that saw begin sees end.
 class Scope {
  public:
-  explicit Scope(const Region& r, std::initializer_list<TensorRef> inputs = {}) : r_(r), on_(listening(r.kind)) {
-    if (on_) detail::t_probe.listener->begin(r_, std::span<const TensorRef>(inputs.begin(), inputs.size()));
+  explicit Scope(const Region& r, std::initializer_list<TensorRef> inputs = {})
+      : r_(r), l_(listening(r.kind) ? detail::t_probe.listener : nullptr) {
+    if (l_) l_->begin(r_, std::span<const TensorRef>(inputs.begin(), inputs.size()));
   }
   ~Scope() {
-    if (on_) detail::t_probe.listener->end(r_, {});
+    if (!l_) return;
+    try {
+      l_->end(r_, {});
+    } catch (...) {
+      if (!detail::t_probe.pending) detail::t_probe.pending = std::current_exception();
+    }
   }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
-  bool on() const { return on_; }
+  bool on() const { return l_ != nullptr; }
   void end(std::initializer_list<TensorRef> outputs) {
-    if (!on_) return;
-    on_ = false;
-    detail::t_probe.listener->end(r_, std::span<const TensorRef>(outputs.begin(), outputs.size()));
+    if (!l_) return;
+    Listener* l = l_;
+    l_ = nullptr;
+    l->end(r_, std::span<const TensorRef>(outputs.begin(), outputs.size()));
   }
 
  private:
   Region r_;
-  bool on_;
+  Listener* l_;
 };
 
 }  // namespace mtrain::profiler

@@ -19,9 +19,11 @@ inline float tanh_f(float u) { return detail::vec_tanh(u); }
 
 inline float gelu_tanh_arg(float x) { return kGeluK * (x + kGeluC * (x * x * x)); }
 
-// Steps of the unfused forward paths, shown as ops nested in the op that calls
-// the kernel (the precision dumper takes dtype and TP partition from it).
-inline profiler::Region op_step(const char* name) { return {profiler::Kind::kOp, profiler::Pass::kForward, name}; }
+// Steps of the unfused paths, shown as ops nested in the op that calls the
+// kernel (the precision dumper takes dtype and TP partition from it).
+inline profiler::Region op_step(const char* name, profiler::Pass pass = profiler::Pass::kForward) {
+  return {profiler::Kind::kOp, pass, name};
+}
 inline profiler::TensorRef step_ref(const char* role, const float* p, int64_t rows, int64_t cols) {
   return profiler::tensor_2d(role, p, rows, cols, "float32");
 }
@@ -161,17 +163,21 @@ void bias_swiglu_backward(float* dinp, float* dbias, const float* dout, const fl
     add_bias(b, inp + F, bias ? bias + F : nullptr, N, F, 2 * F);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t e = 0; e < n; ++e) s[e] = sigmoid(a[e]);
+    profiler::Scope step_mul(op_step("mul", profiler::Pass::kBackward), {step_ref("grad_output", dout, N, F)});
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < N; ++i)  // mul backward, up side
       for (int64_t j = 0; j < F; ++j) dinp[i * 2 * F + F + j] = dout[i * F + j] * (a[i * F + j] * s[i * F + j]);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t e = 0; e < n; ++e) b[e] = dout[e] * b[e];  // mul backward, gate side
+    step_mul.end({step_ref("grad_input", b, N, F)});
+    profiler::Scope step_silu(op_step("silu", profiler::Pass::kBackward), {step_ref("grad_output", b, N, F)});
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < N; ++i)  // silu backward
       for (int64_t j = 0; j < F; ++j) {
         const int64_t e = i * F + j;
         dinp[i * 2 * F + j] = b[e] * (s[e] * (1.0f + a[e] * (1.0f - s[e])));
       }
+    step_silu.end({step_ref("grad_input", dinp, N, 2 * F)});
   }
   if (dbias) detail::column_sums_accumulate(dbias, dinp, N, 2 * F, 2 * F);
 }
@@ -225,8 +231,10 @@ void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const floa
     for (int64_t e = 0; e < n; ++e) t[e] = tanh_f(t[e]);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t e = 0; e < n; ++e) t[e] = gelu_grad(x[e], t[e]);
+    profiler::Scope step(op_step("gelu", profiler::Pass::kBackward), {step_ref("grad_output", dout, N, F)});
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t e = 0; e < n; ++e) dinp[e] = dout[e] * t[e];
+    step.end({step_ref("grad_input", dinp, N, F)});
   }
   if (dbias) detail::column_sums_accumulate(dbias, dinp, N, F, F);
 }

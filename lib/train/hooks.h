@@ -14,7 +14,8 @@
 //   on_step_end(metrics)  [on_eval_end(...) every --eval_interval]  on_iteration_end(N)
 // Regions (profiler/probe.h) reach only hooks whose region_depth() covers
 // their kind; asked again at every step, so a hook can want them for some
-// steps only. Nobody asking costs one branch per region.
+// steps only; evaluation and saves run unobserved. Nobody asking costs a
+// branch per region.
 // docs/HOOKS.md shows a complete hook.
 #pragma once
 
@@ -117,7 +118,11 @@ class HookList : public profiler::Listener {
     for (auto& h : hooks_) h->on_train_begin(i);
   }
   void step_begin(int64_t it);
+  // The iteration's regions are over: evaluation and saving run unobserved.
+  // Raises what a hook threw from a region closed by a destructor.
   void step_end(const StepMetrics& m) {
+    stop_listening();
+    profiler::rethrow_pending();
     for (auto& h : hooks_) h->on_step_end(m);
   }
   void eval_end(const EvalMetrics& m) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "common/errors.h"
@@ -76,6 +77,19 @@ std::vector<DumpFile> load_step(const fs::path& step_dir) {
   }
   if (files.empty())
     throw DataError(fmt::format("{}: not a precision dump (no rank<R>/dump.json inside)", step_dir.string()));
+  // The merge needs every tensor-parallel shard of every stage of
+  // data-parallel rank 0: a missing one would give wrong full statistics.
+  const DumpRankInfo& l = files.front().info;
+  std::set<std::pair<int, int>> have;
+  for (const DumpFile& f : files)
+    if (f.info.dp == 0) have.insert({f.info.pp, f.info.tp});
+  for (int pp = 0; pp < l.pp_size; ++pp)
+    for (int tp = 0; tp < l.tp_size; ++tp)
+      if (!have.count({pp, tp}))
+        throw DataError(fmt::format("{}: no dump of the rank at tensor-parallel rank {}, pipeline stage {} of "
+                                    "data-parallel rank 0 (tp {}, pp {}); compare merges all of them",
+                                    step_dir.string(), tp, pp, l.tp_size, l.pp_size),
+                        "dump every rank of data-parallel group 0: leave --precision_dump_ranks empty or list them");
   return files;
 }
 
@@ -296,6 +310,9 @@ CompareReport compare_dumps(const CompareOptions& o) {
   }
   for (const Merged& m : vb.records)
     if (!va.by_name.count(m.rec.name)) rep.only_b.push_back(m.rec.name);
+  if (rep.compared == 0)
+    throw DataError(fmt::format("mtrain compare: {} and {} share no record at step {}", o.a, o.b, step),
+                    "dump both runs of the same model with the same --precision_dump_level");
   rep.first_nonfinite_a = va.first_nonfinite;
   rep.first_nonfinite_b = vb.first_nonfinite;
   return rep;

@@ -131,10 +131,8 @@ void PrecisionDumpHook::add_tensors(const DumpRecord& rec, std::span<const pf::T
       d.dtype = pi.dtype;
       d.tp_shard = pi.tp_shard && t.ndim >= 2 && t.dims[t.ndim - 1] > 1;
     }
-    if (t.data)
-      d.stats = pf::tensor_stats(t.data, t.numel);
-    else
-      d.stats.count = t.numel;
+    d.stats = pf::tensor_stats(t.data, t.data ? t.numel : 0);  // shape only: no finite values
+    d.stats.count = t.numel;
     out.push_back(std::move(d));
     if (opt_.tensors && t.data) {
       PosixFileSystem fs;

@@ -102,7 +102,8 @@ json dump_file_to_json(const DumpFile& f) {
 }
 
 DumpFile dump_file_from_json(const json& j, const std::string& path) {
-  if (!j.is_object() || j.value("format", "") != kDumpFormat)
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  if (!j.is_object() || format == j.end() || !format->is_string() || format->get<std::string>() != kDumpFormat)
     throw DataError(fmt::format("{}: not an mtrain precision dump", path),
                     "pass a directory written with --precision_dump_path");
   try {

@@ -278,9 +278,13 @@ void ProfilerHook::on_comm(const parallel::CommEvent& e) {
     if (name == e.group) inter = spans;
   const double dur =
       cost_.comm_seconds(collective_of(e.op), static_cast<double>(e.bytes + e.recv_bytes), e.group_size, inter) * 1e6;
-  c.npu_begin = std::max(c.host_begin, device_free_);
+  // Collectives run on their own stream after the compute issued before them;
+  // a blocking one holds the compute stream until it ends, a non-blocking one
+  // (an overlapped DP bucket reduction) runs beside the kernels.
+  c.npu_begin = std::max({c.host_begin, device_free_, comm_free_});
   c.npu_end = c.npu_begin + dur;
-  place_on_device(c.host_begin, dur);
+  comm_free_ = c.npu_end;
+  if (!e.nonblocking) place_on_device(c.npu_begin, dur);
 }
 
 }  // namespace mtrain::train

@@ -11,7 +11,10 @@
 //   clock, start = max(host issue time, device free), duration from the
 //   device's cost model (device/cost_model.h); a region spans its first to
 //   last device work; a region without instrumented kernels (the optimizer
-//   step) takes its host duration. Collectives go on their own track.
+//   step) takes its host duration. Collectives go on their own track and
+//   stream: each starts after the compute issued before it; a blocking one
+//   holds the compute stream until it ends, a non-blocking one (overlapped
+//   DP bucket reduction) runs beside the kernels.
 // The NPU clock is driven by kernel regions at every level; the level decides
 // only which spans are written (level0: iterations, phases, collectives;
 // level1: + modules and ops; level2: + kernels).
@@ -159,6 +162,7 @@ class ProfilerHook : public TrainHook {
   std::vector<Open> open_;
   int open_kernels_ = 0;
   double device_free_ = 0;    // µs: the simulated device is busy until then
+  double comm_free_ = 0;      // µs: the simulated communication stream is busy until then
   double npu_kernel_us_ = 0;  // µs of kernel work on the simulated device in the window (every level)
 
   std::vector<ProfiledSpan> spans_;

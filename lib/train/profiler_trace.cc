@@ -233,46 +233,61 @@ void ProfilerHook::save() {
   action_ = profiler::ScheduleAction::kNone;
   written_.clear();
   const std::string dir = opts_.save_path;
+  // A profile that cannot be written costs the profile, not the run: each
+  // failure is a warning, and every rank still reaches the barrier (a rank
+  // leaving early would hang the others in the next collective).
   if (profiled_) {
-    fs_.create_dirs(dir);
-    const TraceWriter w{*this};
-    const std::string trace_path = fmt::format("{}/rank_{}_trace.json", dir, rank_);
-    write_file_atomic(fs_, trace_path, w.trace().dump());
-    const std::string summary = w.summary();
-    const std::string summary_path = fmt::format("{}/rank_{}_summary.txt", dir, rank_);
-    write_file_atomic(fs_, summary_path, summary);
-    written_ = {trace_path, summary_path};
-    if (opts_.print_summary) {
-      std::string prefixed;
-      for (size_t s = 0; s < summary.size();) {
-        const size_t e = summary.find('\n', s);
-        prefixed += fmt::format("[rank {}] {}\n", rank_, summary.substr(s, e - s));
-        s = e == std::string::npos ? summary.size() : e + 1;
+    try {
+      fs_.create_dirs(dir);
+      const TraceWriter w{*this};
+      const std::string trace_path = fmt::format("{}/rank_{}_trace.json", dir, rank_);
+      write_file_atomic(fs_, trace_path, w.trace().dump());
+      const std::string summary = w.summary();
+      const std::string summary_path = fmt::format("{}/rank_{}_summary.txt", dir, rank_);
+      write_file_atomic(fs_, summary_path, summary);
+      written_ = {trace_path, summary_path};
+      if (opts_.print_summary) {
+        std::string prefixed;
+        for (size_t s = 0; s < summary.size();) {
+          const size_t e = summary.find('\n', s);
+          prefixed += fmt::format("[rank {}] {}\n", rank_, summary.substr(s, e - s));
+          s = e == std::string::npos ? summary.size() : e + 1;
+        }
+        fmt::print("{}", prefixed);
       }
-      fmt::print("{}", prefixed);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "mtrain: warning: profiler: rank {} could not write its trace to {}: {} (training goes on)\n",
+                 rank_, dir, e.what());
     }
   }
   // Every rank, profiled or not, reaches the barrier; then the lowest
   // profiled rank merges the per-rank files (one host, or a shared file system).
   if (state_) state_->world().barrier();
   if (profiled_ && rank_ == profiled_ranks_.front()) {
-    json merged = json::array();
-    for (int r : profiled_ranks_) {
-      const std::string p = fmt::format("{}/rank_{}_trace.json", dir, r);
-      json t = json::parse(fs_.read_file(p, int64_t{1} << 40));
-      for (auto& e : t["traceEvents"]) merged.push_back(std::move(e));
+    try {
+      json merged = json::array();
+      for (int r : profiled_ranks_) {
+        const std::string p = fmt::format("{}/rank_{}_trace.json", dir, r);
+        json t = json::parse(fs_.read_file(p, int64_t{1} << 40));
+        for (auto& e : t["traceEvents"]) merged.push_back(std::move(e));
+      }
+      const std::string merged_path = fmt::format("{}/merged_trace.json", dir);
+      json doc{{"traceEvents", std::move(merged)},
+               {"displayTimeUnit", "ms"},
+               {"metadata",
+                {{"ranks", profiled_ranks_},
+                 {"iterations", {window_first_, window_last_}},
+                 {"clock", "steady_clock microseconds: one time base on one host; across nodes approximate"}}}};
+      write_file_atomic(fs_, merged_path, doc.dump());
+      written_.push_back(merged_path);
+    } catch (const std::exception& e) {
+      fmt::print(stderr,
+                 "mtrain: warning: profiler: no merged trace: {} (the per-rank traces stand; on several nodes "
+                 "give --profile_save_path a file system all nodes share)\n",
+                 e.what());
     }
-    const std::string merged_path = fmt::format("{}/merged_trace.json", dir);
-    json doc{{"traceEvents", std::move(merged)},
-             {"displayTimeUnit", "ms"},
-             {"metadata",
-              {{"ranks", profiled_ranks_},
-               {"iterations", {window_first_, window_last_}},
-               {"clock", "steady_clock microseconds: one time base on one host; across nodes approximate"}}}};
-    write_file_atomic(fs_, merged_path, doc.dump());
-    written_.push_back(merged_path);
   }
-  if (profiled_ && !opts_.quiet)
+  if (profiled_ && !opts_.quiet && !written_.empty())
     fmt::print("[profiler] rank {}: iterations {}..{} written to {}\n", rank_, window_first_, window_last_,
                fmt::join(written_, ", "));
   std::fflush(stdout);

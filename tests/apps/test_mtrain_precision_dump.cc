@@ -59,6 +59,34 @@ TEST(MtrainPrecisionDump, TensorParallelRunComparesCleanWithOneDevice) {
   EXPECT_TRUE(contains(cmp2.out, "first divergence: embedding.forward.0 (module embedding)")) << cmp2.out;
 }
 
+// With the fusions off the inner steps are records too (forward and
+// backward, the vocab-parallel cross-entropy's under TP=2 as well), and they
+// still line up with the single-device run; a dump missing a TP shard is
+// refused instead of merging into wrong statistics.
+TEST(MtrainPrecisionDump, UnfusedStepsLineUpAcrossTensorParallelSizes) {
+  const fs::path tmp = make_temp_dir("pdump_unfused");
+  const std::string unfused =
+      "--precision_dump_steps 1 --bias_dropout_fusion false --bias_swiglu_fusion false "
+      "--cross_entropy_loss_fusion false";
+  const RunResult one = run_mtrain(dump_job(tmp / "out1", tmp / "dump1", unfused), tmp, "tp1");
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  const RunResult two = run_mtrain(dump_job(tmp / "out2", tmp / "dump2", unfused + " --tensor_model_parallel_size 2"),
+                                   tmp, "tp2", launch_ranks(2));
+  ASSERT_EQ(two.exit_code, 0) << two.describe();
+  const std::string dump = read_text(tmp / "dump1" / "step1" / "rank0" / "dump.json");
+  for (const char* step : {"activation_func.mul.backward.0", "activation_func.silu.backward.0",
+                           "cross_entropy.log_softmax.forward.0", "mlp_bda.residual_add.forward.0"})
+    EXPECT_TRUE(contains(dump, step)) << step;
+  const RunResult cmp = run_mtrain({"compare", (tmp / "dump1").string(), (tmp / "dump2").string()}, tmp, "cmp");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.describe();
+  EXPECT_FALSE(contains(cmp.out, "skipped")) << cmp.out;
+
+  fs::remove_all(tmp / "dump2" / "step1" / "rank1");
+  const RunResult part = run_mtrain({"compare", (tmp / "dump1").string(), (tmp / "dump2").string()}, tmp, "part");
+  EXPECT_EQ(part.exit_code, 4) << part.describe();
+  EXPECT_TRUE(contains(part.err, "no dump of the rank at tensor-parallel rank 1, pipeline stage 0")) << part.err;
+}
+
 TEST(MtrainPrecisionDump, BadArgumentsGetTheirExitCodes) {
   const fs::path tmp = make_temp_dir("pdump_args");
   RunResult r = run_mtrain({"compare", (tmp / "nope").string(), tmp.string()}, tmp, "missing");

@@ -51,6 +51,18 @@ TEST_F(Profile, PipelineRanksAreMergedIntoOneTrace) {
   EXPECT_TRUE(contains(names[1], "rank 1 (tp 0, pp 1")) << names[1];
 }
 
+// A profile that cannot be written costs the profile, not the run.
+TEST_F(Profile, AnUnwritableSavePathWarnsAndTrainingGoesOn) {
+  const fs::path blocker = tmp_ / "not_a_dir";
+  write_text(blocker, "a file where the profile directory should be");
+  const RunResult r = run(concat(profile_job(tmp_ / "out", "--profile --profile_step_start 1 --profile_step_end 2"),
+                                 {"--profile_save_path", (blocker / "prof").string()}),
+                          "blocked");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_TRUE(contains(r.err, "warning: profiler: rank 0 could not write its trace")) << r.err;
+  EXPECT_TRUE(contains(r.out, "iteration        4/       4")) << r.out;
+}
+
 TEST_F(Profile, BadFlagsExitThree) {
   struct Case {
     std::string extra, message;

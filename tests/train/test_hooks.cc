@@ -30,7 +30,10 @@ struct RegionLog : TrainHook {
   }
   bool region_tensors(int64_t) const override { return true; }
   void on_step_begin(int64_t it) override { current = it; }
-  void on_step_end(const StepMetrics&) override { EXPECT_TRUE(open.empty()); }
+  void on_step_end(const StepMetrics&) override {
+    EXPECT_TRUE(open.empty());
+    EXPECT_FALSE(profiler::listening(profiler::Kind::kIteration)) << "evaluation and saves run unobserved";
+  }
   void on_train_end(const TrainInfo&) override {
     listener_outside_steps = profiler::listening(profiler::Kind::kIteration);
   }
@@ -128,6 +131,34 @@ TEST(Hooks, NoListenerWhenNobodyAsks) {
   hooks.add(p);
   run(hooks, 1);
   EXPECT_FALSE(p->listening);
+}
+
+// A hook that throws from a region closed by a scope's destructor (here
+// grad_sync) stops training with its exception at the end of the step, not
+// with std::terminate.
+TEST(Hooks, AnExceptionFromADestructorClosedRegionStopsTraining) {
+  struct Thrower : TrainHook {
+    std::optional<profiler::Kind> region_depth(int64_t) const override { return profiler::Kind::kPhase; }
+    void on_region_end(const profiler::Region& r, std::span<const profiler::TensorRef>) override {
+      if (std::string(r.name) == "grad_sync") throw std::runtime_error("hook failed in grad_sync");
+    }
+  };
+  struct Steps : TrainHook {
+    std::vector<int64_t> steps;
+    void on_step_end(const StepMetrics& m) override { steps.push_back(m.iteration); }
+  };
+  HookList hooks;
+  auto log = std::make_shared<Steps>();
+  hooks.add(std::make_shared<Thrower>());
+  hooks.add(log);
+  try {
+    run(hooks, 2);
+    FAIL() << "expected the hook's exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "hook failed in grad_sync");
+  }
+  EXPECT_TRUE(log->steps.empty()) << "the step ends with the exception, before on_step_end";
+  EXPECT_FALSE(profiler::listening(profiler::Kind::kIteration));
 }
 
 TEST(Hooks, TheDocumentedExampleHookTimesEveryModule) {
