@@ -105,11 +105,14 @@ void ProfilerHook::on_step_begin(int64_t iteration) {
   if (action_ == profiler::ScheduleAction::kNone) return;
   if (!window_open_) {
     window_open_ = true;
+    // Warmup steps are traced and discarded (PyTorch): the window's first
+    // iteration is its first recorded one.
     window_first_ = iteration;
-    int64_t last = iteration;
+    while (action_of(window_first_) == profiler::ScheduleAction::kWarmup) ++window_first_;
+    int64_t last = window_first_;
     while (action_of(last) != profiler::ScheduleAction::kRecordAndSave) ++last;
     if (!opts_.quiet && profiled_ && rank_ == profiled_ranks_.front())
-      fmt::print("[profiler] recording iterations {}..{} on {} rank(s) at {} into {}\n", iteration, last,
+      fmt::print("[profiler] recording iterations {}..{} on {} rank(s) at {} into {}\n", window_first_, last,
                  profiled_ranks_.size(), opts_.level_name, opts_.save_path);
   }
   window_last_ = iteration;

@@ -149,8 +149,9 @@ class ProfilerHook : public TrainHook {
   int64_t first_iteration_ = 1;  // step 0 of the schedule
   profiler::ScheduleAction action_ = profiler::ScheduleAction::kNone;
   bool in_step_ = false;
-  bool window_open_ = false;  // some iteration of the window has run and not yet been saved
-  int64_t window_first_ = 0, window_last_ = 0;
+  bool window_open_ = false;                    // some iteration of the window has run and not yet been saved
+  int64_t window_first_ = 0, window_last_ = 0;  // the recorded iterations of the open window
+  int cycles_saved_ = 0;
   int64_t iteration_ = 0;
 
   // Open regions: the span index (or -1 for a kernel not written) per level.

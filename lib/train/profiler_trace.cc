@@ -233,6 +233,10 @@ void ProfilerHook::save() {
   action_ = profiler::ScheduleAction::kNone;
   written_.clear();
   const std::string dir = opts_.save_path;
+  // A schedule that repeats writes each cycle's files (as PyTorch's
+  // on_trace_ready is called per cycle): rank_0_trace_cycle2.json, ...
+  ++cycles_saved_;
+  const std::string cycle = opts_.schedule.repeat == 1 ? "" : fmt::format("_cycle{}", cycles_saved_);
   // A profile that cannot be written costs the profile, not the run: each
   // failure is a warning, and every rank still reaches the barrier (a rank
   // leaving early would hang the others in the next collective).
@@ -240,10 +244,10 @@ void ProfilerHook::save() {
     try {
       fs_.create_dirs(dir);
       const TraceWriter w{*this};
-      const std::string trace_path = fmt::format("{}/rank_{}_trace.json", dir, rank_);
+      const std::string trace_path = fmt::format("{}/rank_{}_trace{}.json", dir, rank_, cycle);
       write_file_atomic(fs_, trace_path, w.trace().dump());
       const std::string summary = w.summary();
-      const std::string summary_path = fmt::format("{}/rank_{}_summary.txt", dir, rank_);
+      const std::string summary_path = fmt::format("{}/rank_{}_summary{}.txt", dir, rank_, cycle);
       write_file_atomic(fs_, summary_path, summary);
       written_ = {trace_path, summary_path};
       if (opts_.print_summary) {
@@ -267,11 +271,11 @@ void ProfilerHook::save() {
     try {
       json merged = json::array();
       for (int r : profiled_ranks_) {
-        const std::string p = fmt::format("{}/rank_{}_trace.json", dir, r);
+        const std::string p = fmt::format("{}/rank_{}_trace{}.json", dir, r, cycle);
         json t = json::parse(fs_.read_file(p, int64_t{1} << 40));
         for (auto& e : t["traceEvents"]) merged.push_back(std::move(e));
       }
-      const std::string merged_path = fmt::format("{}/merged_trace.json", dir);
+      const std::string merged_path = fmt::format("{}/merged_trace{}.json", dir, cycle);
       json doc{{"traceEvents", std::move(merged)},
                {"displayTimeUnit", "ms"},
                {"metadata",

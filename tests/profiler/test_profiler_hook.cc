@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -20,6 +21,7 @@ using nlohmann::json;
 
 struct Profiled {
   json trace;
+  std::map<std::string, json> traces;  // every rank_0_trace*.json by file name
   std::string summary;
   fs::path dir;
   std::vector<std::string> written;
@@ -68,6 +70,9 @@ Profiled run(ProfilerOptions o, int iters = 3, bool fused = true) {
   if (fs::exists(out.dir / "rank_0_trace.json")) out.trace = json::parse(slurp(out.dir / "rank_0_trace.json"));
   out.summary = slurp(out.dir / "rank_0_summary.txt");
   out.merged = fs::exists(out.dir / "merged_trace.json");
+  for (const auto& f : fs::directory_iterator(out.dir))
+    if (f.path().filename().string().starts_with("rank_0_trace"))
+      out.traces[f.path().filename().string()] = json::parse(slurp(f.path()));
   fs::remove_all(out.dir);
   return out;
 }
@@ -251,6 +256,27 @@ TEST(Profiler, WindowPastTheEndOfTrainingIsSavedAtTheEnd) {
   const auto npu = events(p.trace, "X", kNpu);
   EXPECT_EQ(count(npu, "ProfilerStep#3"), 1);
   EXPECT_EQ(p.trace["metadata"]["iterations"], json({3, 3}));
+}
+
+// PyTorch's schedule beyond MindSpeed's mapping: warmup steps are traced and
+// discarded, and a repeating schedule writes one set of files per cycle.
+TEST(Profiler, WarmupIsDiscardedAndEachCycleHasItsOwnFiles) {
+  ProfilerOptions o = window(1, 2, profiler::Kind::kPhase);
+  o.schedule = profiler::Schedule{/*wait=*/1, /*warmup=*/1, /*active=*/2, /*repeat=*/2, /*skip_first=*/0};
+  const Profiled p = run(o, 8);
+  ASSERT_EQ(p.traces.size(), 2u);
+  const std::map<std::string, json> want = {{"rank_0_trace_cycle1.json", json({3, 4})},
+                                            {"rank_0_trace_cycle2.json", json({7, 8})}};
+  for (const auto& [name, iterations] : want) {
+    ASSERT_TRUE(p.traces.contains(name)) << name;
+    const json& t = p.traces.at(name);
+    EXPECT_EQ(t["metadata"]["iterations"], iterations) << name;
+    const auto npu = events(t, "X", kNpu);
+    for (int it = 1; it <= 8; ++it) {
+      const bool recorded = it == iterations[0] || it == iterations[1];
+      EXPECT_EQ(count(npu, "ProfilerStep#" + std::to_string(it)), recorded ? 1 : 0) << name << " " << it;
+    }
+  }
 }
 
 TEST(Profiler, UnprofiledRankRecordsNothing) {
