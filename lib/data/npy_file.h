@@ -18,4 +18,9 @@ void write_npy(const std::string& path, const std::vector<int32_t>& values);
 std::vector<int64_t> read_npy_int64(const std::string& path, int64_t cols = 0);
 std::vector<int32_t> read_npy_int32(const std::string& path);
 
+// The .npy format 1.0 header (magic, version, length, dict padded so the data
+// starts at a multiple of 64) for C-order data of dtype `descr` (e.g. "<f4")
+// and `shape`: for writers of other dtypes (the precision dumper's tensors).
+std::string npy_header(const char* descr, const std::vector<int64_t>& shape);
+
 }  // namespace mtrain::data

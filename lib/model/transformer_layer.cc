@@ -156,6 +156,7 @@ struct Probe {
   const ModelConfig& c;
   const Dims& d;
   Pass pass;
+  const char* dt = dtype_name(c.dtype);  // looked up once per layer pass, not per tensor ref
   pf::Region module(const char* name) const { return {Kind::kModule, pass, name}; }
   // An op that a fusion flag may merge: `flag` names it when the fused path runs.
   pf::Region op(const char* name, bool fused = false, const char* flag = nullptr) const {
@@ -163,16 +164,16 @@ struct Probe {
   }
   // (N_loc, C): token rows, a token shard under sequence parallelism.
   pf::TensorRef tokens(const char* role, const float* p) const {
-    return pf::tensor_2d(role, p, d.Nl, d.C, dtype_name(c.dtype),
+    return pf::tensor_2d(role, p, d.Nl, d.C, dt,
                          c.sequence_parallel ? pf::Partition::kTpShard : pf::Partition::kReplicated);
   }
   // (N, width): this rank's columns of a column-parallel output.
   pf::TensorRef cols(const char* role, const float* p, int64_t width) const {
-    return pf::tensor_2d(role, p, d.N, width, dtype_name(c.dtype), pf::Partition::kTpShard);
+    return pf::tensor_2d(role, p, d.N, width, dt, pf::Partition::kTpShard);
   }
   // (B, heads, T, D): this rank's heads.
   pf::TensorRef heads(const char* role, const float* p, int64_t heads) const {
-    return pf::tensor_4d(role, p, d.B, heads, d.T, d.D, dtype_name(c.dtype), pf::Partition::kTpShard);
+    return pf::tensor_4d(role, p, d.B, heads, d.T, d.D, dt, pf::Partition::kTpShard);
   }
 };
 

@@ -117,6 +117,8 @@ inline bool wants_tensors() { return detail::t_probe.listener != nullptr && deta
 // a destructor must not throw, so ~Scope keeps the exception for the caller
 // that closes the step (train::HookList) to raise.
 void rethrow_pending();
+// Forgets such an exception (left by a step that ended in another one).
+inline void discard_pending() { detail::t_probe.pending = nullptr; }
 
 // A region for the life of a scope. Call end({...}) to show outputs; a scope
 // left without end() (an exception, or just the end of the block) is ended

@@ -5,7 +5,7 @@
 namespace mtrain::train {
 
 void HookList::step_begin(int64_t it) {
-  profiler::detail::t_probe.pending = nullptr;  // left by a step that ended in an exception
+  profiler::discard_pending();
   int deepest = -1;
   bool tensors = false;
   for (size_t i = 0; i < hooks_.size(); ++i) {

@@ -12,6 +12,7 @@
 #include "common/file_system.h"
 #include "config/int_list.h"
 #include "config/precision_dump_args.h"
+#include "data/npy_file.h"
 #include "train/precision_dump_json.h"
 
 namespace mtrain::train {
@@ -90,25 +91,15 @@ std::string PrecisionDumpHook::rank_dir() const {
       .string();
 }
 
+std::string PrecisionDumpHook::tensor_dir() const { return rank_dir() + "/dump_tensor_data"; }
+
 namespace {
 
-// A float32 .npy file (format 1.0) of `t`'s data.
+// A float32 .npy file of `t`'s data (numpy.load opens it).
 void write_npy_f32(FileSystem& fs, const std::string& path, const pf::TensorRef& t) {
-  std::string shape;
-  for (int i = 0; i < t.ndim; ++i) shape += fmt::format("{}, ", t.dims[i]);
-  if (t.ndim > 1) shape.resize(shape.size() - 2);
-  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}", shape);
-  const size_t unpadded = 10 + header.size() + 1;
-  header.append((64 - unpadded % 64) % 64, ' ');
-  header += '\n';
+  const std::string header = data::npy_header("<f4", std::vector<int64_t>(t.dims.begin(), t.dims.begin() + t.ndim));
   write_file_atomic(fs, path, [&](WritableFile& f) {
-    std::string pre = "\x93NUMPY";
-    pre += '\x01';
-    pre += '\x00';
-    pre += static_cast<char>(header.size() & 0xff);
-    pre += static_cast<char>(header.size() >> 8);
-    pre += header;
-    f.append(std::as_bytes(std::span<const char>(pre.data(), pre.size())));
+    f.append(std::as_bytes(std::span<const char>(header.data(), header.size())));
     f.append(std::as_bytes(std::span<const float>(t.data, static_cast<size_t>(t.numel))));
   });
 }
@@ -134,12 +125,7 @@ void PrecisionDumpHook::add_tensors(const DumpRecord& rec, std::span<const pf::T
     d.stats = pf::tensor_stats(t.data, t.data ? t.numel : 0);  // shape only: no finite values
     d.stats.count = t.numel;
     out.push_back(std::move(d));
-    if (opt_.tensors && t.data) {
-      PosixFileSystem fs;
-      const std::string dir = rank_dir() + "/dump_tensor_data";
-      fs.create_dirs(dir);
-      write_npy_f32(fs, fmt::format("{}/{}.{}.npy", dir, rec.name, t.role), t);
-    }
+    if (opt_.tensors && t.data) write_npy_f32(fs_, fmt::format("{}/{}.{}.npy", tensor_dir(), rec.name, t.role), t);
   }
 }
 
@@ -157,6 +143,7 @@ void PrecisionDumpHook::on_region_begin(const pf::Region& r, std::span<const pf:
     calls_.clear();
     fused_.clear();
     records_.clear();
+    if (opt_.tensors) fs_.create_dirs(tensor_dir());
     return;
   }
   if (iteration_ == 0) return;  // evaluation, or before the first dumped iteration
@@ -234,10 +221,9 @@ void PrecisionDumpHook::finish_iteration() {
   for (const auto& [flag, ops] : fused_) f.fused_ops[flag] = std::vector<std::string>(ops.begin(), ops.end());
   f.records = records_;
   f.first_nonfinite = bad;
-  PosixFileSystem fs;
   const std::string dir = rank_dir();
-  fs.create_dirs(dir);
-  write_file_atomic(fs, dir + "/dump.json", dump_file_to_json(f).dump(1) + "\n");
+  fs_.create_dirs(dir);
+  write_file_atomic(fs_, dir + "/dump.json", dump_file_to_json(f).dump(1) + "\n");
 }
 
 std::shared_ptr<PrecisionDumpHook> make_precision_dump_hook(const config::Args& args,

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/file_system.h"
 #include "config/args.h"
 #include "parallel/parallel_state.h"
 #include "profiler/tensor_stats.h"
@@ -108,8 +109,10 @@ class PrecisionDumpHook : public TrainHook {
   void add_tensors(const DumpRecord& rec, std::span<const profiler::TensorRef> t, const DumpRecord* parent_op,
                    std::vector<DumpTensor>& out);
   void finish_iteration();
-  std::string rank_dir() const;
+  std::string rank_dir() const;    // <path>/step<N>/rank<R>
+  std::string tensor_dir() const;  // its dump_tensor_data/ (--precision_dump_tensors)
 
+  PosixFileSystem fs_;
   PrecisionDumpOptions opt_;
   DumpRankInfo info_;
   bool rank_selected_ = true;

@@ -126,19 +126,19 @@ void ProfilerHook::on_step_begin(int64_t iteration) {
   if (opts_.with_memory) sample_memory(t);
 }
 
-void ProfilerHook::on_step_end(const StepMetrics& m) {
+void ProfilerHook::on_step_end(const StepMetrics&) {
   if (!in_step_) return;
   in_step_ = false;
-  step_ms_.push_back(m.elapsed_ms);
   if (opts_.with_memory) sample_memory(now_us());
-  if (action_ == profiler::ScheduleAction::kWarmup) {  // traced, then discarded (PyTorch's warmup)
-    npu_kernel_us_ = 0;
-    spans_.clear();
-    comms_.clear();
-    shapes_.clear();
-    memory_.clear();
-    step_ms_.clear();
-  }
+  if (action_ == profiler::ScheduleAction::kWarmup) discard_recording();  // traced, then discarded (PyTorch)
+}
+
+void ProfilerHook::discard_recording() {
+  npu_kernel_us_ = 0;
+  spans_.clear();
+  comms_.clear();
+  shapes_.clear();
+  memory_.clear();
 }
 
 void ProfilerHook::on_iteration_end(int64_t /*iteration*/) {

@@ -113,7 +113,7 @@ class ProfilerHook : public TrainHook {
   bool region_tensors(int64_t iteration) const override;
   void on_train_begin(const TrainInfo& info) override;
   void on_step_begin(int64_t iteration) override;
-  void on_step_end(const StepMetrics& m) override;
+  void on_step_end(const StepMetrics&) override;
   void on_iteration_end(int64_t iteration) override;
   void on_comm(const parallel::CommEvent& e) override;
   void on_train_end(const TrainInfo& info) override;
@@ -134,7 +134,8 @@ class ProfilerHook : public TrainHook {
   double now_us() const;
   void place_on_device(double start, double dur);  // advances the device clock, opens ancestors' NPU spans
   void sample_memory(double t);
-  void save();  // writes this rank's files; barrier; merged trace
+  void save();               // writes this rank's files; barrier; merged trace
+  void discard_recording();  // forgets what the window recorded (after a save, or a warmup step)
 
   ProfilerOptions opts_;
   const device::Device& dev_;
@@ -170,7 +171,6 @@ class ProfilerHook : public TrainHook {
   std::vector<ProfiledComm> comms_;
   std::vector<ProfiledShape> shapes_;
   std::vector<MemorySample> memory_;
-  std::vector<double> step_ms_;
   std::vector<std::string> written_;
 };
 

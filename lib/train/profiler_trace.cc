@@ -295,12 +295,7 @@ void ProfilerHook::save() {
     fmt::print("[profiler] rank {}: iterations {}..{} written to {}\n", rank_, window_first_, window_last_,
                fmt::join(written_, ", "));
   std::fflush(stdout);
-  npu_kernel_us_ = 0;
-  spans_.clear();
-  comms_.clear();
-  shapes_.clear();
-  memory_.clear();
-  step_ms_.clear();
+  discard_recording();
 }
 
 }  // namespace mtrain::train
