@@ -48,6 +48,7 @@ struct Args {
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
   int make_vocab_size_divisible_by = 128;
+  bool mask_padded_vocab = true;  // false: padded logits join the softmax (Megatron)
   double init_method_std = 0.02;
   std::optional<int> vocab_size;     // normally from the tokenizer; presets may set it
   std::optional<std::string> model;  // HF model dir: its config.json gives the model flags (hf_model_config.h)

@@ -102,6 +102,12 @@ std::vector<FlagSpec> model_flags() {
        .field = &Args::make_vocab_size_divisible_by,
        .group = M,
        .help = "Pad the vocabulary to a multiple of this times tensor_model_parallel_size."},
+      {.name = "mask_padded_vocab",
+       .field = &Args::mask_padded_vocab,
+       .group = M,
+       .help = "The padded (dummy) vocabulary ids get -inf logits: no probability, no loss, no gradient, so the loss "
+               "is the model's own at every TP size. false: they join the softmax as in Megatron-LM "
+               "(bit-compatible with it; the loss then depends on the padding, i.e. on TP)."},
       {.name = "init_method_std",
        .field = &Args::init_method_std,
        .group = M,

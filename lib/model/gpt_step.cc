@@ -203,8 +203,8 @@ void GptModel::head_forward(ChunkSlot& s, const TokenBatch& b, const float* h) {
   pf::Scope op(
       {pf::Kind::kOp, pf::Pass::kForward, "cross_entropy", -1, fused ? "--cross_entropy_loss_fusion" : nullptr}, {in});
   parallel::vocab_parallel_cross_entropy_forward(*tp_, s.losses.data(), fused ? s.ce_stats.data() : nullptr,
-                                                 s.logits.data(), b.targets, N, V, c.vocab_start(), fused,
-                                                 fused ? nullptr : s.ce_scratch.data());
+                                                 s.logits.data(), b.targets, N, V, c.vocab_start(), c.softmax_vocab(),
+                                                 fused, fused ? nullptr : s.ce_scratch.data());
   op.end({pf::tensor_2d("output", s.losses.data(), b.B, b.T, "float32")});
 }
 
@@ -220,9 +220,9 @@ void GptModel::head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, 
     pf::Scope op(
         {pf::Kind::kOp, pf::Pass::kBackward, "cross_entropy", -1, fused ? "--cross_entropy_loss_fusion" : nullptr},
         {pf::tensor_2d("grad_output", dloss, b.B, b.T, "float32")});
-    parallel::vocab_parallel_cross_entropy_backward(s.logits.data(), s.logits.data(),
-                                                    fused ? s.ce_stats.data() : nullptr, b.targets, dloss, N, V,
-                                                    c.vocab_start(), fused, fused ? nullptr : s.ce_scratch.data());
+    parallel::vocab_parallel_cross_entropy_backward(
+        s.logits.data(), s.logits.data(), fused ? s.ce_stats.data() : nullptr, b.targets, dloss, N, V, c.vocab_start(),
+        c.softmax_vocab(), fused, fused ? nullptr : s.ce_scratch.data());
     op.end({dlogits});
   }
   if (zero_grads) zero_grad(out_w_);  // tied: the word embeddings, before the embedding backward adds to them

@@ -22,6 +22,7 @@ ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   c.head_dim = a.kv_channels.value();
   c.vocab = vocab_size;
   c.padded_vocab = padded_vocab_size(vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size);
+  c.mask_padded_vocab = a.mask_padded_vocab;
   c.max_positions = a.max_position_embeddings.value();
   c.seq_length = a.seq_length.value();
   c.micro_batch = a.micro_batch_size;

@@ -48,6 +48,9 @@ struct ModelConfig {
   int64_t head_dim = 0;      // D = kv_channels
   int64_t vocab = 0;         // tokenizer vocabulary
   int64_t padded_vocab = 0;  // Vp: padded to make_vocab_size_divisible_by * TP
+  // --mask_padded_vocab: ids [vocab, Vp) get -inf logits, so the loss is the
+  // model's own at every TP; false: Megatron's softmax over all Vp logits.
+  bool mask_padded_vocab = true;
   int64_t max_positions = 0;
   int64_t seq_length = 0;   // T used to size activation buffers
   int64_t micro_batch = 1;  // B used to size activation buffers
@@ -97,6 +100,8 @@ struct ModelConfig {
   int64_t fc1_width_local() const { return fc1_width() / tp; }
   int64_t vocab_local() const { return padded_vocab / tp; }
   int64_t vocab_start() const { return tp_rank * vocab_local(); }
+  // Ids [0, softmax_vocab()) take part in the softmax of the loss.
+  int64_t softmax_vocab() const { return mask_padded_vocab ? vocab : padded_vocab; }
   // Tokens of an N-token micro-batch in this rank's residual stream.
   int64_t tokens_local(int64_t N) const { return sequence_parallel ? N / tp : N; }
   std::vector<ModelChunk> chunk_list() const {

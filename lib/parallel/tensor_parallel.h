@@ -91,21 +91,25 @@ void vocab_parallel_embedding_backward(const TpConfig& tp, float* dw, float* dou
 // ---- Vocab-parallel cross-entropy --------------------------------------------------------------
 
 // Megatron's vocab_parallel_cross_entropy; fused = --cross_entropy_loss_fusion. logits (N, V_local): this rank's
-// slice [vocab_start, vocab_start + V_local) of the padded vocabulary; the softmax runs over all of it (every TP
-// rank). losses (N) = log-sum-exp - target logit, identical on every TP rank.
+// slice [vocab_start, vocab_start + V_local) of the padded vocabulary. Ids >= vocab_size are padding: their
+// logits count as -inf (no probability, no loss, zero gradient; --mask_padded_vocab); vocab_size = V_local * tp
+// is Megatron's softmax over every padded logit. The softmax spans every TP rank's slice (a slice may hold only
+// padding). losses (N) = log-sum-exp - target logit, identical on every TP rank.
 // fused: stats (N, 2) = (global max, log-sum-exp) per token for the backward, scratch unused (may be null); two
 // all-reduces (max; then sum of exp together with the target logit).
-// not fused: scratch (N, V_local) keeps this slice's log-softmax from forward to backward (as
-// kernels::cross_entropy_forward does); stats unused, filled like the fused path's if non-null; three
-// all-reduces (max, sum of exp, target log-probability).
-// targets (N) are global ids in [0, V_local * tp); anything else throws Error(kInternal).
+// not fused: scratch (N, V_local) keeps the log-softmax of this slice's real columns, (N, Vr) contiguous, from
+// forward to backward (as kernels::cross_entropy_forward does); stats unused, filled like the fused path's if
+// non-null; three all-reduces (max, sum of exp, target log-probability).
+// targets (N) are global ids in [0, vocab_size), vocab_size in [1, V_local * tp]; anything else throws
+// Error(kInternal).
 void vocab_parallel_cross_entropy_forward(Comm& tp, float* losses, float* stats, const float* logits,
                                           const int32_t* targets, int64_t N, int64_t V_local, int64_t vocab_start,
-                                          bool fused, float* scratch);
-// dlogits (N, V_local) OVERWRITTEN = dlosses[i] * (softmax_i - onehot(target_i)) on this slice; no
-// communication. dlogits may alias logits when fused. stats (fused) / scratch (not fused) from the forward.
+                                          int64_t vocab_size, bool fused, float* scratch);
+// dlogits (N, V_local) OVERWRITTEN = dlosses[i] * (softmax_i - onehot(target_i)) on this slice, 0 in the padded
+// columns; no communication. dlogits may alias logits when fused. stats (fused) / scratch (not fused) from the
+// forward.
 void vocab_parallel_cross_entropy_backward(float* dlogits, const float* logits, const float* stats,
                                            const int32_t* targets, const float* dlosses, int64_t N, int64_t V_local,
-                                           int64_t vocab_start, bool fused, const float* scratch);
+                                           int64_t vocab_start, int64_t vocab_size, bool fused, const float* scratch);
 
 }  // namespace mtrain::parallel

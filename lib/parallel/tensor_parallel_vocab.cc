@@ -24,13 +24,20 @@ constexpr int64_t kColumnBlock = 64;     // columns per task of the deterministi
 
 int group_size(const TpConfig& tp) { return tp.tp == nullptr ? 1 : tp.tp->size(); }
 
-// Every id must be a row of the padded vocabulary [0, vocab).
+// Every id must be in [0, vocab): the padded vocabulary for embeddings, the ids that take part in the softmax for
+// targets.
 void check_ids(const int32_t* ids, int64_t N, int64_t vocab, const char* who, const char* what) {
   for (int64_t i = 0; i < N; ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
       throw Error(ExitCode::kInternal, std::string(who) + ": " + what + " " + std::to_string(ids[i]) + " at " +
-                                           std::to_string(i) + " is outside the padded vocabulary [0, " +
+                                           std::to_string(i) + " is outside the vocabulary [0, " +
                                            std::to_string(vocab) + ")");
+}
+
+// Columns of this slice [vocab_start, vocab_start + V_local) below vocab_size: they take part in the softmax,
+// the rest are padded ids (masked). A slice may hold none.
+int64_t real_columns(int64_t vocab_size, int64_t vocab_start, int64_t V_local) {
+  return std::clamp<int64_t>(vocab_size - vocab_start, 0, V_local);
 }
 
 // out (N, C): row i = w[tokens[i] - vocab_start] if the token is in this slice, else zeros.
@@ -81,23 +88,24 @@ float row_sum_exp(const float* x, float shift, int64_t V) {
   return sum;
 }
 
-// losses (N) = the global row max (all-reduce max over the TP ranks).
-void global_row_max(Comm& tp, float* losses, const float* logits, int64_t N, int64_t V) {
+// losses (N) = the global row max over the real columns [0, Vr) of each row (stride V) of every TP rank
+// (all-reduce max; -inf from a slice without real columns).
+void global_row_max(Comm& tp, float* losses, const float* logits, int64_t N, int64_t V, int64_t Vr) {
 #pragma omp parallel for schedule(static) if (N * V > kParallelMin)
-  for (int64_t i = 0; i < N; ++i) losses[i] = row_max(logits + i * V, V);
+  for (int64_t i = 0; i < N; ++i) losses[i] = row_max(logits + i * V, Vr);
   tp.all_reduce(losses, N, ReduceOp::kMax);
 }
 
 // Fused: stats (N, 2) first carries this slice's (sum of exp, target logit or 0), all-reduced in one call, then
-// the (max, log-sum-exp) the backward needs.
+// the (max, log-sum-exp) the backward needs. Only the real columns [0, Vr) enter the sums.
 void ce_forward_fused(Comm& tp, float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
-                      int64_t V, int64_t vocab_start) {
-  global_row_max(tp, losses, logits, N, V);
+                      int64_t V, int64_t Vr, int64_t vocab_start) {
+  global_row_max(tp, losses, logits, N, V, Vr);
 #pragma omp parallel for schedule(static) if (N * V > kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = logits + i * V;
     const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
-    stats[2 * i] = row_sum_exp(x, losses[i], V);
+    stats[2 * i] = row_sum_exp(x, losses[i], Vr);
     stats[2 * i + 1] = (t >= 0 && t < V) ? x[t] : 0.0f;
   }
   tp.all_reduce_sum(stats, 2 * N);
@@ -109,36 +117,36 @@ void ce_forward_fused(Comm& tp, float* losses, float* stats, const float* logits
   }
 }
 
-// Unfused: max -> sub -> exp/sum -> log -> sub into logp (N, V), then the target's log-probability; losses (N)
-// carries each all-reduced quantity in turn.
+// Unfused: max -> sub -> exp/sum -> log -> sub into logp (N, Vr) (the real columns, contiguous), then the
+// target's log-probability; losses (N) carries each all-reduced quantity in turn.
 void ce_forward_unfused(Comm& tp, float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
-                        int64_t V, int64_t vocab_start, float* logp) {
+                        int64_t V, int64_t Vr, int64_t vocab_start, float* logp) {
   const bool par = N * V > kParallelMin;
   // Its steps, shown as ops nested in the cross_entropy op (precision dumper),
   // under the names the single-device kernel uses.
   profiler::Scope step_lsm({profiler::Kind::kOp, profiler::Pass::kForward, "log_softmax"},
                            {profiler::tensor_2d("input", logits, N, V, "float32")});
-  global_row_max(tp, losses, logits, N, V);
+  global_row_max(tp, losses, logits, N, V, Vr);
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t i = 0; i < N; ++i) {
     const float m = losses[i];
-    for (int64_t j = 0; j < V; ++j) logp[i * V + j] = logits[i * V + j] - m;
+    for (int64_t j = 0; j < Vr; ++j) logp[i * Vr + j] = logits[i * V + j] - m;
     if (stats) stats[2 * i] = m;
-    losses[i] = row_sum_exp(logp + i * V, 0.0f, V);
+    losses[i] = row_sum_exp(logp + i * Vr, 0.0f, Vr);
   }
   tp.all_reduce_sum(losses, N);
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t i = 0; i < N; ++i) {
     const float log_sum = std::log(losses[i]);
-    for (int64_t j = 0; j < V; ++j) logp[i * V + j] -= log_sum;
+    for (int64_t j = 0; j < Vr; ++j) logp[i * Vr + j] -= log_sum;
     if (stats) stats[2 * i + 1] = stats[2 * i] + log_sum;
   }
-  step_lsm.end({profiler::tensor_2d("output", logp, N, V, "float32")});
+  step_lsm.end({profiler::tensor_2d("output", logp, N, Vr, "float32")});
   profiler::Scope step_nll({profiler::Kind::kOp, profiler::Pass::kForward, "nll_loss"},
-                           {profiler::tensor_2d("input", logp, N, V, "float32")});
+                           {profiler::tensor_2d("input", logp, N, Vr, "float32")});
   for (int64_t i = 0; i < N; ++i) {
     const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
-    losses[i] = (t >= 0 && t < V) ? -logp[i * V + t] : 0.0f;
+    losses[i] = (t >= 0 && t < Vr) ? -logp[i * Vr + t] : 0.0f;
   }
   tp.all_reduce_sum(losses, N);
   step_nll.end({profiler::tensor_2d("output", losses, N, 1, "float32")});
@@ -189,47 +197,56 @@ void vocab_parallel_embedding_backward(const TpConfig& tp, float* dw, float* dou
 
 void vocab_parallel_cross_entropy_forward(Comm& tp, float* losses, float* stats, const float* logits,
                                           const int32_t* targets, int64_t N, int64_t V_local, int64_t vocab_start,
-                                          bool fused, float* scratch) {
+                                          int64_t vocab_size, bool fused, float* scratch) {
   constexpr const char* kWho = "vocab_parallel_cross_entropy_forward";
-  check_ids(targets, N, V_local * tp.size(), kWho, "target");
+  if (vocab_size < 1 || vocab_size > V_local * tp.size())
+    throw Error(ExitCode::kInternal, std::string(kWho) + ": vocab_size " + std::to_string(vocab_size) +
+                                         " is outside [1, padded vocabulary " + std::to_string(V_local * tp.size()) +
+                                         "]");
+  check_ids(targets, N, vocab_size, kWho, "target");
   if ((fused && stats == nullptr) || (!fused && scratch == nullptr && N * V_local > 0))
     throw Error(ExitCode::kInternal, std::string(kWho) + ": " + (fused ? "stats" : "scratch") + " is null");
+  const int64_t Vr = real_columns(vocab_size, vocab_start, V_local);
   if (tp.size() == 1 && vocab_start == 0)
-    kernels::cross_entropy_forward(losses, stats, logits, targets, N, V_local, fused, scratch);
+    kernels::cross_entropy_forward(losses, stats, logits, targets, N, V_local, Vr, fused, scratch);
   else if (fused)
-    ce_forward_fused(tp, losses, stats, logits, targets, N, V_local, vocab_start);
+    ce_forward_fused(tp, losses, stats, logits, targets, N, V_local, Vr, vocab_start);
   else
-    ce_forward_unfused(tp, losses, stats, logits, targets, N, V_local, vocab_start, scratch);
+    ce_forward_unfused(tp, losses, stats, logits, targets, N, V_local, Vr, vocab_start, scratch);
 }
 
 void vocab_parallel_cross_entropy_backward(float* dlogits, const float* logits, const float* stats,
                                            const int32_t* targets, const float* dlosses, int64_t N, int64_t V_local,
-                                           int64_t vocab_start, bool fused, const float* scratch) {
-  const int64_t V = V_local;
+                                           int64_t vocab_start, int64_t vocab_size, bool fused, const float* scratch) {
+  const int64_t V = V_local, Vr = real_columns(vocab_size, vocab_start, V_local);
   const bool par = N * V > kParallelMin;
-  check_ids(targets, N, int64_t{1} << 31, "vocab_parallel_cross_entropy_backward", "target");  // negative ids
+  check_ids(targets, N, vocab_size, "vocab_parallel_cross_entropy_backward", "target");
   if (fused) {
     // softmax from the logits and the global lse; logit j is read before gradient j is written (may alias).
 #pragma omp parallel for schedule(static) if (par)
     for (int64_t i = 0; i < N; ++i) {
       const float lse = stats[2 * i + 1], dl = dlosses[i];
-      const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;  // outside [0, V): not in this slice
+      const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;  // outside [0, Vr): not in this slice
       const float* x = logits + i * V;
       float* g = dlogits + i * V;
-      for (int64_t j = 0; j < V; ++j) g[j] = dl * (kernels::detail::softmax_exp(x[j] - lse) - (j == t ? 1.0f : 0.0f));
+      for (int64_t j = 0; j < Vr; ++j) g[j] = dl * (kernels::detail::softmax_exp(x[j] - lse) - (j == t ? 1.0f : 0.0f));
+      for (int64_t j = Vr; j < V; ++j) g[j] = 0.0f;  // padded ids: -inf logits have no gradient
     }
     return;
   }
-  // exp(log_softmax) -> subtract the one-hot (on the rank holding the target) -> scale by dlosses.
+  // exp(log_softmax) -> subtract the one-hot (on the rank holding the target) -> scale by dlosses; padded ids 0.
 #pragma omp parallel for schedule(static) if (par)
-  for (int64_t e = 0; e < N * V; ++e) dlogits[e] = kernels::detail::softmax_exp(scratch[e]);
+  for (int64_t i = 0; i < N; ++i) {
+    for (int64_t j = 0; j < Vr; ++j) dlogits[i * V + j] = kernels::detail::softmax_exp(scratch[i * Vr + j]);
+    for (int64_t j = Vr; j < V; ++j) dlogits[i * V + j] = 0.0f;
+  }
   for (int64_t i = 0; i < N; ++i) {
     const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
-    if (t >= 0 && t < V) dlogits[i * V + t] -= 1.0f;
+    if (t >= 0 && t < Vr) dlogits[i * V + t] -= 1.0f;
   }
 #pragma omp parallel for schedule(static) if (par)
   for (int64_t i = 0; i < N; ++i)
-    for (int64_t j = 0; j < V; ++j) dlogits[i * V + j] *= dlosses[i];
+    for (int64_t j = 0; j < Vr; ++j) dlogits[i * V + j] *= dlosses[i];
 }
 
 }  // namespace mtrain::parallel

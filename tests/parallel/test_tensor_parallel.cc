@@ -250,17 +250,20 @@ TEST(ParallelTensorParallel, SizeOneIsBitIdenticalToKernels) {
     vocab_parallel_embedding_backward(tp, g2.data(), nullptr, x.data(), tok.data(), N, C, 0, V);
     EXPECT_TRUE(bit_equal(e1, e2) && bit_equal(g1, g2)) << "embedding";
   }
-  for (bool fused : {true, false}) {
-    Vec l1(N), l2(N), s1(2 * N), s2(2 * N), sc1(N * V), sc2(N * V), d1(N * V), d2(N * V);
-    kernels::cross_entropy_forward(l1.data(), s1.data(), logits.data(), tok.data(), N, V, fused, sc1.data());
-    vocab_parallel_cross_entropy_forward(self, l2.data(), s2.data(), logits.data(), tok.data(), N, V, 0, fused,
-                                         sc2.data());
-    kernels::cross_entropy_backward(d1.data(), logits.data(), s1.data(), tok.data(), dl.data(), N, V, fused,
-                                    sc1.data());
-    vocab_parallel_cross_entropy_backward(d2.data(), logits.data(), s2.data(), tok.data(), dl.data(), N, V, 0, fused,
-                                          sc2.data());
-    EXPECT_TRUE(bit_equal(l1, l2) && bit_equal(s1, s2) && bit_equal(d1, d2)) << "cross-entropy fused=" << fused;
-  }
+  // Megatron's softmax over the whole padded row, and masked to the 35 ids the targets reach (max 34).
+  for (const int64_t vocab : {V, int64_t{35}})
+    for (bool fused : {true, false}) {
+      Vec l1(N), l2(N), s1(2 * N), s2(2 * N), sc1(N * V), sc2(N * V), d1(N * V), d2(N * V);
+      kernels::cross_entropy_forward(l1.data(), s1.data(), logits.data(), tok.data(), N, V, vocab, fused, sc1.data());
+      vocab_parallel_cross_entropy_forward(self, l2.data(), s2.data(), logits.data(), tok.data(), N, V, 0, vocab, fused,
+                                           sc2.data());
+      kernels::cross_entropy_backward(d1.data(), logits.data(), s1.data(), tok.data(), dl.data(), N, V, vocab, fused,
+                                      sc1.data());
+      vocab_parallel_cross_entropy_backward(d2.data(), logits.data(), s2.data(), tok.data(), dl.data(), N, V, 0, vocab,
+                                            fused, sc2.data());
+      EXPECT_TRUE(bit_equal(l1, l2) && bit_equal(s1, s2) && bit_equal(d1, d2))
+          << "cross-entropy fused=" << fused << " vocab=" << vocab;
+    }
 }
 
 // The masked embedding scatter (a rank's slice, vocab_start > 0) sums repeated tokens in token order whatever
@@ -279,11 +282,19 @@ TEST(ParallelTensorParallel, BadCallsThrow) {
       << "scratch needed without gradient-accumulation fusion";
   tok[2] = -1;
   EXPECT_THROW(
-      vocab_parallel_cross_entropy_forward(self, l.data(), st.data(), w.data(), tok.data(), N, V, 0, true, nullptr),
+      vocab_parallel_cross_entropy_forward(self, l.data(), st.data(), w.data(), tok.data(), N, V, 0, V, true, nullptr),
       Error);
-  EXPECT_THROW(vocab_parallel_cross_entropy_backward(sc.data(), sc.data(), st.data(), tok.data(), l.data(), N, V, 0,
+  EXPECT_THROW(vocab_parallel_cross_entropy_backward(sc.data(), sc.data(), st.data(), tok.data(), l.data(), N, V, 0, V,
                                                      true, nullptr),
                Error);
+  tok[2] = static_cast<int32_t>(V - 1);  // a padded id as a target: it has no probability
+  EXPECT_THROW(vocab_parallel_cross_entropy_forward(self, l.data(), st.data(), w.data(), tok.data(), N, V, 0, V - 1,
+                                                    true, nullptr),
+               Error);
+  EXPECT_THROW(vocab_parallel_cross_entropy_forward(self, l.data(), st.data(), w.data(), tok.data(), N, V, 0, V + 1,
+                                                    true, nullptr),
+               Error)
+      << "vocab_size beyond the padded vocabulary";
   tok[2] = static_cast<int32_t>(V);
   EXPECT_THROW(vocab_parallel_embedding_forward(one, y.data(), nullptr, tok.data(), w.data(), N, C, 0, V), Error);
   // Sequence parallelism with N not divisible by the TP size: every rank throws before any collective.

@@ -3,9 +3,13 @@
 // parallelism off and on, fused and unfused cross-entropy: outputs and every
 // gradient of every rank vs the matching slice of the reference, within fp32
 // rounding (tensor_parallel_test_util.h; the embedding exactly). Includes the
-// chain tokens -> embedding -> column-parallel LM head -> loss and back.
+// chain tokens -> embedding -> column-parallel LM head -> loss and back. The
+// cross-entropy runs unmasked (Megatron: all 40 padded ids in the softmax) and
+// masked to 27 real ids, so that at tp = 4 rank 2 holds 7 real columns and
+// rank 3 none; padded columns and rows must get exactly zero gradient.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -37,9 +41,24 @@ using tp_testing::token_ids;
 struct VocabCase {
   int tp;
   bool sp, fused_ce;
+  int64_t vocab;  // ids in the softmax: kVocab (unmasked) or fewer (the rest masked as padding)
 };
 void PrintTo(const VocabCase& c, std::ostream* os) {
-  *os << "tp=" << c.tp << " sp=" << c.sp << " fused_ce=" << c.fused_ce;
+  *os << "tp=" << c.tp << " sp=" << c.sp << " fused_ce=" << c.fused_ce << " vocab=" << c.vocab;
+}
+
+// Ids below the case's vocabulary (the data never holds a padded id).
+std::vector<int32_t> real_ids(const VocabCase& c, std::vector<int32_t> ids) {
+  for (int32_t& t : ids) t = static_cast<int32_t>(t % c.vocab);
+  return ids;
+}
+
+// Every element of the (nrows, ncols) slice in columns [c0, ncols) is exactly 0 (empty range: true).
+bool zero_columns(const Vec& x, int64_t nrows, int64_t ncols, int64_t c0) {
+  for (int64_t i = 0; i < nrows; ++i)
+    for (int64_t j = std::max<int64_t>(c0, 0); j < ncols; ++j)
+      if (x[i * ncols + j] != 0.0f) return false;
+  return true;
 }
 
 class ParallelTensorParallelVocab : public ::testing::TestWithParam<VocabCase> {};
@@ -72,13 +91,13 @@ TEST_P(ParallelTensorParallelVocab, EmbeddingMatchesReference) {
 TEST_P(ParallelTensorParallelVocab, CrossEntropyMatchesReference) {
   const VocabCase c = GetParam();
   const int64_t N = 24, Vl = kVocab / c.tp;
-  const std::vector<int32_t> targets = token_ids(N, 7, 1);
+  const std::vector<int32_t> targets = real_ids(c, token_ids(N, 7, 1));
   const Vec logits = randn(N * kVocab, 41, 3.0f), dlosses = randn(N, 42);
   Vec losses(N), stats(2 * N), scratch(N * kVocab), dlogits(N * kVocab);
-  kernels::cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), N, kVocab, c.fused_ce,
-                                 scratch.data());
+  kernels::cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), N, kVocab, c.vocab,
+                                 c.fused_ce, scratch.data());
   kernels::cross_entropy_backward(dlogits.data(), logits.data(), stats.data(), targets.data(), dlosses.data(), N,
-                                  kVocab, c.fused_ce, scratch.data());
+                                  kVocab, c.vocab, c.fused_ce, scratch.data());
   std::vector<Vec> l(c.tp), st(c.tp), dl(c.tp);
   std::vector<std::vector<CommOp>> ops;
   run_tp(c.tp, ops, [&](int r, Comm& comm) {
@@ -86,11 +105,11 @@ TEST_P(ParallelTensorParallelVocab, CrossEntropyMatchesReference) {
     l[r].assign(N, NAN);
     st[r].assign(2 * N, NAN);
     vocab_parallel_cross_entropy_forward(comm, l[r].data(), st[r].data(), xl.data(), targets.data(), N, Vl, r * Vl,
-                                         c.fused_ce, ptr(sc));
+                                         c.vocab, c.fused_ce, ptr(sc));
     Vec out(N * Vl, NAN);
     float* g = c.fused_ce ? xl.data() : out.data();  // the fused backward may overwrite the logits
     vocab_parallel_cross_entropy_backward(g, xl.data(), st[r].data(), targets.data(), dlosses.data(), N, Vl, r * Vl,
-                                          c.fused_ce, ptr(sc));
+                                          c.vocab, c.fused_ce, ptr(sc));
     dl[r].assign(g, g + N * Vl);
   });
   for (int r = 0; r < c.tp; ++r) {
@@ -98,6 +117,7 @@ TEST_P(ParallelTensorParallelVocab, CrossEntropyMatchesReference) {
     EXPECT_TRUE(bit_equal(l[r], l[0])) << "losses differ between ranks 0 and " << r;
     EXPECT_TRUE(all_close(st[r], stats, kAtol, kRtol)) << "stats (max, lse) rank " << r;
     EXPECT_TRUE(all_close(dl[r], cols(dlogits, N, kVocab, r * Vl, Vl), kAtol, kRtol)) << "dlogits rank " << r;
+    EXPECT_TRUE(zero_columns(dl[r], N, Vl, c.vocab - r * Vl)) << "padded dlogits of rank " << r;
     EXPECT_EQ(ops[r].size(), c.fused_ce ? 2u : 3u) << "all-reduces of rank " << r;
   }
 }
@@ -106,16 +126,16 @@ TEST_P(ParallelTensorParallelVocab, CrossEntropyMatchesReference) {
 TEST_P(ParallelTensorParallelVocab, EmbeddingHeadLossChain) {
   const VocabCase c = GetParam();
   const int64_t N = 16, C = 32, Vl = kVocab / c.tp, Nl = N / c.tp;
-  const std::vector<int32_t> tokens = token_ids(N, 11, 3), targets = token_ids(N, 17, 2);
+  const std::vector<int32_t> tokens = real_ids(c, token_ids(N, 11, 3)), targets = real_ids(c, token_ids(N, 17, 2));
   const Vec wte = randn(kVocab * C, 51), wout = randn(kVocab * C, 52, 0.3f), dlosses = randn(N, 53);
   Vec h(N * C), logits(N * kVocab), losses(N), stats(2 * N), scratch(N * kVocab), dh(N * C);
   Vec dwte(kVocab * C, 0.0f), dwout(kVocab * C, 0.0f);
   kernels::embedding_forward(h.data(), tokens.data(), nullptr, wte.data(), nullptr, N, C);
   kernels::linear_forward(logits.data(), h.data(), wout.data(), nullptr, N, C, kVocab);
-  kernels::cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), N, kVocab, c.fused_ce,
-                                 scratch.data());
+  kernels::cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), N, kVocab, c.vocab,
+                                 c.fused_ce, scratch.data());
   kernels::cross_entropy_backward(logits.data(), logits.data(), stats.data(), targets.data(), dlosses.data(), N, kVocab,
-                                  c.fused_ce, scratch.data());
+                                  c.vocab, c.fused_ce, scratch.data());
   kernels::linear_backward(dh.data(), dwout.data(), nullptr, logits.data(), h.data(), wout.data(), N, C, kVocab);
   kernels::embedding_backward(dwte.data(), nullptr, dh.data(), tokens.data(), nullptr, N, C);
 
@@ -133,9 +153,9 @@ TEST_P(ParallelTensorParallelVocab, EmbeddingHeadLossChain) {
     vocab_parallel_embedding_forward(tp, hl.data(), full.data(), tokens.data(), wtel.data(), N, C, r * Vl, Vl);
     column_parallel_linear_forward(tp, lg.data(), x_full, hl.data(), woutl.data(), nullptr, N, C, Vl);
     vocab_parallel_cross_entropy_forward(comm, l[r].data(), st.data(), lg.data(), targets.data(), N, Vl, r * Vl,
-                                         c.fused_ce, sc.data());
+                                         c.vocab, c.fused_ce, sc.data());
     vocab_parallel_cross_entropy_backward(lg.data(), lg.data(), st.data(), targets.data(), dlosses.data(), N, Vl,
-                                          r * Vl, c.fused_ce, sc.data());
+                                          r * Vl, c.vocab, c.fused_ce, sc.data());
     column_parallel_linear_backward(tp, dhl.data(), full.data(), dwoutl[r].data(), nullptr, lg.data(), x_full,
                                     woutl.data(), N, C, Vl, true, nullptr);
     vocab_parallel_embedding_backward(tp, dwtel[r].data(), full.data(), dhl.data(), tokens.data(), N, C, r * Vl, Vl);
@@ -144,6 +164,10 @@ TEST_P(ParallelTensorParallelVocab, EmbeddingHeadLossChain) {
     EXPECT_TRUE(all_close(l[r], losses, kAtol, kRtol)) << "losses rank " << r;
     EXPECT_TRUE(all_close(dwoutl[r], rows(dwout, r * Vl, Vl, C), kAtol, kRtol)) << "d output layer rank " << r;
     EXPECT_TRUE(all_close(dwtel[r], rows(dwte, r * Vl, Vl, C), kAtol, kRtol)) << "d word embeddings rank " << r;
+    // Padded rows: no gradient from the loss (output layer) nor from lookups (embedding).
+    const int64_t first_pad = std::max<int64_t>(0, c.vocab - r * Vl) * C;
+    EXPECT_TRUE(zero_columns(dwoutl[r], 1, Vl * C, first_pad)) << "padded output-layer rows of rank " << r;
+    EXPECT_TRUE(zero_columns(dwtel[r], 1, Vl * C, first_pad)) << "padded embedding rows of rank " << r;
   }
 }
 
@@ -151,7 +175,8 @@ std::vector<VocabCase> vocab_cases() {
   std::vector<VocabCase> cases;
   for (int tp : {2, 4})
     for (bool sp : {false, true})
-      for (bool fused_ce : {true, false}) cases.push_back({tp, sp, fused_ce});
+      for (bool fused_ce : {true, false})
+        for (int64_t vocab : {kVocab, int64_t{27}}) cases.push_back({tp, sp, fused_ce, vocab});
   return cases;
 }
 
@@ -159,7 +184,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, ParallelTensorParallelVocab, ::testing::ValuesIn
                          [](const ::testing::TestParamInfo<VocabCase>& info) {
                            const VocabCase& c = info.param;
                            return "tp" + std::to_string(c.tp) + (c.sp ? "_sp" : "_nosp") +
-                                  (c.fused_ce ? "_fusedce" : "_unfusedce");
+                                  (c.fused_ce ? "_fusedce" : "_unfusedce") +
+                                  (c.vocab == kVocab ? "_unmasked" : "_masked" + std::to_string(c.vocab));
                          });
 
 TEST(ParallelTensorParallel, EmbeddingBackwardIsThreadCountInvariant) {

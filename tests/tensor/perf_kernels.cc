@@ -109,10 +109,10 @@ void elementwise_check() {
   std::vector<int32_t> targets(R, 5);
   for (bool fused : {true, false}) {
     const double f = time_ms([&] {
-      cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), R, V, fused, ces.data());
+      cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), R, V, V, fused, ces.data());
     });
     const double b = time_ms([&] {
-      cross_entropy_backward(dlogits.data(), logits.data(), stats.data(), targets.data(), dl.data(), R, V, fused,
+      cross_entropy_backward(dlogits.data(), logits.data(), stats.data(), targets.data(), dl.data(), R, V, V, fused,
                              ces.data());
     });
     std::printf("cross_entropy %ldx%ld %s: fwd %.2f ms bwd %.2f ms\n", R, V, fused ? "fused" : "unfused", f, b);

@@ -120,30 +120,34 @@ TEST(Fusion, Rope) {
   EXPECT_TRUE(all_close(roundtrip, x0, 1e-5, 1e-5));
 }
 
+// Unmasked (Vr == V) and with 63 padded columns (Vr = 937).
 TEST(Fusion, CrossEntropy) {
   const int64_t N = 64, V = 1000;
-  const Vec logits = randn(N * V, 16, 3.0f), dlosses = randn(N, 17);
-  std::vector<int32_t> targets(N);
-  for (int64_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>((i * 37) % V);
-  Vec losses[2], stats[2], dlogits[2];
-  Vec scratch(cross_entropy_scratch_floats(N, V));
-  for (int f = 0; f < 2; ++f) {
-    losses[f].resize(N);
-    stats[f].resize(2 * N);
-    dlogits[f].assign(N * V, NAN);
-    cross_entropy_forward(losses[f].data(), stats[f].data(), logits.data(), targets.data(), N, V, f == 1,
-                          scratch.data());
-    cross_entropy_backward(dlogits[f].data(), logits.data(), stats[f].data(), targets.data(), dlosses.data(), N, V,
-                           f == 1, scratch.data());
+  for (const int64_t Vr : {V, int64_t{937}}) {
+    SCOPED_TRACE(Vr);
+    const Vec logits = randn(N * V, 16, 3.0f), dlosses = randn(N, 17);
+    std::vector<int32_t> targets(N);
+    for (int64_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>((i * 37) % Vr);
+    Vec losses[2], stats[2], dlogits[2];
+    Vec scratch(cross_entropy_scratch_floats(N, V));
+    for (int f = 0; f < 2; ++f) {
+      losses[f].resize(N);
+      stats[f].resize(2 * N);
+      dlogits[f].assign(N * V, NAN);
+      cross_entropy_forward(losses[f].data(), stats[f].data(), logits.data(), targets.data(), N, V, Vr, f == 1,
+                            scratch.data());
+      cross_entropy_backward(dlogits[f].data(), logits.data(), stats[f].data(), targets.data(), dlosses.data(), N, V,
+                             Vr, f == 1, scratch.data());
+    }
+    EXPECT_TRUE(all_close(losses[0], losses[1], 1e-5, kRtol));
+    EXPECT_TRUE(all_close(stats[0], stats[1], 1e-5, kRtol));
+    EXPECT_TRUE(all_close(dlogits[0], dlogits[1], 1e-7, 1e-5));
+    // Fused backward may write the gradient over the logits.
+    Vec inplace = logits;
+    cross_entropy_backward(inplace.data(), inplace.data(), stats[1].data(), targets.data(), dlosses.data(), N, V, Vr,
+                           true, nullptr);
+    EXPECT_TRUE(testing::bit_equal(inplace, dlogits[1]));
   }
-  EXPECT_TRUE(all_close(losses[0], losses[1], 1e-5, kRtol));
-  EXPECT_TRUE(all_close(stats[0], stats[1], 1e-5, kRtol));
-  EXPECT_TRUE(all_close(dlogits[0], dlogits[1], 1e-7, 1e-5));
-  // Fused backward may write the gradient over the logits.
-  Vec inplace = logits;
-  cross_entropy_backward(inplace.data(), inplace.data(), stats[1].data(), targets.data(), dlosses.data(), N, V, true,
-                         nullptr);
-  EXPECT_TRUE(testing::bit_equal(inplace, dlogits[1]));
 }
 
 // ---- Attention ----------------------------------------------------------------------------------

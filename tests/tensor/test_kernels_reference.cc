@@ -195,22 +195,43 @@ TEST(Reference, RopeRotateHalfConvention) {
   }
 }
 
+// PyTorch's cross_entropy in fp64, with the padded columns [Vr, V) masked to
+// -inf as `logits[:, Vr:] = -inf` would (Vr == V: Megatron's unmasked row):
+// loss, (max, lse), and the gradient dlosses * (softmax - onehot), exactly 0
+// in the padded columns. The padded logits are the largest of their rows, so
+// letting any of them into the softmax would move every number.
 TEST(Reference, CrossEntropy) {
   const int64_t N = 4, V = 11;
-  Vec logits = randn(N * V, 17, 4.0f);
-  logits[1 * V + 3] = 3e4f;  // a huge logit must not overflow (max subtraction)
-  const std::vector<int32_t> targets = {0, 3, 10, 5};
-  Vec losses(N), stats(2 * N), scratch(N * V);
-  for (bool fused : {true, false}) {
-    cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), N, V, fused, scratch.data());
-    for (int64_t i = 0; i < N; ++i) {
-      double m = -INFINITY, s = 0.0;
-      for (int64_t j = 0; j < V; ++j) m = std::fmax(m, logits[i * V + j]);
-      for (int64_t j = 0; j < V; ++j) s += std::exp(logits[i * V + j] - m);
-      const double lse = m + std::log(s);
-      EXPECT_NEAR(losses[i], lse - logits[i * V + targets[i]], 2e-5 * (1.0 + std::fabs(lse))) << i;
-      EXPECT_FLOAT_EQ(stats[2 * i], static_cast<float>(m));
-      EXPECT_NEAR(stats[2 * i + 1], lse, 2e-5 * (1.0 + std::fabs(lse)));
+  for (const int64_t Vr : {V, int64_t{7}}) {
+    Vec logits = randn(N * V, 17, 4.0f);
+    logits[1 * V + 3] = 3e4f;  // a huge logit must not overflow (max subtraction)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = Vr; j < V; ++j) logits[i * V + j] = 20.0f;
+    const std::vector<int32_t> targets = {0, 3, static_cast<int32_t>(Vr - 1), 5};
+    const Vec dlosses = {0.5f, -1.0f, 2.0f, 1.0f};
+    Vec losses(N), stats(2 * N), scratch(N * V), dlogits(N * V, NAN);
+    for (bool fused : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "Vr=" << Vr << " fused=" << fused);
+      cross_entropy_forward(losses.data(), stats.data(), logits.data(), targets.data(), N, V, Vr, fused,
+                            scratch.data());
+      cross_entropy_backward(dlogits.data(), logits.data(), stats.data(), targets.data(), dlosses.data(), N, V, Vr,
+                             fused, scratch.data());
+      for (int64_t i = 0; i < N; ++i) {
+        double m = -INFINITY, s = 0.0;
+        for (int64_t j = 0; j < Vr; ++j) m = std::fmax(m, logits[i * V + j]);
+        for (int64_t j = 0; j < Vr; ++j) s += std::exp(static_cast<double>(logits[i * V + j]) - m);
+        const double lse = m + std::log(s);
+        EXPECT_NEAR(losses[i], lse - logits[i * V + targets[i]], 2e-5 * (1.0 + std::fabs(lse))) << i;
+        EXPECT_FLOAT_EQ(stats[2 * i], static_cast<float>(m));
+        EXPECT_NEAR(stats[2 * i + 1], lse, 2e-5 * (1.0 + std::fabs(lse)));
+        // p = exp(x - lse): fp32 rounding of x - lse (magnitude <= |lse| + |x|) and of the exp.
+        for (int64_t j = 0; j < Vr; ++j) {
+          const double p = std::exp(logits[i * V + j] - lse), want = dlosses[i] * (p - (j == targets[i] ? 1 : 0));
+          EXPECT_NEAR(dlogits[i * V + j], want, std::fabs(dlosses[i]) * (p * 1e-6 * (1.0 + std::fabs(lse)) + 1e-7))
+              << i << "," << j;
+        }
+        for (int64_t j = Vr; j < V; ++j) EXPECT_EQ(dlogits[i * V + j], 0.0f) << "padded column " << i << "," << j;
+      }
     }
   }
 }
