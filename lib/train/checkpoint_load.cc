@@ -366,10 +366,12 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
   if (print) {
     const model::ModelConfig& c = t.model.config();
     if (saved_rows != 0 && saved_rows != c.padded_vocab)
-      fmt::print(" > the checkpoint pads the vocabulary ({} tokens) to {} rows, this run to {}: {}\n", c.vocab,
+      fmt::print(" > the checkpoint pads the vocabulary ({} tokens) to {} rows, this run to {}: {}{}\n", c.vocab,
                  saved_rows, c.padded_vocab,
                  saved_rows < c.padded_vocab ? "the extra padding rows start from their initial values"
-                                             : "the checkpoint's extra padding rows are dropped");
+                                             : "the checkpoint's extra padding rows are dropped",
+                 c.mask_padded_vocab ? " (padded ids are masked: no effect on the loss)"
+                                     : " (--mask_padded_vocab false: they join the softmax, the loss changes)");
     const parallel::RankCoords rc = t.parallel.coords();
     fmt::print("  successfully loaded checkpoint from {} [ t {}/{}, p {}/{} ] at iteration {} ({:.2f} s){}\n", s.dir,
                rc.tp + 1, t.parallel.grid().tp(), rc.pp + 1, t.parallel.grid().pp(), r.iteration(), secs,
