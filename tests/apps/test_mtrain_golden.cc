@@ -143,6 +143,21 @@ TEST_F(Golden, PtDemoFirst10Iterations) {
                 "of the first 10 iterations, 2 micro-batches per step, seed 42, fp32, one thread"});
 }
 
+// Megatron's padded vocabulary: --make_vocab_size_divisible_by 1100 pads the
+// demo's 1024 tokens with 76 dummy ids even at TP=1, and
+// --mask_padded_vocab false lets their logits join the softmax as Megatron
+// does. The golden values were written by scripts/regen_golden.sh before the
+// padded ids were masked (commit b1054df, the same command without the flag),
+// so this pins that the Megatron-compatible path did not change.
+TEST_F(Golden, PtDemoMegatronPaddedVocabFirst10Iterations) {
+  check_golden({"pt_demo_padded_vocab_megatron_10.json",
+                concat(without_output_dir(demo_pt_args(10, "")),
+                       words("--make_vocab_size_divisible_by 1100 --mask_padded_vocab false")),
+                "mtrain pt on the demo preset with 76 padded vocabulary ids whose logits join the softmax "
+                "(Megatron's behaviour, --mask_padded_vocab false): per-iteration lm loss and pre-clip grad norm of "
+                "the first 10 iterations, seed 42, fp32, one thread"});
+}
+
 using Determinism = MtrainTest;
 
 // Same command twice -> the same bits; a different --seed -> different
