@@ -229,6 +229,25 @@ TEST(Cli, AppsCanAddPassThroughCommands) {
   EXPECT_EQ(parse(sft_with({}), options).command, "sft");
 }
 
+// Only flag names are normalized: a value is passed as typed, even one that
+// begins with "--" (the token after a flag that takes one value is its value),
+// and a command with its own parser gets its arguments untouched.
+TEST(Cli, ValuesAreNeverRewritten) {
+  ParseOptions options;
+  options.commands.push_back({"tokenizer", {}, "encode and decode", false});
+  EXPECT_EQ(parse({"tokenizer", "--encode", "---"}, options).passthrough,
+            (std::vector<std::string>{"--encode", "---"}));
+  EXPECT_EQ(parse({"tokenizer", "--encode", "--foo-bar", "--show-tokens"}, options).passthrough,
+            (std::vector<std::string>{"--encode", "--foo-bar", "--show-tokens"}));
+  EXPECT_EQ(parse_sft({"--output-dir", "--my-run"}).output_dir, "--my-run");
+  EXPECT_EQ(parse_sft({"--output_dir", "---"}).output_dir, "---");
+  EXPECT_EQ(parse_sft({"--output-dir=--a-b"}).output_dir, "--a-b");
+  // A flag after a value is still a flag, in either spelling.
+  const Args a = parse_sft({"--output_dir", "run-1", "--num-layers", "3"});
+  EXPECT_EQ(a.output_dir, "run-1");
+  EXPECT_EQ(a.num_layers, 3);
+}
+
 TEST(Cli, AttentionBackendAndUseFlashAttn) {
   EXPECT_EQ(parse_sft({"--attention_backend", "unfused"}).attention_backend, "unfused");
   EXPECT_EQ(parse_sft({"--attention_backend", "auto"}).attention_backend, "flash");
