@@ -169,6 +169,9 @@ struct Args {
   std::optional<double> save_timeout_minutes;  // None: --distributed_timeout_minutes
   std::string checkpoint_dir_mode = "0750";
   std::string checkpoint_file_mode = "0640";
+  // Resume with another LR / weight-decay schedule: take this run's, or the checkpoint's.
+  bool override_opt_param_scheduler = false;
+  bool use_checkpoint_opt_param_scheduler = false;
 
   // ---- precision debugging (train/precision_dump.h) -------------------------
   std::string precision_dump_path;                // empty: no dump

@@ -179,6 +179,11 @@ void check_checkpointing(Args& a) {
   if (a.finetune && !a.load && !a.model)
     throw ConfigError("--finetune needs --load (or --model)", "name the checkpoint whose weights to start from");
   if (a.load && a.load->empty()) throw ConfigError("--load must not be empty");
+  // Megatron's OptimizerParamScheduler asserts the same.
+  if (a.override_opt_param_scheduler && a.use_checkpoint_opt_param_scheduler)
+    throw ConfigError("both override and use-checkpoint are set.",
+                      "pass either --override_opt_param_scheduler (this run's schedule) or "
+                      "--use_checkpoint_opt_param_scheduler (the checkpoint's), not both");
   if (a.save_timeout_minutes && !(*a.save_timeout_minutes > 0))
     throw ConfigError(fmt::format("--save_timeout_minutes must be > 0, got {}", *a.save_timeout_minutes));
   check_mode(a.checkpoint_dir_mode, "checkpoint_dir_mode", 0700);
