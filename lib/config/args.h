@@ -126,6 +126,7 @@ struct Args {
   std::optional<int> max_length;               // derived: seq_length (max_length <= seq_length)
   std::string truncation_strategy = "delete";  // delete | left | right
   std::optional<std::string> tokenizer;
+  std::optional<std::string> tokenizer_type;  // NullTokenizer: pt --data_path with --vocab_size, no file
   int data_seed = 42;
   bool dataset_shuffle = true;
   std::string text_key = "text";

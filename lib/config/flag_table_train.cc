@@ -180,6 +180,14 @@ std::vector<FlagSpec> data_flags() {
                "directory holding one; tokenizer_config.json beside it supplies bos/eos/pad and the chat template.",
        .aliases = {"tokenizer_model"},
        .default_text = "required"},
+      {.name = "tokenizer_type",
+       .field = &Args::tokenizer_type,
+       .group = D,
+       .help = "NullTokenizer (Megatron's): no tokenizer file; `pt --data_path` reads the token ids as they are, "
+               "the vocabulary is --vocab_size and the end-of-document id vocab_size - 1. Implied by --vocab_size "
+               "without --tokenizer. Other tokenizers are chosen by the --tokenizer file.",
+       .choices = {"NullTokenizer"},
+       .default_text = "from --tokenizer"},
       {.name = "data_seed", .field = &Args::data_seed, .group = D, .help = "Seed for dataset shuffling and splits."},
       {.name = "dataset_shuffle", .field = &Args::dataset_shuffle, .group = D, .help = "Shuffle the dataset."},
       {.name = "text_key", .field = &Args::text_key, .group = D, .help = "JSONL field holding raw text (pt)."},
