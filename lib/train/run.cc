@@ -28,6 +28,7 @@
 #include "train/logger.h"
 #include "train/precision_dump.h"
 #include "train/profiler_hook.h"
+#include "train/shared_paths.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
 
@@ -55,8 +56,9 @@ int configure_threads(const config::Args& args, int local_ranks) {
   return n;
 }
 
-// Every rank creates the directory (nodes need not share a file system); the
-// first rank records the arguments.
+// Every rank creates the directory (a no-op after check_shared_paths, which
+// proved it is one directory on every node); the first rank records the
+// arguments.
 static void prepare_output_dir(const config::Args& args, bool write_args) {
   std::error_code ec;
   fs::create_directories(args.output_dir, ec);
@@ -225,6 +227,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   const parallel::RankCoords rc = state->coords();
   const bool first_rank = state->rank() == 0;
   const int threads = configure_threads(args, ctx.local_ranks);
+  // Before any data is read: a save, load or profile directory that is not
+  // one directory on every node would fail only at the first save.
+  check_shared_paths(args, state->world(), ctx.node);
   DataPipeline data = build_data_pipeline(args, first_rank);                    // may derive train_iters from epochs
   if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args, first_rank);
