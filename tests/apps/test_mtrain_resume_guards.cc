@@ -149,5 +149,23 @@ TEST_F(ResumeGuards, TheSameScheduleResumesAndNoLoadOptimRestartsIt) {
   EXPECT_EQ(fresh.exit_code, 0) << fresh.describe();
 }
 
+// A checkpoint saved before the schedule was recorded (its state has no
+// "opt_param_scheduler") cannot be checked: refused unless the run says its
+// own schedule wins.
+TEST_F(ResumeGuards, ACheckpointWithoutAScheduleRecordNeedsOverride) {
+  const fs::path dir = seeded("old");
+  const fs::path manifest = dir / "iter_0000005" / "manifest.json";
+  nlohmann::json m = nlohmann::json::parse(read_text(manifest));
+  ASSERT_TRUE(m.at("state").contains("opt_param_scheduler"));
+  m["state"].erase("opt_param_scheduler");
+  write_text(manifest, m.dump());
+  const RunResult r = run(concat(job(dir), {"--load", dir.string()}), "old");
+  EXPECT_EQ(r.exit_code, 5) << r.describe();
+  EXPECT_TRUE(contains(r.err, "the checkpoint records no learning-rate schedule")) << r.err;
+  EXPECT_TRUE(contains(r.err, "pass --override_opt_param_scheduler")) << r.err;
+  const RunResult ok = run(concat(job(dir, "--override_opt_param_scheduler"), {"--load", dir.string()}), "old_ok");
+  EXPECT_EQ(ok.exit_code, 0) << ok.describe();
+}
+
 }  // namespace
 }  // namespace mtrain::functional
