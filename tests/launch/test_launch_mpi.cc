@@ -318,6 +318,51 @@ TEST_F(LaunchMpi, SaveDirectoryNotSharedByTheNodesIsRefusedBeforeTraining) {
     EXPECT_EQ(e.path().filename().string().rfind(".mtrain_shared_probe_", 0), std::string::npos) << e.path();
 }
 
+// The same for --load (every rank must see the same checkpoint; the check
+// reads only the tracker) and for --profile_save_path when two ranks are
+// profiled (the merged trace reads both files): relative paths from different
+// working directories, with the save directory shared.
+TEST_F(LaunchMpi, LoadAndProfileDirectoriesNotSharedAreRefusedBeforeTraining) {
+  const std::string root = MTRAIN_SOURCE_DIR;
+  fs::create_directories(dir_ / "cwd0" / "ckpt");
+  fs::create_directories(dir_ / "cwd1");
+  std::ofstream(dir_ / "cwd0" / "ckpt" / "latest_checkpointed_iteration.txt") << "5";
+  auto launch = [&](const std::string& extra, const std::string& tag) {
+    std::vector<std::string> a{kMtrain,
+                               "sft",
+                               root + "/configs/sft_demo.yaml",
+                               "--tokenizer",
+                               root + "/configs/demo/tokenizer.json",
+                               "--dataset",
+                               root + "/configs/demo/sft.jsonl",
+                               "--output_dir",
+                               (dir_ / "shared_out").string()};
+    std::istringstream flags(
+        "--train_iters 3 --lr_decay_iters 2400 --micro_batch_size 2 --global_batch_size 8 "
+        "--num_threads 1 --num_generate_samples 0 --tensor_model_parallel_size 2 " +
+        extra);
+    for (std::string f; flags >> f;) a.push_back(f);
+    const int port = free_port();
+    Process n0(a, node_env(2, 0, 1, port, 30), dir_, tag + "0", dir_ / "cwd0");
+    Process n1(a, node_env(2, 1, 1, port, 30), dir_, tag + "1", dir_ / "cwd1");
+    const Result r0 = n0.finish(kTimeout), r1 = n1.finish(kTimeout);
+    EXPECT_EQ(r1.exit_code, 8) << r1.describe();
+    EXPECT_EQ(r1.out.find("] iteration "), std::string::npos) << r1.out;
+    return r0;
+  };
+  const Result load = launch("--load ckpt", "load");
+  EXPECT_EQ(load.exit_code, 8) << load.describe();
+  EXPECT_NE(load.err.find("--load ckpt: the ranks see different checkpoints:"), std::string::npos) << load.err;
+  EXPECT_NE(load.err.find(", rank 0: latest_checkpointed_iteration.txt says \"5\""), std::string::npos) << load.err;
+  EXPECT_NE(load.err.find(", rank 1: no latest_checkpointed_iteration.txt"), std::string::npos) << load.err;
+  EXPECT_NE(load.err.find("point --load at a directory every node sees"), std::string::npos) << load.err;
+  const Result prof = launch("--profile --profile_step_start 1 --profile_step_end 2 --profile_save_path prof", "prof");
+  EXPECT_EQ(prof.exit_code, 8) << prof.describe();
+  EXPECT_NE(prof.err.find("--profile_save_path prof is not the same directory on every node"), std::string::npos)
+      << prof.err;
+  EXPECT_NE(prof.err.find("point --profile_save_path at a directory every node sees"), std::string::npos) << prof.err;
+}
+
 // A rank killed with SIGKILL takes the job down, and the report names the rank.
 // Each round runs a one-node job and a two-node job side by side.
 TEST_F(LaunchMpi, RankDeathEndsTheJob) {
