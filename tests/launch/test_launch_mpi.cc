@@ -27,13 +27,6 @@ class LaunchMpi : public ::testing::Test {
   fs::path dir_;
 };
 
-// Node-style environment for a multi-node launch on loopback.
-std::map<std::string, std::string> node_env(int nnodes, int node, int nproc, int port, double timeout_s) {
-  return {{"NNODES", std::to_string(nnodes)},        {"NODE_RANK", std::to_string(node)},
-          {"NPROC_PER_NODE", std::to_string(nproc)}, {"MASTER_ADDR", "127.0.0.1"},
-          {"MASTER_PORT", std::to_string(port)},     {"MTRAIN_RDZV_TIMEOUT", std::to_string(timeout_s)}};
-}
-
 void expect_rank_lines(const Result& r, int nnodes, int nproc, const std::vector<int>& devices = {}) {
   const auto lines = rank_lines(r.out);
   const int world = nnodes * nproc;
@@ -255,112 +248,6 @@ TEST_F(LaunchMpi, TwoNodesTrainOneModel) {
     };
     EXPECT_NEAR(loss_of(r1.out, b), loss_of(single.out, a), 1e-5 * loss_of(single.out, a)) << it;
   }
-}
-
-// Two nodes whose save directory is not one directory are refused before any
-// data is read or any step trained (exit 8 on both, one message naming the
-// nodes and paths): first with different --output_dir strings, then with the
-// same relative path from different working directories (the probe file that
-// rank 0 writes is not where node 1 looks).
-TEST_F(LaunchMpi, SaveDirectoryNotSharedByTheNodesIsRefusedBeforeTraining) {
-  const std::string root = MTRAIN_SOURCE_DIR;
-  auto args = [&](const std::string& out) {
-    std::vector<std::string> a{kMtrain,
-                               "sft",
-                               root + "/configs/sft_demo.yaml",
-                               "--tokenizer",
-                               root + "/configs/demo/tokenizer.json",
-                               "--dataset",
-                               root + "/configs/demo/sft.jsonl"};
-    std::istringstream flags(
-        "--train_iters 3 --lr 3e-4 --lr_decay_iters 2400 --micro_batch_size 2 --global_batch_size 8 --log_interval 1 "
-        "--num_threads 1 "
-        "--num_generate_samples 0 --tensor_model_parallel_size 2");
-    for (std::string f; flags >> f;) a.push_back(f);
-    a.insert(a.end(), {"--output_dir", out});
-    return a;
-  };
-  const std::string hint =
-      "a shared file system is required, as in Megatron; point --output_dir (--save) at a "
-      "directory every node sees";
-  {
-    const int port = free_port();
-    Process n0(args((dir_ / "a").string()), node_env(2, 0, 1, port, 30), dir_, "strings0", root);
-    Process n1(args((dir_ / "b").string()), node_env(2, 1, 1, port, 30), dir_, "strings1", root);
-    const Result r0 = n0.finish(kTimeout), r1 = n1.finish(kTimeout);
-    EXPECT_EQ(r0.exit_code, 8) << r0.describe() << "\n=== node 1 ===\n" << r1.describe();
-    EXPECT_EQ(r1.exit_code, 8) << r1.describe();
-    const std::string why = "--output_dir (--save) differs between the ranks:\n  node 0 on ";
-    EXPECT_NE(r0.err.find(why), std::string::npos) << r0.err;
-    EXPECT_NE(r0.err.find("rank 1: " + (dir_ / "b").string()), std::string::npos) << r0.err;
-    EXPECT_NE(r0.err.find(hint), std::string::npos) << r0.err;
-    EXPECT_EQ(r0.out.find("> data:"), std::string::npos) << "read data first:\n" << r0.out;
-    EXPECT_EQ(r1.out.find("] iteration "), std::string::npos) << r1.out;
-  }
-  fs::create_directories(dir_ / "cwd0");
-  fs::create_directories(dir_ / "cwd1");
-  const int port = free_port();
-  Process n0(args("out"), node_env(2, 0, 1, port, 30), dir_, "probe0", dir_ / "cwd0");
-  Process n1(args("out"), node_env(2, 1, 1, port, 30), dir_, "probe1", dir_ / "cwd1");
-  const Result r0 = n0.finish(kTimeout), r1 = n1.finish(kTimeout);
-  EXPECT_EQ(r0.exit_code, 8) << r0.describe() << "\n=== node 1 ===\n" << r1.describe();
-  EXPECT_EQ(r1.exit_code, 8) << r1.describe();
-  EXPECT_NE(r0.err.find("--output_dir (--save) out is not the same directory on every node: rank 0 (node 0 on "),
-            std::string::npos)
-      << r0.err;
-  EXPECT_NE(r0.err.find(", rank 1: does not see the probe file out/.mtrain_shared_probe_"), std::string::npos)
-      << r0.err;
-  EXPECT_NE(r0.err.find("\n  node 1 on "), std::string::npos) << r0.err;
-  EXPECT_NE(r0.err.find(hint), std::string::npos) << r0.err;
-  EXPECT_EQ(r1.out.find("] iteration "), std::string::npos) << r1.out;
-  // Rank 0 removed its probe file.
-  for (const auto& e : fs::directory_iterator(dir_ / "cwd0" / "out"))
-    EXPECT_EQ(e.path().filename().string().rfind(".mtrain_shared_probe_", 0), std::string::npos) << e.path();
-}
-
-// The same for --load (every rank must see the same checkpoint; the check
-// reads only the tracker) and for --profile_save_path when two ranks are
-// profiled (the merged trace reads both files): relative paths from different
-// working directories, with the save directory shared.
-TEST_F(LaunchMpi, LoadAndProfileDirectoriesNotSharedAreRefusedBeforeTraining) {
-  const std::string root = MTRAIN_SOURCE_DIR;
-  fs::create_directories(dir_ / "cwd0" / "ckpt");
-  fs::create_directories(dir_ / "cwd1");
-  std::ofstream(dir_ / "cwd0" / "ckpt" / "latest_checkpointed_iteration.txt") << "5";
-  auto launch = [&](const std::string& extra, const std::string& tag) {
-    std::vector<std::string> a{kMtrain,
-                               "sft",
-                               root + "/configs/sft_demo.yaml",
-                               "--tokenizer",
-                               root + "/configs/demo/tokenizer.json",
-                               "--dataset",
-                               root + "/configs/demo/sft.jsonl",
-                               "--output_dir",
-                               (dir_ / "shared_out").string()};
-    std::istringstream flags(
-        "--train_iters 3 --lr_decay_iters 2400 --micro_batch_size 2 --global_batch_size 8 "
-        "--num_threads 1 --num_generate_samples 0 --tensor_model_parallel_size 2 " +
-        extra);
-    for (std::string f; flags >> f;) a.push_back(f);
-    const int port = free_port();
-    Process n0(a, node_env(2, 0, 1, port, 30), dir_, tag + "0", dir_ / "cwd0");
-    Process n1(a, node_env(2, 1, 1, port, 30), dir_, tag + "1", dir_ / "cwd1");
-    const Result r0 = n0.finish(kTimeout), r1 = n1.finish(kTimeout);
-    EXPECT_EQ(r1.exit_code, 8) << r1.describe();
-    EXPECT_EQ(r1.out.find("] iteration "), std::string::npos) << r1.out;
-    return r0;
-  };
-  const Result load = launch("--load ckpt", "load");
-  EXPECT_EQ(load.exit_code, 8) << load.describe();
-  EXPECT_NE(load.err.find("--load ckpt: the ranks see different checkpoints:"), std::string::npos) << load.err;
-  EXPECT_NE(load.err.find(", rank 0: latest_checkpointed_iteration.txt says \"5\""), std::string::npos) << load.err;
-  EXPECT_NE(load.err.find(", rank 1: no latest_checkpointed_iteration.txt"), std::string::npos) << load.err;
-  EXPECT_NE(load.err.find("point --load at a directory every node sees"), std::string::npos) << load.err;
-  const Result prof = launch("--profile --profile_step_start 1 --profile_step_end 2 --profile_save_path prof", "prof");
-  EXPECT_EQ(prof.exit_code, 8) << prof.describe();
-  EXPECT_NE(prof.err.find("--profile_save_path prof is not the same directory on every node"), std::string::npos)
-      << prof.err;
-  EXPECT_NE(prof.err.find("point --profile_save_path at a directory every node sees"), std::string::npos) << prof.err;
 }
 
 // A rank killed with SIGKILL takes the job down, and the report names the rank.
