@@ -133,6 +133,7 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   mtrain::train::RunContext ctx;
   ctx.device_index = p.placement.device;
   ctx.local_ranks = world.local_size;
+  ctx.node = world.node;
   if (!mpi) return mtrain::train::run_training(p.inv.args, ctx);
   // The rank's communicators live only as long as the run: they must be gone
   // before MPI is finalised (a cross-node communicator alive at MPI_Finalize hangs).

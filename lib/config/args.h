@@ -127,6 +127,7 @@ struct Args {
   std::optional<int> max_length;               // derived: seq_length (max_length <= seq_length)
   std::string truncation_strategy = "delete";  // delete | left | right
   std::optional<std::string> tokenizer;
+  std::optional<std::string> tokenizer_type;  // NullTokenizer: pt --data_path with --vocab_size, no file
   int data_seed = 42;
   bool dataset_shuffle = true;
   std::string text_key = "text";
@@ -170,6 +171,9 @@ struct Args {
   std::optional<double> save_timeout_minutes;  // None: --distributed_timeout_minutes
   std::string checkpoint_dir_mode = "0750";
   std::string checkpoint_file_mode = "0640";
+  // Resume with another LR / weight-decay schedule: take this run's, or the checkpoint's.
+  bool override_opt_param_scheduler = false;
+  bool use_checkpoint_opt_param_scheduler = false;
 
   // ---- precision debugging (train/precision_dump.h) -------------------------
   std::string precision_dump_path;                // empty: no dump

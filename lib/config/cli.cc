@@ -41,19 +41,42 @@ struct CommandState {
   std::vector<detail::CliEvent> events;
 };
 
-// "--foo-bar=v" -> "--foo_bar=v"; values are left alone. Remembers the
-// original spelling of every rewritten flag for error messages.
-std::vector<std::string> normalize_tokens(int argc, const char* const* argv,
+// The command a token names (its name or an alias), or null.
+const CommandSpec* command_named(const std::string& token, const std::vector<CommandSpec>& commands) {
+  for (const CommandSpec& c : commands)
+    if (c.name == token || std::find(c.aliases.begin(), c.aliases.end(), token) != c.aliases.end()) return &c;
+  return nullptr;
+}
+
+// A flag (normalized name) whose next token is always its value.
+bool takes_one_value(const std::string& name) {
+  if (name == "config") return true;
+  const std::optional<FlagMatch> m = find_flag(name);
+  return m && !m->negated && !flag_is_bool(*m->spec) && !flag_is_list(*m->spec);
+}
+
+// Only flag *names* are normalized ("--foo-bar=v" -> "--foo_bar=v"); values
+// are passed as typed, even one that begins with "--": as in argparse, the
+// token after a flag that takes one value is that value. A command with its
+// own parser (tokenizer, export, ...) gets its arguments exactly as typed.
+// Remembers the original spelling of every rewritten flag for error messages.
+std::vector<std::string> normalize_tokens(int argc, const char* const* argv, const std::vector<CommandSpec>& commands,
                                           std::map<std::string, std::string>& original) {
   std::vector<std::string> tokens;
+  const CommandSpec* command = nullptr;
+  bool value_next = false;
   for (int i = 1; i < argc; ++i) {
     std::string t = argv[i];
-    if (t.size() > 2 && t.compare(0, 2, "--") == 0) {
-      size_t eq = t.find('=');
-      std::string name = normalize_flag_name(t.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
-      std::string normalized = "--" + name + (eq == std::string::npos ? "" : t.substr(eq));
+    const bool flag = t.size() > 2 && t.compare(0, 2, "--") == 0;
+    const bool verbatim = value_next || (command && !command->training_flags);
+    value_next = false;
+    if (!command && !flag) command = command_named(t, commands);
+    if (flag && !verbatim) {
+      const size_t eq = t.find('=');
+      const std::string name = normalize_flag_name(t.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
       original.emplace("--" + name, t.substr(0, eq));
-      t = normalized;
+      value_next = command && eq == std::string::npos && takes_one_value(name);
+      t = "--" + name + (eq == std::string::npos ? "" : t.substr(eq));
     }
     tokens.push_back(std::move(t));
   }
@@ -132,7 +155,7 @@ std::string command_names(const std::vector<CommandSpec>& commands) {
 
 Invocation parse_command_line(int argc, const char* const* argv, const ParseOptions& options) {
   std::map<std::string, std::string> original;
-  std::vector<std::string> tokens = normalize_tokens(argc, argv, original);
+  std::vector<std::string> tokens = normalize_tokens(argc, argv, options.commands, original);
 
   CLI::App app{"mtrain", "mtrain"};
   app.set_help_flag();

@@ -49,6 +49,17 @@ std::vector<FlagSpec> checkpoint_flags() {
        .field = &Args::exit_on_missing_checkpoint,
        .group = K,
        .help = "Stop (exit 5) when --load holds no checkpoint instead of starting from random weights."},
+      {.name = "override_opt_param_scheduler",
+       .field = &Args::override_opt_param_scheduler,
+       .group = K,
+       .help = "On resume, take the LR and weight-decay schedule (lr, min_lr, warmup, decay iterations and "
+               "style, weight decay) from this run's flags instead of refusing a checkpoint whose schedule "
+               "differs. The schedule's position (iterations done) still comes from the checkpoint."},
+      {.name = "use_checkpoint_opt_param_scheduler",
+       .field = &Args::use_checkpoint_opt_param_scheduler,
+       .group = K,
+       .help = "On resume, keep the checkpoint's LR and weight-decay schedule and ignore this run's schedule "
+               "flags (the run continues exactly as the saved one would have)."},
       {.name = "ckpt_step",
        .field = &Args::ckpt_step,
        .group = K,

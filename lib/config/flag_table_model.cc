@@ -115,7 +115,8 @@ std::vector<FlagSpec> model_flags() {
       {.name = "vocab_size",
        .field = &Args::vocab_size,
        .group = M,
-       .help = "Vocabulary size before padding.",
+       .help = "Vocabulary size before padding. Without --tokenizer on `pt --data_path` it selects Megatron's "
+               "NullTokenizer (token ids as they are; end of document vocab_size - 1).",
        .default_text = "from the tokenizer"},
       {.name = "model",
        .field = &Args::model,

@@ -129,10 +129,17 @@ void check_data(Args& a) {
 
 void check_logging(Args& a) {
   require_positive(a.log_interval, "log_interval");
-  if (a.eval_interval) require_positive(*a.eval_interval, "eval_interval");
-  if (a.eval_iters < -1 || a.eval_iters == 0) {
-    throw ConfigError(fmt::format("--eval_iters must be -1 (whole validation set) or >= 1, got {}", a.eval_iters));
+  if (a.eval_interval && *a.eval_interval < 0)
+    throw ConfigError(fmt::format("--eval_interval must be >= 0, got {}", *a.eval_interval),
+                      "0 (or leaving it unset) means no evaluation");
+  if (a.eval_iters < -1) {
+    throw ConfigError(
+        fmt::format("--eval_iters must be -1 (whole validation set), 0 (no evaluation) or >= 1, got {}", a.eval_iters));
   }
+  // Megatron: `if args.eval_interval and ...` and an empty valid split for
+  // --eval_iters 0 both mean no evaluation, so a job file's evaluation can be
+  // switched off from the command line. One spelling downstream: None.
+  if (a.eval_interval == 0 || a.eval_iters == 0) a.eval_interval.reset();
   if (a.output_dir.empty()) throw ConfigError("--output_dir must not be empty");
   if (a.device_profile.empty()) throw ConfigError("--device_profile must not be empty");
   if (a.num_threads) require_positive(*a.num_threads, "num_threads");
@@ -172,6 +179,11 @@ void check_checkpointing(Args& a) {
   if (a.finetune && !a.load && !a.model)
     throw ConfigError("--finetune needs --load (or --model)", "name the checkpoint whose weights to start from");
   if (a.load && a.load->empty()) throw ConfigError("--load must not be empty");
+  // Megatron's OptimizerParamScheduler asserts the same.
+  if (a.override_opt_param_scheduler && a.use_checkpoint_opt_param_scheduler)
+    throw ConfigError("both override and use-checkpoint are set.",
+                      "pass either --override_opt_param_scheduler (this run's schedule) or "
+                      "--use_checkpoint_opt_param_scheduler (the checkpoint's), not both");
   if (a.save_timeout_minutes && !(*a.save_timeout_minutes > 0))
     throw ConfigError(fmt::format("--save_timeout_minutes must be > 0, got {}", *a.save_timeout_minutes));
   check_mode(a.checkpoint_dir_mode, "checkpoint_dir_mode", 0700);

@@ -91,6 +91,8 @@ class Optimizer {
 
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t n) { step_count_ = n; }  // checkpoint load
+  // --use_checkpoint_opt_param_scheduler: the checkpoint's weight decay (read every step).
+  void set_weight_decay(double wd) { cfg_.weight_decay = wd; }
 
   // Named state buffers for checkpointing: exp_avg, exp_avg_sq (adam),
   // momentum_buffer (sgd with momentum), fp32_param (master copy). Each holds

@@ -29,6 +29,8 @@ LoadSettings load_settings(const config::Args& a) {
   s.optim = !a.no_load_optim;
   s.rng = !a.no_load_rng;
   s.exit_on_missing = a.exit_on_missing_checkpoint;
+  s.schedule = param_schedule(a);
+  s.schedule_choice = schedule_choice(a);
   return s;
 }
 
@@ -236,6 +238,7 @@ struct SavedState {
   std::optional<optim::DynamicGradScalerState> scaler;
   bool master = false;     // the checkpoint holds fp32 master weights
   int64_t vocab_rows = 0;  // the checkpoint's embedding rows (check_weights)
+  std::optional<ScheduleResolution> schedule;
 };
 
 SavedState parse_state(const checkpoint::CheckpointReader& r, const json& st, const LoadSettings& s, TrainingState& t) {
@@ -269,6 +272,8 @@ SavedState parse_state(const checkpoint::CheckpointReader& r, const json& st, co
                                         where, type, t.optimizer.config().type),
                             "pass --no_load_optim to start the new optimizer fresh");
     out.optimizer_step = integer(o, "step", where);
+    const json* schedule = st.contains("opt_param_scheduler") ? &st.at("opt_param_scheduler") : nullptr;
+    out.schedule = resolve_param_schedule(schedule, s.schedule, s.schedule_choice, where);
     for (const auto& [name, tensor] : t.optimizer.state_tensors()) {
       const std::string prefix = "optimizer." + name + "/";
       if (name == "fp32_param") {
@@ -356,6 +361,7 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
   Resumed res;
   res.counters = saved.counters;
   res.seed = saved.seed;
+  if (saved.schedule) res.schedule = saved.schedule->schedule;
   apply_model_weights(r, t);  // checked in parse_state
   if (s.optim && !s.finetune) {
     read_optimizer(r, t, saved.master);
@@ -364,6 +370,7 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (print) {
+    if (saved.schedule) fmt::print("{}\n", fmt::join(saved.schedule->lines, "\n"));
     const model::ModelConfig& c = t.model.config();
     if (saved_rows != 0 && saved_rows != c.padded_vocab)
       fmt::print(" > the checkpoint pads the vocabulary ({} tokens) to {} rows, this run to {}: {}{}\n", c.vocab,

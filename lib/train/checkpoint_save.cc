@@ -29,6 +29,7 @@ SaveSettings save_settings(const config::Args& a) {
   s.timeout_seconds = a.save_timeout_minutes.value_or(a.distributed_timeout_minutes) * 60;
   s.seed = static_cast<uint64_t>(a.seed);
   s.args_json = config::args_to_json(a);
+  s.schedule = param_schedule(a);
   return s;
 }
 
@@ -77,6 +78,7 @@ std::string state_json(const SaveSettings& s, TrainingState& t, const TrainerCou
         {"consumed_samples", d.consumed_samples},
         {"num_samples", d.num_samples}}},
       {"optimizer", nullptr},
+      {"opt_param_scheduler", nullptr},
       {"grad_scaler", nullptr},
       {"rng", nullptr},
       {"model", checkpoint::model_meta_to_json(model_meta(t.model.config()))},
@@ -89,6 +91,7 @@ std::string state_json(const SaveSettings& s, TrainingState& t, const TrainerCou
   };
   if (s.optim) {
     j["optimizer"] = {{"type", t.optimizer.config().type}, {"step", t.optimizer.step_count()}};
+    j["opt_param_scheduler"] = param_schedule_to_json(s.schedule);
     if (auto* dyn = dynamic_cast<optim::DynamicGradScaler*>(t.scaler)) {
       const optim::DynamicGradScalerState st = dyn->state();
       j["grad_scaler"] = {

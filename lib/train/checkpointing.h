@@ -22,7 +22,8 @@
 // optimizer step count, loss-scaler state, the seed (mtrain's dropout is
 // counter-based: seed + iteration + micro-batch fix every mask, so the seed
 // is the whole RNG state), the model shape (checkpoint/model_meta.h) and the
-// run's arguments.
+// run's arguments, and the LR / weight-decay schedule (checkpoint_schedule.h),
+// which a resume must match unless told which one wins.
 #pragma once
 
 #include <sys/types.h>
@@ -40,6 +41,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
+#include "train/checkpoint_schedule.h"
 #include "train/hooks.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
@@ -68,6 +70,7 @@ struct SaveSettings {
   double timeout_seconds = 600;    // a save stalled this long ends the run (exit 5)
   uint64_t seed = 42;              // the run's RNG state
   std::string args_json;           // the run's arguments, recorded in the state
+  ParamSchedule schedule;          // recorded with the optimizer state
 };
 SaveSettings save_settings(const config::Args& args);
 
@@ -86,6 +89,8 @@ struct LoadSettings {
   bool optim = true;                 // --no_load_optim: false
   bool rng = true;                   // --no_load_rng: false
   bool exit_on_missing = false;
+  ParamSchedule schedule;  // this run's, checked against the checkpoint's
+  ScheduleChoice schedule_choice = ScheduleChoice::kCheck;
 };
 LoadSettings load_settings(const config::Args& args);
 
@@ -93,13 +98,17 @@ LoadSettings load_settings(const config::Args& args);
 struct Resumed {
   TrainerCounters counters;
   std::optional<uint64_t> seed;  // the checkpoint's RNG state (unless --no_load_rng / --finetune)
+  // The schedule to train on when the optimizer state was loaded: this run's,
+  // or the checkpoint's with --use_checkpoint_opt_param_scheduler.
+  std::optional<ParamSchedule> schedule;
 };
 
 // Loads the weights (and, unless finetuning, the optimizer, scaler, data
 // position) into `t`. Returns nullopt when the directory holds no checkpoint
 // and exit_on_missing is off (Megatron then starts from random weights).
 // Throws CheckpointError before touching any state when the checkpoint is
-// damaged or its model shape differs (naming both values).
+// damaged, its model shape differs (naming both values) or, when the
+// optimizer state is loaded, its LR / weight-decay schedule differs.
 std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettings& s, TrainingState& t);
 
 // Starting weights from any source (a checkpoint, a Hugging Face directory):

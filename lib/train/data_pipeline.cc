@@ -97,23 +97,49 @@ std::string malformed_text(const data::SftRecords& malformed, const config::Args
                      malformed.num_malformed, a.max_malformed, malformed.first_malformed);
 }
 
+// Megatron's NullTokenizer: `--tokenizer_type NullTokenizer`, or implied by
+// --vocab_size without --tokenizer on pre-tokenized --data_path. True when it
+// is used; a combination that cannot work is refused naming the flags.
+bool use_null_tokenizer(const config::Args& a) {
+  const bool asked = a.tokenizer_type == "NullTokenizer";
+  if (asked && a.tokenizer)
+    throw ConfigError(fmt::format("--tokenizer_type NullTokenizer and --tokenizer {} were both given", *a.tokenizer),
+                      "drop one: NullTokenizer reads token ids without a tokenizer file");
+  if (a.tokenizer) return false;
+  if (!asked && !(a.vocab_size && !a.data_path.empty()))
+    throw ConfigError("no tokenizer: --tokenizer is not set",
+                      "pass --tokenizer <path to tokenizer.json>, e.g. configs/demo/tokenizer.json (for pre-tokenized "
+                      "`pt --data_path` data, --vocab_size N instead: Megatron's NullTokenizer)");
+  if (a.data_path.empty())
+    throw ConfigError("--tokenizer_type NullTokenizer reads pre-tokenized data only, and no --data_path was given",
+                      "use `mtrain pt --data_path <prefix>`, or pass --tokenizer for --dataset");
+  if (!a.vocab_size)
+    throw ConfigError("--tokenizer_type NullTokenizer needs --vocab_size",
+                      "pass --vocab_size N: the data's token ids must be below N (N - 1 is the end of document)");
+  return true;
+}
+
 }  // namespace
 
 DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
-  if (!a.tokenizer)
-    throw ConfigError("no tokenizer: --tokenizer is not set",
-                      "pass --tokenizer <path to tokenizer.json>, e.g. configs/demo/tokenizer.json");
-  if (!a.data_path.empty()) {  // Megatron indexed data (indexed_source.h)
-    DataPipeline p(data::Tokenizer::load(*a.tokenizer));
-    IndexedPretrainData d = load_indexed_pretrain_data(a, p.tokenizer_.vocab_size(), verbose);
+  if (!a.data_path.empty() || a.tokenizer_type) {  // Megatron indexed data (indexed_source.h)
+    // NullTokenizer's eod id is vocab_size - 1 (Megatron since #4057); it also
+    // pads, as padded positions carry no loss.
+    DataPipeline p = use_null_tokenizer(a) ? DataPipeline(*a.vocab_size, *a.vocab_size - 1)
+                                           : DataPipeline(data::Tokenizer::load(*a.tokenizer));
+    if (verbose && !p.tokenizer_)
+      fmt::print(" > building NullTokenizer tokenizer: vocab size {}, eod id {} (token ids are read as they are)\n",
+                 p.vocab_size_, p.vocab_size_ - 1);
+    IndexedPretrainData d = load_indexed_pretrain_data(a, p.vocab_size_, verbose);
     p.indexed_train_ = std::move(d.train);
     p.val_ = std::move(d.valid);
     return p;
   }
+  use_null_tokenizer(a);  // refuses a missing --tokenizer
   if (a.dataset.empty())
     throw ConfigError("no training data: --dataset is not set", "pass --dataset <file.jsonl> [more files]");
   DataPipeline p(data::Tokenizer::load(*a.tokenizer));
-  const data::Tokenizer& tok = p.tokenizer_;
+  const data::Tokenizer& tok = *p.tokenizer_;
   // Samples longer than --max_length are dropped (delete) or cut (left/right);
   // samples left without loss tokens are always dropped.
   int64_t dropped = 0, truncated = 0, tokens = 0;
@@ -180,14 +206,14 @@ DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
 }
 
 std::unique_ptr<BatchSource> DataPipeline::train_source(const config::Args& a, const DataShard& shard) {
-  if (indexed_train_) return make_indexed_source(indexed_train_, a, tokenizer_.special().pad, vocab_size(), shard);
-  return std::make_unique<LoaderSource>(train_, a, tokenizer_.special().pad, shard);
+  if (indexed_train_) return make_indexed_source(indexed_train_, a, pad_id_, vocab_size(), shard);
+  return std::make_unique<LoaderSource>(train_, a, pad_id_, shard);
 }
 
 std::vector<data::Batch> DataPipeline::validation_batches(const config::Args& a, const DataShard& shard) const {
   std::vector<data::Batch> out;
   if (val_.empty()) return out;
-  data::DataLoader loader(val_, data::DataLoaderOptions{0, false, tokenizer_.special().pad});
+  data::DataLoader loader(val_, data::DataLoaderOptions{0, false, pad_id_});
   int64_t limit = static_cast<int64_t>(val_.size());
   if (a.eval_iters >= 0) limit = std::min<int64_t>(limit, static_cast<int64_t>(a.eval_iters) * a.global_batch_size);
   std::vector<int64_t> idx;
@@ -214,21 +240,22 @@ std::vector<PromptSample> DataPipeline::sample_prompts(int64_t n) const {
     }
     if (user.empty() || answer.empty()) continue;
     if (system.empty()) system = data::default_system_prompt(chat_template_);
-    out.push_back({user, answer, data::encode_prompt(tokenizer_, user, system, {}, chat_template_)});
+    out.push_back({user, answer, data::encode_prompt(*tokenizer_, user, system, {}, chat_template_)});
   }
   return out;
 }
 
 std::vector<int32_t> DataPipeline::stop_ids() const {
   std::vector<int32_t> s;
-  const data::SpecialTokenIds& sp = tokenizer_.special();
+  if (!tokenizer_) return s;
+  const data::SpecialTokenIds& sp = tokenizer_->special();
   for (int32_t id : {sp.im_end, sp.eos, sp.eod})
     if (id >= 0) s.push_back(id);
   return s;
 }
 
 std::string DataPipeline::decode_answer(const std::vector<int32_t>& tokens) const {
-  std::string s = tokenizer_.decode(tokens, /*skip_special_tokens=*/true);
+  std::string s = tokenizer_ ? tokenizer_->decode(tokens, /*skip_special_tokens=*/true) : std::string();
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,7 @@ struct PromptSample {
 
 class DataPipeline {
  public:
-  int64_t vocab_size() const { return tokenizer_.vocab_size(); }
-  const data::Tokenizer& tokenizer() const { return tokenizer_; }
+  int64_t vocab_size() const { return vocab_size_; }
   // The first n single-round conversations of the training data, as prompts.
   std::vector<PromptSample> sample_prompts(int64_t n) const;
   std::vector<int32_t> stop_ids() const;
@@ -51,8 +51,13 @@ class DataPipeline {
 
  private:
   friend DataPipeline build_data_pipeline(config::Args& args, bool verbose);
-  explicit DataPipeline(data::Tokenizer t) : tokenizer_(std::move(t)) {}
-  data::Tokenizer tokenizer_;
+  explicit DataPipeline(data::Tokenizer t)
+      : tokenizer_(std::move(t)), vocab_size_(tokenizer_->vocab_size()), pad_id_(tokenizer_->special().pad) {}
+  // Megatron's NullTokenizer (pt --data_path only): ids as they are.
+  DataPipeline(int64_t vocab_size, int32_t pad_id) : vocab_size_(vocab_size), pad_id_(pad_id) {}
+  std::optional<data::Tokenizer> tokenizer_;  // none under NullTokenizer
+  int64_t vocab_size_ = 0;
+  int32_t pad_id_ = -1;  // what micro-batches are padded with (carries no loss)
   std::vector<data::Sample> train_, val_;
   std::vector<data::Conversation> conversations_;                   // sft only, for sample prompts
   std::shared_ptr<const data::BlendedGptDataset> indexed_train_;    // pt --data_path (indexed_source.h)

@@ -12,8 +12,9 @@ namespace {
 data::Sample to_sample(std::vector<int32_t> tokens, int64_t vocab) {
   for (int32_t t : tokens)
     if (t >= vocab)
-      throw DataError(fmt::format("--data_path: token id {} is outside the tokenizer's vocabulary of {}", t, vocab),
-                      "preprocess the data with the tokenizer given to --tokenizer");
+      throw DataError(fmt::format("--data_path: token id {} is outside the vocabulary of {}", t, vocab),
+                      "preprocess the data with the tokenizer given to --tokenizer (NullTokenizer: raise --vocab_size "
+                      "above the largest id)");
   data::Sample s;
   s.loss_mask.assign(tokens.size(), 1);
   s.tokens = std::move(tokens);

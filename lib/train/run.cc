@@ -28,6 +28,7 @@
 #include "train/logger.h"
 #include "train/precision_dump.h"
 #include "train/profiler_hook.h"
+#include "train/shared_paths.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
 
@@ -55,8 +56,9 @@ int configure_threads(const config::Args& args, int local_ranks) {
   return n;
 }
 
-// Every rank creates the directory (nodes need not share a file system); the
-// first rank records the arguments.
+// Every rank creates the directory (a no-op after check_shared_paths, which
+// proved it is one directory on every node); the first rank records the
+// arguments.
 static void prepare_output_dir(const config::Args& args, bool write_args) {
   std::error_code ec;
   fs::create_directories(args.output_dir, ec);
@@ -83,21 +85,6 @@ static device::DeviceProfile device_profile(const config::Args& args) {
   p.devices_per_node = s.devices_per_node;
   p.allocator_block_bytes = s.allocator_block_bytes;
   return p;
-}
-
-static optim::LrScheduleConfig schedule_config(const config::Args& a) {
-  optim::LrScheduleConfig s;
-  s.lr = a.lr.value();
-  s.min_lr = a.min_lr;
-  s.lr_warmup_init = a.lr_warmup_init;
-  s.warmup_iters = a.lr_warmup_iters;
-  s.warmup_fraction = a.lr_warmup_fraction;
-  s.decay_iters = a.lr_decay_iters.value_or(a.train_iters.value());
-  s.style = a.lr_decay_style;
-  s.wsd_decay_iters = a.lr_wsd_decay_iters.value_or(0);
-  s.wsd_decay_style = a.lr_wsd_decay_style;
-  s.samples_per_iteration = a.global_batch_size;
-  return s;
 }
 
 // Continuation lines of a multi-line text line up under the first.
@@ -175,7 +162,7 @@ struct TrainerSetup {
       : optimizer(dev, optimizer_ranges(model.params()), model.params().numel(), model.config().dtype,
                   optimizer_config(args),
                   GradSync::optimizer_shard(model.params(), state, to.distributed_optimizer, to.bucket_elems)),
-        scheduler(schedule_config(args)) {
+        scheduler(param_schedule(args).lr) {
     optimizer.init_master_from(model.params().params().data());
     optim::DynamicGradScalerConfig sc;
     sc.initial_scale = args.initial_loss_scale;
@@ -240,6 +227,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   const parallel::RankCoords rc = state->coords();
   const bool first_rank = state->rank() == 0;
   const int threads = configure_threads(args, ctx.local_ranks);
+  // Before any data is read: a save, load or profile directory that is not
+  // one directory on every node would fail only at the first save.
+  check_shared_paths(args, state->world(), ctx.node);
   DataPipeline data = build_data_pipeline(args, first_rank);                    // may derive train_iters from epochs
   if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args, first_rank);
@@ -285,10 +275,16 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   if (args.load) resumed = load_training_checkpoint(fs, load_settings(args), ts);
   if (!resumed && args.model) load_hf_model(fs, *args.model, ts);
   if (resumed && resumed->seed) to.seed = *resumed->seed;
+  SaveSettings save = save_settings(args);
+  // --use_checkpoint_opt_param_scheduler: train (and save) on the checkpoint's schedule.
+  if (resumed && resumed->schedule) {
+    setup.scheduler = optim::LrScheduler(resumed->schedule->lr);
+    setup.optimizer.set_weight_decay(resumed->schedule->weight_decay);
+    save.schedule = *resumed->schedule;
+  }
   if (watchdog) watchdog->beat("trainer starts");
   Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), *source, &val, hooks, state);
   if (resumed) trainer.restore(resumed->counters);
-  SaveSettings save = save_settings(args);
   save.seed = to.seed;
   hooks.add(std::make_shared<CheckpointHook>(fs, std::move(save), ts, trainer, watchdog));
   PosixFileSystem profile_fs;

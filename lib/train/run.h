@@ -14,6 +14,7 @@ struct RunContext {
   parallel::ParallelState* parallel = nullptr;  // null: a world of one (no MPI)
   int device_index = 0;                         // the simulated NPU this rank owns
   int local_ranks = 1;                          // ranks sharing this node's cores
+  int node = 0;                                 // this rank's node (NODE_RANK), for error messages
 };
 
 int run_training(const config::Args& args, const RunContext& ctx = {});

@@ -221,6 +221,19 @@ TEST_F(Cli, ValidationErrorsExit3WithMegatronsWording) {
   }
 }
 
+// --eval_interval 0 and --eval_iters 0 mean "no evaluation" as in Megatron, so
+// the job file's evaluation can be switched off from the command line.
+TEST_F(Cli, ZeroEvalIntervalOrEvalItersSwitchesTheJobFilesEvaluationOff) {
+  const std::vector<std::pair<std::string, bool>> cases = {
+      {"--eval_interval 1", true}, {"--eval_interval 0", false}, {"--eval_interval 1 --eval_iters 0", false}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string name = "eval" + std::to_string(i);
+    const RunResult r = run(concat(demo_sft_args(2, tmp_ / name), words(cases[i].first)), name);
+    ASSERT_EQ(r.exit_code, 0) << cases[i].first << "\n" << r.describe();
+    EXPECT_EQ(contains(r.out, " validation loss at iteration "), cases[i].second) << cases[i].first << "\n" << r.out;
+  }
+}
+
 TEST_F(Cli, HelpListsEveryFlagWithItsDefaultAndExits0) {
   const RunResult top = run({"--help"}, "top");
   EXPECT_EQ(top.exit_code, 0) << top.describe();

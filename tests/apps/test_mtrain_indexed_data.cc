@@ -101,6 +101,49 @@ TEST_F(IndexedData, PtTrainsAndTheSecondRunReadsTheIndexCache) {
   EXPECT_TRUE(contains(bad.err, "--split 1,2,3,4: more than three parts")) << bad.err;
 }
 
+// Megatron's NullTokenizer: pre-tokenized data needs no tokenizer file when
+// --vocab_size is given. The ids are read as they are, so with the demo
+// tokenizer's vocabulary (1024) the run equals the one that loads the
+// tokenizer, loss for loss; eod is vocab_size - 1 (Megatron since #4057).
+TEST_F(IndexedData, VocabSizeWithoutATokenizerIsMegatronsNullTokenizer) {
+  const std::string prefix = prepare();
+  auto job = [&](const std::string& name, const std::string& extra) {
+    return run(concat(concat(words("pt --model_preset demo --split 98,2,0 --micro_batch_size 2 --global_batch_size 8 "
+                                   "--lr 1e-3 --lr_warmup_iters 2 --log_interval 1 --num_threads 1 --train_iters 4 "
+                                   "--seed 1234"),
+                             words(extra)),
+                      {"--data_path", prefix, "--output_dir", (tmp_ / name).string()}),
+               name);
+  };
+  const RunResult tok = job("tok", "--tokenizer configs/demo/tokenizer.json");
+  ASSERT_EQ(tok.exit_code, 0) << tok.describe();
+  const RunResult null = job("null", "--vocab_size 1024");
+  ASSERT_EQ(null.exit_code, 0) << null.describe();
+  EXPECT_TRUE(contains(null.out, " > building NullTokenizer tokenizer: vocab size 1024, eod id 1023")) << null.out;
+  EXPECT_TRUE(contains(null.out, " > padded vocab (size: 1024) with 0 dummy tokens (new size: 1024)")) << null.out;
+  const auto a = train_rows(tmp_ / "tok"), b = train_rows(tmp_ / "null");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(a[i].at("loss"), b[i].at("loss")) << "iteration " << i + 1;
+
+  // Megatron's spelling, and Megatron's padding to a multiple of 128.
+  const RunResult spelled = job("spelled", "--tokenizer_type NullTokenizer --vocab_size 1100");
+  ASSERT_EQ(spelled.exit_code, 0) << spelled.describe();
+  EXPECT_TRUE(contains(spelled.out, " > padded vocab (size: 1100) with 52 dummy tokens (new size: 1152)"))
+      << spelled.out;
+
+  const RunResult small = job("small", "--vocab_size 100");
+  EXPECT_EQ(small.exit_code, 4) << small.describe();
+  EXPECT_TRUE(contains(small.err, "is outside the vocabulary of 100")) << small.err;
+  const RunResult none = job("none", "");
+  EXPECT_EQ(none.exit_code, 3) << none.describe();
+  EXPECT_TRUE(contains(none.err, "no tokenizer: --tokenizer is not set")) << none.err;
+  EXPECT_TRUE(contains(none.err, "--vocab_size N instead: Megatron's NullTokenizer")) << none.err;
+  const RunResult no_size = job("no_size", "--tokenizer_type NullTokenizer");
+  EXPECT_EQ(no_size.exit_code, 3) << no_size.describe();
+  EXPECT_TRUE(contains(no_size.err, "--tokenizer_type NullTokenizer needs --vocab_size")) << no_size.err;
+}
+
 void seed_with_iteration_10(const fs::path& from, const fs::path& to) {
   fs::create_directories(to);
   fs::copy(from / "iter_0000010", to / "iter_0000010", fs::copy_options::recursive);

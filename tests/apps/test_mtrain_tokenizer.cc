@@ -41,6 +41,24 @@ TEST_F(TokenizerCommand, EncodesAndDecodes) {
   EXPECT_TRUE(contains(r.out, "chat_template: chatml")) << r.out;
 }
 
+// A value is passed as typed, even one that looks like a flag: "---" is not
+// "--", "--foo-bar" is not "--foo_bar". The "=" spelling was always verbatim,
+// and decoding gives the text back.
+TEST_F(TokenizerCommand, ValuesThatLookLikeFlagsAreEncodedAsTyped) {
+  const fs::path dir = write_model_dir();
+  for (const std::string text : {"---", "--foo-bar"}) {
+    const RunResult spaced = run({"tokenizer", "--model", dir.string(), "--encode", text}, "spaced");
+    const RunResult joined = run({"tokenizer", "--model", dir.string(), "--encode=" + text}, "joined");
+    ASSERT_EQ(spaced.exit_code, 0) << spaced.describe();
+    ASSERT_EQ(joined.exit_code, 0) << joined.describe();
+    EXPECT_EQ(spaced.out, joined.out) << text;
+    const std::string ids = spaced.out.substr(0, spaced.out.find('\n'));
+    const RunResult back = run({"tokenizer", "--model", dir.string(), "--decode", ids}, "decode");
+    ASSERT_EQ(back.exit_code, 0) << back.describe();
+    EXPECT_EQ(back.out, text + "\n");
+  }
+}
+
 TEST_F(TokenizerCommand, Help) {
   const RunResult r = run({"tokenizer", "--help"});
   ASSERT_EQ(r.exit_code, 0) << r.describe();

@@ -150,6 +150,19 @@ TEST(Cli, ListFlagsTakeSeveralValues) {
   EXPECT_EQ(usage_error(sft_with({"--dataset"})).rfind("invalid command line: ", 0), 0u);
 }
 
+// Megatron: --eval-interval 0 and --eval-iters 0 both switch evaluation off,
+// so a job file's evaluation can be turned off from the command line.
+TEST(Cli, ZeroEvalIntervalOrItersMeansNoEvaluation) {
+  EXPECT_FALSE(parse_sft({"--eval_interval", "0"}).eval_interval.has_value());
+  const Args a = parse_sft({"--eval_interval", "5", "--eval_iters", "0"});
+  EXPECT_FALSE(a.eval_interval.has_value());
+  EXPECT_EQ(a.eval_iters, 0);
+  EXPECT_EQ(*parse_sft({"--eval_interval", "5", "--eval_iters", "2"}).eval_interval, 5);
+  EXPECT_EQ(config_error(sft_with({"--eval_interval", "-1"})), "--eval_interval must be >= 0, got -1");
+  EXPECT_EQ(config_error(sft_with({"--eval_iters", "-2"})),
+            "--eval_iters must be -1 (whole validation set), 0 (no evaluation) or >= 1, got -2");
+}
+
 TEST(Cli, NegativeNumbersAreValues) {
   EXPECT_EQ(parse_sft({"--eval_iters", "-1"}).eval_iters, -1);
   EXPECT_EQ(config_error(sft_with({"--min_lr", "-0.5"})), "--min_lr must be >= 0, got -0.5");
@@ -227,6 +240,25 @@ TEST(Cli, AppsCanAddPassThroughCommands) {
   EXPECT_EQ(inv.command, "tokenizer");
   EXPECT_EQ(inv.passthrough, (std::vector<std::string>{"--vocab", "512", "corpus.txt"}));
   EXPECT_EQ(parse(sft_with({}), options).command, "sft");
+}
+
+// Only flag names are normalized: a value is passed as typed, even one that
+// begins with "--" (the token after a flag that takes one value is its value),
+// and a command with its own parser gets its arguments untouched.
+TEST(Cli, ValuesAreNeverRewritten) {
+  ParseOptions options;
+  options.commands.push_back({"tokenizer", {}, "encode and decode", false});
+  EXPECT_EQ(parse({"tokenizer", "--encode", "---"}, options).passthrough,
+            (std::vector<std::string>{"--encode", "---"}));
+  EXPECT_EQ(parse({"tokenizer", "--encode", "--foo-bar", "--show-tokens"}, options).passthrough,
+            (std::vector<std::string>{"--encode", "--foo-bar", "--show-tokens"}));
+  EXPECT_EQ(parse_sft({"--output-dir", "--my-run"}).output_dir, "--my-run");
+  EXPECT_EQ(parse_sft({"--output_dir", "---"}).output_dir, "---");
+  EXPECT_EQ(parse_sft({"--output-dir=--a-b"}).output_dir, "--a-b");
+  // A flag after a value is still a flag, in either spelling.
+  const Args a = parse_sft({"--output_dir", "run-1", "--num-layers", "3"});
+  EXPECT_EQ(a.output_dir, "run-1");
+  EXPECT_EQ(a.num_layers, 3);
 }
 
 TEST(Cli, AttentionBackendAndUseFlashAttn) {

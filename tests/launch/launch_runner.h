@@ -210,6 +210,13 @@ inline std::vector<RankLine> rank_lines(const std::string& out) {
   return lines;
 }
 
+// Node-style environment for a multi-node launch on loopback.
+inline std::map<std::string, std::string> node_env(int nnodes, int node, int nproc, int port, double timeout_s) {
+  return {{"NNODES", std::to_string(nnodes)},        {"NODE_RANK", std::to_string(node)},
+          {"NPROC_PER_NODE", std::to_string(nproc)}, {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},     {"MTRAIN_RDZV_TIMEOUT", std::to_string(timeout_s)}};
+}
+
 // How many times each MPI scenario repeats (MTRAIN_LAUNCH_LOOPS, default 2; 10 for a stress run).
 inline int loops() {
   const char* v = std::getenv("MTRAIN_LAUNCH_LOOPS");

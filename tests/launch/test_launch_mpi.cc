@@ -27,13 +27,6 @@ class LaunchMpi : public ::testing::Test {
   fs::path dir_;
 };
 
-// Node-style environment for a multi-node launch on loopback.
-std::map<std::string, std::string> node_env(int nnodes, int node, int nproc, int port, double timeout_s) {
-  return {{"NNODES", std::to_string(nnodes)},        {"NODE_RANK", std::to_string(node)},
-          {"NPROC_PER_NODE", std::to_string(nproc)}, {"MASTER_ADDR", "127.0.0.1"},
-          {"MASTER_PORT", std::to_string(port)},     {"MTRAIN_RDZV_TIMEOUT", std::to_string(timeout_s)}};
-}
-
 void expect_rank_lines(const Result& r, int nnodes, int nproc, const std::vector<int>& devices = {}) {
   const auto lines = rank_lines(r.out);
   const int world = nnodes * nproc;
