@@ -1,0 +1,62 @@
+// Writes the expected ids of tests/data/fixtures/tokenizers/corpus.jsonl for
+// each family's real tokenizer.json, computed by Hugging Face's reference
+// `tokenizers` library (its official Node binding). Run through
+// scripts/gen_tokenizer_fixtures.sh, never from CI.
+//
+// usage: node gen_tokenizer_fixtures.js FIXTURE_DIR FAMILY_MODELS_DIR...
+//   each FAMILY_MODELS_DIR holds tokenizer.json (+ tokenizer_config.json);
+//   the family name is the npm package's suffix (tokenizer-<family>).
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const tk = require('tokenizers');
+
+// transformers' Llama/Gemma fast tokenizers rebuild the post-processor from
+// tokenizer_config.json's add_bos_token / add_eos_token (update_post_processor);
+// mtrain honours those keys, so the reference must apply them too.
+function configPostProcessor(tokenizerJson, config) {
+  if (!/^(Llama|Gemma|CodeLlama)Tokenizer(Fast)?$/.test(config.tokenizer_class || '')) return null;
+  if (!('add_bos_token' in config) && !('add_eos_token' in config)) return null;
+  const name = (t) => (t === null || t === undefined ? null : typeof t === 'string' ? t : t.content);
+  const idOf = (content) => {
+    const added = tokenizerJson.added_tokens.find((t) => t.content === content);
+    return added ? added.id : tokenizerJson.model.vocab[content];
+  };
+  const bos = name(config.bos_token), eos = name(config.eos_token);
+  const parts = [], special = [];
+  if (config.add_bos_token && bos) { parts.push(bos + ':0'); special.push([bos, idOf(bos)]); }
+  parts.push('$A:0');
+  if (config.add_eos_token && eos) { parts.push(eos + ':0'); special.push([eos, idOf(eos)]); }
+  return tk.templateProcessing(parts.join(' '), null, special);
+}
+
+async function main() {
+  const [fixtureDir, ...modelDirs] = process.argv.slice(2);
+  const corpus = fs.readFileSync(path.join(fixtureDir, 'corpus.jsonl'), 'utf8')
+                   .split('\n').filter((l) => l.length > 0).map((l) => JSON.parse(l));
+  for (const dir of modelDirs) {
+    const family = path.basename(path.dirname(dir)).replace(/^tokenizer-/, '');
+    const file = path.join(dir, 'tokenizer.json');
+    const json = JSON.parse(fs.readFileSync(file, 'utf8'));
+    const configFile = path.join(dir, 'tokenizer_config.json');
+    const config = fs.existsSync(configFile) ? JSON.parse(fs.readFileSync(configFile, 'utf8')) : {};
+    const plain = tk.Tokenizer.fromFile(file);
+    const withSpecial = tk.Tokenizer.fromFile(file);
+    const processor = configPostProcessor(json, config);
+    if (processor) withSpecial.setPostProcessor(processor);
+    const lines = [];
+    for (const text of corpus) {
+      const ids = (await plain.encode(text, null, { addSpecialTokens: false })).getIds();
+      const idsSpecial = (await withSpecial.encode(text, null, { addSpecialTokens: true })).getIds();
+      const decoded = await plain.decode(ids, false);
+      const decodedSkip = await plain.decode(idsSpecial, true);
+      lines.push(JSON.stringify({ ids, ids_special: idsSpecial, decoded, decoded_skip_special: decodedSkip }));
+    }
+    const out = path.join(fixtureDir, family);
+    fs.mkdirSync(out, { recursive: true });
+    fs.writeFileSync(path.join(out, 'expected.jsonl'), lines.join('\n') + '\n');
+    console.log(`${family}: ${lines.length} strings`);
+  }
+}
+
+main().catch((e) => { console.error(e); process.exit(1); });
