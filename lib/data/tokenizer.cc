@@ -160,14 +160,14 @@ void Tokenizer::set_special_tokens(const std::string& eos, const std::string& pa
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> out;
-  if (add_special_tokens) out = special_prefix_;
-  impl_->encode_append(text, out);
-  if (add_special_tokens) out.insert(out.end(), special_suffix_.begin(), special_suffix_.end());
+  encode_append(text, out, add_special_tokens);
   return out;
 }
 
-void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out, bool add_special_tokens) const {
+  if (add_special_tokens) out.insert(out.end(), special_prefix_.begin(), special_prefix_.end());
   impl_->encode_append(text, out);
+  if (add_special_tokens) out.insert(out.end(), special_suffix_.begin(), special_suffix_.end());
 }
 
 std::string Tokenizer::Impl::decode_model_run(std::span<const int32_t> ids) const {

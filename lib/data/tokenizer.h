@@ -98,7 +98,7 @@ class Tokenizer {
   // ids of the text alone; true adds what the post-processor adds (e.g.
   // Llama's BOS), as Hugging Face's encode(text) does by default.
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
-  void encode_append(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_append(std::string_view text, std::vector<int32_t>& out, bool add_special_tokens = false) const;
   // Throws DataError on an id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 

@@ -8,11 +8,14 @@
 // reference's decodings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
+#include "data/chat_template.h"
+#include "data/pretrain.h"
 #include "data/tokenizer.h"
 #include "data_test_util.h"
 #include "xz_fixture.h"
@@ -88,6 +91,33 @@ TEST_P(ReferenceTokenizer, EncodesAndDecodesEveryCorpusStringAsTheReference) {
     EXPECT_EQ(tok.decode(ids), expected[i]["decoded"].get<std::string>()) << where;
     EXPECT_EQ(tok.decode(ids_special, true), expected[i]["decoded_skip_special"].get<std::string>()) << where;
   }
+}
+
+// The training data: pretraining documents get the tokenizer's
+// add_special_tokens ids (Megatron's preprocess_data encodes with
+// tokenizer(text).input_ids); chat samples do not, their template writes the
+// BOS (swift encodes template pieces with add_special_tokens=False). Either
+// way a sequence holds one BOS, never two.
+TEST(TrainingDataSpecialTokens, OneBosPerDocumentAndPerConversation) {
+  const Tokenizer& llama = family_tokenizer("llama3_1");
+  const int32_t bos = llama.token_id("<|begin_of_text|>");
+  const int32_t eod = llama.special().eod;
+  const std::vector<int32_t> stream = tokenize_documents({"Hello world", "Second doc"}, llama, eod);
+  ASSERT_EQ(std::count(stream.begin(), stream.end(), bos), 2);
+  EXPECT_EQ(stream.front(), bos);
+  const auto second = std::find(stream.begin(), stream.end(), eod) + 1;
+  EXPECT_EQ(*second, bos);
+  EXPECT_EQ(std::vector<int32_t>(stream.begin() + 1, second - 1), llama.encode("Hello world"));
+
+  Conversation chat;
+  chat.messages = {{"user", "Hi?"}, {"assistant", "Hello."}};
+  const Sample sample = tokenize_chat(llama, chat, ChatTemplate::kLlama3, LossScale::kDefault);
+  EXPECT_EQ(sample.tokens.front(), bos);
+  EXPECT_EQ(std::count(sample.tokens.begin(), sample.tokens.end(), bos), 1);
+
+  const Tokenizer& qwen = family_tokenizer("qwen3");  // no BOS: documents are their text's ids
+  const std::vector<int32_t> q = tokenize_documents({"Hello world"}, qwen, qwen.special().eod);
+  EXPECT_EQ(std::vector<int32_t>(q.begin(), q.end() - 1), qwen.encode("Hello world"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ReferenceTokenizer,
