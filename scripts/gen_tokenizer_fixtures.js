@@ -30,10 +30,73 @@ function configPostProcessor(tokenizerJson, config) {
   return tk.templateProcessing(parts.join(' '), null, special);
 }
 
+// Component configurations (as tokenizer.json spells them) that the real
+// files above do not exercise; components.json gets the reference's output
+// for a third of the corpus strings.
+const NORMALIZERS = [
+  { type: 'NFC' }, { type: 'NFD' }, { type: 'NFKC' }, { type: 'NFKD' }, { type: 'Lowercase' },
+  { type: 'Strip', strip_left: true, strip_right: true }, { type: 'Strip', strip_left: false, strip_right: true },
+  { type: 'Prepend', prepend: '\u2581' }, { type: 'Replace', pattern: { String: ' ' }, content: '\u2581' },
+  { type: 'Sequence', normalizers: [{ type: 'NFKC' }, { type: 'Lowercase' }] },
+];
+const BEHAVIORS = ['Removed', 'Isolated', 'MergedWithPrevious', 'MergedWithNext', 'Contiguous'];
+const PRE_TOKENIZERS = [
+  { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true },
+  { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false },
+  { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'never', split: true },
+  { type: 'Digits', individual_digits: true }, { type: 'Digits', individual_digits: false },
+  { type: 'Punctuation', behavior: 'Isolated' }, { type: 'Punctuation', behavior: 'Contiguous' },
+  { type: 'Whitespace' }, { type: 'WhitespaceSplit' },
+  ...BEHAVIORS.map((b) => ({ type: 'Split', pattern: { String: ' ' }, behavior: b, invert: false })),
+  { type: 'Split', pattern: { String: ' ' }, behavior: 'Isolated', invert: true },
+];
+
+function normalizerOf(c) {
+  switch (c.type) {
+    case 'NFC': return tk.nfcNormalizer();
+    case 'NFD': return tk.nfdNormalizer();
+    case 'NFKC': return tk.nfkcNormalizer();
+    case 'NFKD': return tk.nfkdNormalizer();
+    case 'Lowercase': return tk.lowercase();
+    case 'Strip': return tk.stripNormalizer(c.strip_left, c.strip_right);
+    case 'Prepend': return tk.prependNormalizer(c.prepend);
+    case 'Replace': return tk.replace(c.pattern.String, c.content);
+    case 'Sequence': return tk.sequenceNormalizer(c.normalizers.map(normalizerOf));
+  }
+  throw new Error('no normalizer ' + c.type);
+}
+
+function preTokenizerOf(c) {
+  switch (c.type) {
+    case 'Metaspace': return tk.metaspacePreTokenizer(c.replacement, c.prepend_scheme, c.split);
+    case 'Digits': return tk.digitsPreTokenizer(c.individual_digits);
+    case 'Punctuation': return tk.punctuationPreTokenizer(c.behavior[0].toLowerCase() + c.behavior.slice(1));
+    case 'Whitespace': return tk.whitespacePreTokenizer();
+    case 'WhitespaceSplit': return tk.whitespaceSplitPreTokenizer();
+    case 'Split': return tk.splitPreTokenizer(c.pattern.String, c.behavior[0].toLowerCase() + c.behavior.slice(1), c.invert);
+  }
+  throw new Error('no pre-tokenizer ' + c.type);
+}
+
+function componentCases(corpus) {
+  const texts = corpus.filter((_, i) => i % 3 === 0);
+  const cases = [];
+  for (const config of NORMALIZERS) {
+    const n = normalizerOf(config);
+    cases.push({ normalizer: config, texts, outputs: texts.map((t) => n.normalizeString(t)) });
+  }
+  for (const config of PRE_TOKENIZERS) {
+    const p = preTokenizerOf(config);
+    cases.push({ pre_tokenizer: config, texts, outputs: texts.map((t) => p.preTokenizeString(t).map((x) => x[0])) });
+  }
+  return cases;
+}
+
 async function main() {
   const [fixtureDir, ...modelDirs] = process.argv.slice(2);
   const corpus = fs.readFileSync(path.join(fixtureDir, 'corpus.jsonl'), 'utf8')
                    .split('\n').filter((l) => l.length > 0).map((l) => JSON.parse(l));
+  fs.writeFileSync(path.join(fixtureDir, 'components.json'), JSON.stringify(componentCases(corpus)) + '\n');
   for (const dir of modelDirs) {
     const family = path.basename(path.dirname(dir)).replace(/^tokenizer-/, '');
     const file = path.join(dir, 'tokenizer.json');

@@ -9,10 +9,14 @@ using Json = nlohmann::json;
 
 // Character classes of tokenizers' Rust predicates, as Oniguruma patterns:
 // char::is_numeric is \p{N}; char::is_whitespace is White_Space; Punctuation
-// is ASCII punctuation or a Unicode P* character.
+// is ASCII punctuation or a Unicode P* character. Whitespace's \w+|[^\w\s]+
+// runs on Rust's regex crate there, whose \w (UTS #18: Alphabetic, M, Nd,
+// Pc, Join_Control) includes U+200D ZWJ, which Oniguruma's \w lacks: spelled
+// out, so a ZWJ emoji sequence splits at each ZWJ as in the reference.
 constexpr const char* kNumericChar = R"(\p{N})";
 constexpr const char* kPunctuationChar = R"([\p{P}\x21-\x2F\x3A-\x40\x5B-\x60\x7B-\x7E])";
-constexpr const char* kWhitespaceWords = R"(\w+|[^\w\s]+)";
+constexpr const char* kWhitespaceWords = R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]+|)"
+                                         R"([^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}\p{White_Space}]+)";
 constexpr const char* kWhitespaceRun = R"(\p{White_Space}+)";
 
 SplitBehavior parse_behavior(const Json& node, const std::string& where) {
