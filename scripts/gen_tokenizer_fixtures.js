@@ -51,6 +51,27 @@ const PRE_TOKENIZERS = [
   { type: 'Split', pattern: { String: ' ' }, behavior: 'Isolated', invert: true },
 ];
 
+const DECODERS = [
+  { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: true },
+  { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: true },
+  { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'never', split: true },
+  { type: 'Strip', content: ' ', start: 1, stop: 1 },
+  { type: 'Replace', pattern: { String: '\u2581' }, content: ' ' },
+  { type: 'Sequence', decoders: [{ type: 'ByteFallback' }, { type: 'Fuse' }] },
+];
+
+function decoderOf(c) {
+  switch (c.type) {
+    case 'Metaspace': return tk.metaspaceDecoder(c.replacement, c.prepend_scheme, c.split);
+    case 'Strip': return tk.stripDecoder(c.content, c.start, c.stop);
+    case 'Replace': return tk.replaceDecoder(c.pattern.String, c.content);
+    case 'ByteFallback': return tk.byteFallbackDecoder();
+    case 'Fuse': return tk.fuseDecoder();
+    case 'Sequence': return tk.sequenceDecoder(c.decoders.map(decoderOf));
+  }
+  throw new Error('no decoder ' + c.type);
+}
+
 function normalizerOf(c) {
   switch (c.type) {
     case 'NFC': return tk.nfcNormalizer();
@@ -88,6 +109,15 @@ function componentCases(corpus) {
   for (const config of PRE_TOKENIZERS) {
     const p = preTokenizerOf(config);
     cases.push({ pre_tokenizer: config, texts, outputs: texts.map((t) => p.preTokenizeString(t).map((x) => x[0])) });
+  }
+  // Decoder inputs: Metaspace pieces of the texts with spaces doubled (so
+  // Strip has work), and SentencePiece byte pieces mixed with text.
+  const metaspace = tk.metaspacePreTokenizer('\u2581', 'always', true);
+  const tokenLists = texts.map((t) => metaspace.preTokenizeString(t).map((x) => ' ' + x[0] + ' '));
+  tokenLists.push(['<0xE2>', '<0x98>', '<0x83>', '\u2581a', '<0xFF>', 'b', '<0x41>']);
+  for (const config of DECODERS) {
+    const d = decoderOf(config);
+    cases.push({ decoder: config, tokens: tokenLists, outputs: tokenLists.map((t) => d.decode(t)) });
   }
   return cases;
 }

@@ -100,25 +100,31 @@ std::shared_ptr<Tokenizer::Impl> Tokenizer::Impl::build(BpeModelSpec spec, std::
   return impl;
 }
 
+void Tokenizer::Impl::AddedTokenSet::build(std::vector<AddedToken> list) {
+  tokens = std::move(list);
+  by_content.clear();
+  for (auto& l : lengths) l.clear();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (!by_content.emplace(tokens[i].content, i).second) continue;  // first of equal normalized contents wins
+    std::vector<size_t>& l = lengths[static_cast<uint8_t>(tokens[i].content[0])];
+    if (std::find(l.begin(), l.end(), tokens[i].content.size()) == l.end()) l.push_back(tokens[i].content.size());
+  }
+  for (auto& l : lengths) std::sort(l.rbegin(), l.rend());
+  empty = tokens.empty();
+}
+
 void Tokenizer::Impl::index_added_tokens() {
-  added_raw = {};
-  added_normalized = {};
+  std::vector<AddedToken> raw, normalized;
   for (AddedToken t : spec.added_tokens) {
-    AddedTokenSet* set = &added_raw;
     if (t.normalized && !normalizer.empty()) {  // matched on the normalized text, as its normalized form
       t.content = normalizer.normalize(t.content);
-      set = &added_normalized;
-      if (t.content.empty()) continue;
-    }
-    set->by_first_byte[static_cast<uint8_t>(t.content[0])].push_back(std::move(t));
-    set->empty = false;
-  }
-  for (AddedTokenSet* set : {&added_raw, &added_normalized}) {
-    for (auto& bucket : set->by_first_byte) {
-      std::stable_sort(bucket.begin(), bucket.end(),
-                       [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
+      if (!t.content.empty()) normalized.push_back(std::move(t));
+    } else {
+      raw.push_back(std::move(t));
     }
   }
+  added_raw.build(std::move(raw));
+  added_normalized.build(std::move(normalized));
 }
 
 // --- Tokenizer -------------------------------------------------------------------
@@ -232,5 +238,9 @@ const SpecialTokenIds& Tokenizer::special() const { return special_; }
 const std::string& Tokenizer::chat_template() const { return chat_template_; }
 const std::string& Tokenizer::source() const { return impl_->source; }
 bool Tokenizer::is_sentencepiece() const { return impl_->spm != nullptr; }
+std::string Tokenizer::kind() const {
+  if (is_sentencepiece()) return "SentencePiece";
+  return impl_->pre_tokenizer.byte_level() ? "byte-level BPE" : "BPE";
+}
 
 }  // namespace mtrain::data

@@ -116,6 +116,8 @@ class Tokenizer {
   const std::string& chat_template() const;
   const std::string& source() const;  // file path or a description
   bool is_sentencepiece() const;
+  // "SentencePiece", "byte-level BPE", or "BPE" (SentencePiece-style tokenizer.json).
+  std::string kind() const;
 
   // Hugging Face tokenizer.json (pretty-printed, vocab in id order, trailing
   // newline). Throws DataError for a SentencePiece tokenizer.

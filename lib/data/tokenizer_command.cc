@@ -67,8 +67,8 @@ void print_info(const Tokenizer& t, std::ostream& out) {
   const auto name = [&](int32_t id) {
     return id < 0 ? std::string("none") : std::to_string(id) + " " + t.token_text(id);
   };
-  out << "tokenizer: " << t.source() << " (" << (t.is_sentencepiece() ? "SentencePiece" : "byte-level BPE")
-      << ", vocab_size " << t.vocab_size() << ", " << t.added_tokens().size() << " added tokens)\n";
+  out << "tokenizer: " << t.source() << " (" << t.kind() << ", vocab_size " << t.vocab_size() << ", "
+      << t.added_tokens().size() << " added tokens)\n";
   out << "bos: " << name(s.bos) << "\neos: " << name(s.eos) << "\npad: " << name(s.pad) << "\n";
   const std::string& chat = t.chat_template();
   out << "chat_template: "

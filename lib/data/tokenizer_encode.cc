@@ -36,9 +36,12 @@ size_t utf8_length(unsigned char lead) {
 
 Tokenizer::Impl::AddedMatch Tokenizer::Impl::match_added(const AddedTokenSet& set, std::string_view text, size_t at,
                                                          size_t floor) {
-  for (const auto& t : set.by_first_byte[static_cast<uint8_t>(text[at])]) {
-    if (text.compare(at, t.content.size(), t.content) != 0) continue;
-    size_t begin = at, end = at + t.content.size();
+  for (size_t length : set.lengths[static_cast<uint8_t>(text[at])]) {
+    if (at + length > text.size()) continue;
+    const auto it = set.by_content.find(text.substr(at, length));
+    if (it == set.by_content.end()) continue;
+    const AddedToken& t = set.tokens[it->second];
+    size_t begin = at, end = at + length;
     if (t.single_word &&
         ((begin > 0 && is_word_byte(text[begin - 1])) || (end < text.size() && is_word_byte(text[end])))) {
       continue;

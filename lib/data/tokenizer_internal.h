@@ -52,10 +52,18 @@ struct Tokenizer::Impl {
 
   // Added tokens matched on the raw text (normalized=false, or all of them
   // when there is no normalizer) and on the normalized text; `content` of the
-  // latter is the normalized content. Bucketed by first byte, longest first.
+  // latter is the normalized content. A match at text[at] looks up each
+  // content length of tokens starting with that byte, longest first: a few
+  // hash look-ups even for Gemma's 6,415 added tokens. Not copyable (views).
   struct AddedTokenSet {
-    std::array<std::vector<AddedToken>, 256> by_first_byte;
+    std::vector<AddedToken> tokens;
+    std::unordered_map<std::string_view, size_t> by_content;  // views into `tokens`
+    std::array<std::vector<size_t>, 256> lengths;             // by first byte, descending
     bool empty = true;
+    AddedTokenSet() = default;
+    AddedTokenSet(const AddedTokenSet&) = delete;
+    AddedTokenSet& operator=(const AddedTokenSet&) = delete;
+    void build(std::vector<AddedToken> list);
   };
   AddedTokenSet added_raw, added_normalized;
   std::unordered_map<std::string, int32_t> added_ids;

@@ -1,4 +1,4 @@
-// Normalizers and pre-tokenizers that the real files of
+// Normalizers, pre-tokenizers and decoders that the real files of
 // test_tokenizer_reference.cc do not use (NFD/NFKC/NFKD, Lowercase, Strip,
 // Metaspace's prepend schemes, Digits, Punctuation, Whitespace,
 // WhitespaceSplit, every Split behaviour) against the outputs of Hugging
@@ -7,8 +7,10 @@
 // scripts/gen_tokenizer_fixtures.sh).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "data/decoder.h"
 #include "data/normalizer.h"
 #include "data/pre_tokenizer_steps.h"
 #include "data_test_util.h"
@@ -66,6 +68,31 @@ TEST(ReferenceComponents, PreTokenizersMatchTheReference) {
     }
   }
   EXPECT_GT(checked, 1000);
+}
+
+// Decoders on token lists: Metaspace pieces of the texts and SentencePiece
+// byte pieces. The one known difference: a <0xFF> run that is not UTF-8 stays
+// a raw byte here (the reference writes U+FFFD; see decoder.h).
+TEST(ReferenceComponents, DecodersMatchTheReference) {
+  int checked = 0;
+  for (const auto& c : cases()) {
+    if (!c.contains("decoder")) continue;
+    const Decoder d = Decoder::from_json(c["decoder"], "components.json");
+    for (size_t i = 0; i < c["tokens"].size(); ++i) {
+      const auto tokens = c["tokens"][i].get<std::vector<std::string>>();
+      const std::string got = d.decode(tokens);
+      const std::string expected = c["outputs"][i].get<std::string>();
+      if (c["decoder"].dump().find("ByteFallback") != std::string::npos &&
+          std::find(tokens.begin(), tokens.end(), "<0xFF>") != tokens.end()) {
+        EXPECT_EQ(expected.find("\uFFFD"), expected.find("b") - 3);  // the reference's U+FFFD ...
+        EXPECT_NE(got.find("\xFF"), std::string::npos);              // ... is the raw byte here
+        continue;
+      }
+      EXPECT_EQ(got, expected) << c["decoder"].dump() << " on " << c["tokens"][i].dump();
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 500);
 }
 
 }  // namespace

@@ -92,6 +92,11 @@ TEST(SentencePieceStyleBpeTest, ByteFallbackUnknownFusionAndTemplate) {
   EXPECT_EQ(with_bytes.encode("ab ☃a", true), (Ids{1, 5, 6, 7, 8, 9, 3, 2}));  // TemplateProcessing <s> $A </s>
   EXPECT_EQ(with_bytes.decode(with_bytes.encode("ab ☃a")), "ab ☃a");
   EXPECT_EQ(with_bytes.encode("ab<s>b"), (Ids{5, 1, 4}));  // added tokens are cut out before the normalizer
+  EXPECT_EQ(with_bytes.kind(), "BPE");
+
+  json roberta = sentencepiece_style(true, false);  // RobertaProcessing: cls $A sep
+  roberta["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"</s>", 2}}, {"cls", {"<s>", 1}}};
+  EXPECT_EQ(Tokenizer::from_json_text(roberta.dump(), "r.json").encode("ab", true), (Ids{1, 5, 2}));
 
   // Without byte pieces a missing character is <unk>; fuse_unk makes a run of them one token.
   const Tokenizer unfused = Tokenizer::from_json_text(sentencepiece_style(false, false).dump(), "sp.json");
