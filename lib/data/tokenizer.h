@@ -30,7 +30,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -137,7 +136,6 @@ class Tokenizer {
   // Applies eos/pad/bos, chat_template and add_bos_token/add_eos_token of a
   // tokenizer_config.json, if it exists.
   void apply_config_file(const std::string& config_path);
-  void apply_config_special_tokens(const nlohmann::json& config, const std::string& config_path);
 
   std::shared_ptr<const Impl> impl_;  // vocabulary, merges, pre-tokenizer, word cache
   SpecialTokenIds special_;

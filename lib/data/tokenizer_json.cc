@@ -109,6 +109,29 @@ std::string config_chat_template(const Json& config) {
   return "";
 }
 
+// transformers' Llama and Gemma fast tokenizers rebuild their post-processor
+// from add_bos_token / add_eos_token (update_post_processor), so for those
+// classes the config decides what add_special_tokens=true adds (returns
+// true and fills prefix/suffix); for other classes the keys have no effect
+// there and none here.
+bool config_special_ids(const Json& config, const SpecialTokenIds& special, const std::string& config_path,
+                        std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
+  static const std::regex kRebuildingClasses("(Llama|Gemma|CodeLlama)Tokenizer(Fast)?");
+  if (!std::regex_match(config.value("tokenizer_class", std::string()), kRebuildingClasses)) return false;
+  if (!config.contains("add_bos_token") && !config.contains("add_eos_token")) return false;
+  prefix.clear();
+  suffix.clear();
+  if (config.value("add_bos_token", false)) {
+    if (special.bos < 0) throw DataError(config_path + ": add_bos_token is true but there is no bos_token");
+    prefix.push_back(special.bos);
+  }
+  if (config.value("add_eos_token", false)) {
+    if (special.eos < 0) throw DataError(config_path + ": add_eos_token is true but there is no eos_token");
+    suffix.push_back(special.eos);
+  }
+  return true;
+}
+
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -190,29 +213,9 @@ void Tokenizer::apply_config_file(const std::string& config_path) {
     set_special_tokens(config_token(config, "eos_token"), config_token(config, "pad_token"),
                        config_token(config, "bos_token"));
     chat_template_ = config_chat_template(config);
-    apply_config_special_tokens(config, config_path);
+    config_special_ids(config, special_, config_path, special_prefix_, special_suffix_);
   } catch (const nlohmann::json::exception& e) {
     throw DataError(config_path + ": unexpected structure: " + e.what());
-  }
-}
-
-// transformers' Llama and Gemma fast tokenizers rebuild their post-processor
-// from add_bos_token / add_eos_token (update_post_processor), so for those
-// classes the config decides what add_special_tokens=true adds; for other
-// classes the keys have no effect there and none here.
-void Tokenizer::apply_config_special_tokens(const nlohmann::json& config, const std::string& config_path) {
-  static const std::regex kRebuildingClasses("(Llama|Gemma|CodeLlama)Tokenizer(Fast)?");
-  if (!std::regex_match(config.value("tokenizer_class", std::string()), kRebuildingClasses)) return;
-  if (!config.contains("add_bos_token") && !config.contains("add_eos_token")) return;
-  special_prefix_.clear();
-  special_suffix_.clear();
-  if (config.value("add_bos_token", false)) {
-    if (special_.bos < 0) throw DataError(config_path + ": add_bos_token is true but there is no bos_token");
-    special_prefix_.push_back(special_.bos);
-  }
-  if (config.value("add_eos_token", false)) {
-    if (special_.eos < 0) throw DataError(config_path + ": add_eos_token is true but there is no eos_token");
-    special_suffix_.push_back(special_.eos);
   }
 }
 

@@ -93,6 +93,9 @@ TEST(SentencePieceStyleBpeTest, ByteFallbackUnknownFusionAndTemplate) {
   EXPECT_EQ(with_bytes.decode(with_bytes.encode("ab ☃a")), "ab ☃a");
   EXPECT_EQ(with_bytes.encode("ab<s>b"), (Ids{5, 1, 4}));  // added tokens are cut out before the normalizer
   EXPECT_EQ(with_bytes.kind(), "BPE");
+  const Tokenizer saved = Tokenizer::from_json_text(with_bytes.to_json_text(), "saved.json");  // save keeps it all
+  EXPECT_EQ(saved.encode("ab ☃a", true), (Ids{1, 5, 6, 7, 8, 9, 3, 2}));
+  EXPECT_EQ(saved.decode(saved.encode("ab ☃a")), "ab ☃a");
 
   json roberta = sentencepiece_style(true, false);  // RobertaProcessing: cls $A sep
   roberta["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"</s>", 2}}, {"cls", {"<s>", 1}}};
