@@ -9,7 +9,8 @@ PACKAGES=(
   libopenblas-dev libopenblas-openmp-dev
   libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev
-  libopenmpi-dev openmpi-bin libpcre2-dev libsentencepiece-dev
+  libopenmpi-dev openmpi-bin libonig-dev libicu-dev libsentencepiece-dev
+  liblzma-dev
   zlib1g-dev
   libcsv-dev
 )

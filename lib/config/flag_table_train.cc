@@ -176,7 +176,8 @@ std::vector<FlagSpec> data_flags() {
       {.name = "tokenizer",
        .field = &Args::tokenizer,
        .group = D,
-       .help = "Tokenizer: a Hugging Face tokenizer.json (byte-level BPE), a SentencePiece tokenizer.model, or a "
+       .help = "Tokenizer: a Hugging Face tokenizer.json (BPE, byte-level or SentencePiece-converted), a SentencePiece "
+               "tokenizer.model, or a "
                "directory holding one; tokenizer_config.json beside it supplies bos/eos/pad and the chat template.",
        .aliases = {"tokenizer_model"},
        .default_text = "required"},

@@ -38,7 +38,7 @@ PreprocessResult preprocess_data(const PreprocessOptions& o, const Tokenizer& to
       const std::string& text = it->get_ref<const std::string&>();
       bytes += static_cast<int64_t>(text.size());
       ids.clear();
-      tok.encode_append(text, ids);
+      tok.encode_append(text, ids, /*add_special_tokens=*/true);  // Megatron: tokenizer(text).input_ids
       if (!ids.empty() && o.append_eod) ids.push_back(eod);
       const int32_t length = static_cast<int32_t>(ids.size());
       // An empty text is an empty document (no sequence), as Megatron writes it.

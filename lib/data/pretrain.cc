@@ -77,7 +77,9 @@ std::vector<int32_t> tokenize_documents(const std::vector<std::string>& document
   }
   std::vector<int32_t> stream;
   for (const auto& document : documents) {
-    tokenizer.encode_append(document, stream);
+    // add_special_tokens as Megatron's preprocess_data with a Hugging Face
+    // tokenizer: Llama-family documents start with their BOS.
+    tokenizer.encode_append(document, stream, /*add_special_tokens=*/true);
     stream.push_back(eod_id);
   }
   return stream;

@@ -20,7 +20,9 @@ namespace mtrain::data {
 // Throws DataError for an unreadable file, a bad line or no documents.
 std::vector<std::string> read_pretrain_documents(const std::string& path, const std::string& text_key = "text");
 
-// Token stream: each document's tokens followed by `eod_id`.
+// Token stream: each document's tokens, encoded with add_special_tokens as
+// Megatron's preprocess_data does (Llama-family documents start with their
+// BOS), followed by `eod_id`.
 std::vector<int32_t> tokenize_documents(const std::vector<std::string>& documents, const Tokenizer& tokenizer,
                                         int32_t eod_id);
 

@@ -1,5 +1,5 @@
-// Tokenizer construction, encoding (added tokens -> regex split -> byte-level
-// BPE) and decoding. File I/O lives in tokenizer_json.cc.
+// Tokenizer construction and decoding; encoding is in tokenizer_encode.cc,
+// file I/O in tokenizer_json.cc.
 #include <algorithm>
 #include <queue>
 
@@ -10,11 +10,10 @@
 namespace mtrain::data {
 namespace {
 
-constexpr size_t kWordCacheLimit = 1 << 18;  // entries; the cache is cleared when full
-
-std::string hex_byte(uint8_t b) {
-  const char* digits = "0123456789abcdef";
-  return std::string("0x") + digits[b >> 4] + digits[b & 15];
+// "<0xAB>": SentencePiece's byte piece, used by byte_fallback.
+std::string byte_piece(int b) {
+  const char* digits = "0123456789ABCDEF";
+  return std::string("<0x") + digits[b >> 4] + digits[b & 15] + ">";
 }
 
 }  // namespace
@@ -61,7 +60,6 @@ std::shared_ptr<Tokenizer::Impl> Tokenizer::Impl::build(BpeModelSpec spec, std::
     impl->kinds[t.id] = Kind::kAdded;
     impl->id_to_text[t.id] = t.content;
     impl->special_flags[t.id] = t.special ? 1 : 0;
-    impl->added_first_byte[static_cast<uint8_t>(t.content[0])] = true;
   }
 
   const auto model_id = [&](const std::string& token, size_t rank, const char* what) {
@@ -76,12 +74,17 @@ std::shared_ptr<Tokenizer::Impl> Tokenizer::Impl::build(BpeModelSpec spec, std::
     const auto& [left, right] = spec.merges[rank];
     const int32_t a = model_id(left, rank, "left token");
     const int32_t b = model_id(right, rank, "right token");
-    const int32_t merged = model_id(left + right, rank, "merged token");
+    // With continuing_subword_prefix ("##"), "a" + "##b" makes "ab".
+    const std::string& prefix = spec.continuing_subword_prefix;
+    const bool strip = !prefix.empty() && right.compare(0, prefix.size(), prefix) == 0;
+    const int32_t merged = model_id(left + right.substr(strip ? prefix.size() : 0), rank, "merged token");
     impl->merge_rules.emplace(merge_key(a, b), MergeRule{static_cast<int32_t>(rank), merged});  // first rank wins
   }
   for (int b = 0; b < 256; ++b) {
     auto it = impl->model_ids.find(bytes_to_symbols(std::string(1, static_cast<char>(b))));
     impl->byte_ids[b] = it == impl->model_ids.end() ? -1 : it->second;
+    auto piece = impl->model_ids.find(byte_piece(b));
+    impl->byte_fallback_ids[b] = piece == impl->model_ids.end() ? -1 : piece->second;
   }
   if (!spec.unk_token.empty()) {
     auto it = impl->model_ids.find(spec.unk_token);
@@ -89,161 +92,49 @@ std::shared_ptr<Tokenizer::Impl> Tokenizer::Impl::build(BpeModelSpec spec, std::
       throw DataError(src + ": model.unk_token '" + spec.unk_token + "' is not in vocab");
     impl->unk_id = it->second;
   }
-  impl->added_longest_first = spec.added_tokens;
-  std::stable_sort(impl->added_longest_first.begin(), impl->added_longest_first.end(),
-                   [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
-  for (const auto& pattern : spec.split_patterns) impl->splitters.emplace_back(pattern, src + ": pre_tokenizer");
+  impl->pre_tokenizer =
+      PreTokenizer::byte_level_splits(spec.split_patterns, spec.add_prefix_space, src + ": pre_tokenizer");
+  impl->decoder = Decoder::byte_level();
   impl->spec = std::move(spec);
+  impl->index_added_tokens();
   return impl;
 }
 
-namespace {
-
-bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
-// Approximates Hugging Face's "word character" for single_word on raw bytes:
-// ASCII letters, digits and '_', and any byte of a non-ASCII character.
-bool is_word_byte(char c) {
-  const auto u = static_cast<unsigned char>(c);
-  return u >= 0x80 || c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+void Tokenizer::Impl::AddedTokenSet::build(std::vector<AddedToken> list) {
+  tokens = std::move(list);
+  by_content.clear();
+  for (auto& l : lengths) l.clear();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (!by_content.emplace(tokens[i].content, i).second) continue;  // first of equal normalized contents wins
+    std::vector<size_t>& l = lengths[static_cast<uint8_t>(tokens[i].content[0])];
+    if (std::find(l.begin(), l.end(), tokens[i].content.size()) == l.end()) l.push_back(tokens[i].content.size());
+  }
+  for (auto& l : lengths) std::sort(l.rbegin(), l.rend());
+  empty = tokens.empty();
 }
 
-}  // namespace
-
-Tokenizer::Impl::AddedMatch Tokenizer::Impl::match_added(std::string_view text, size_t at, size_t floor) const {
-  for (const auto& t : added_longest_first) {
-    if (text.compare(at, t.content.size(), t.content) != 0) continue;
-    size_t begin = at, end = at + t.content.size();
-    if (t.single_word &&
-        ((begin > 0 && is_word_byte(text[begin - 1])) || (end < text.size() && is_word_byte(text[end])))) {
-      continue;
-    }
-    if (t.lstrip) {
-      while (begin > floor && is_ascii_space(text[begin - 1])) --begin;
-    }
-    if (t.rstrip) {
-      while (end < text.size() && is_ascii_space(text[end])) ++end;
-    }
-    return {&t, begin, end};
-  }
-  return {};
-}
-
-void Tokenizer::Impl::encode_append(std::string_view text, std::vector<int32_t>& out) const {
-  size_t segment_start = 0;
-  size_t i = 0;
-  while (i < text.size()) {
-    if (added_first_byte[static_cast<uint8_t>(text[i])]) {
-      if (const AddedMatch m = match_added(text, i, segment_start); m.token != nullptr) {
-        encode_ordinary(text.substr(segment_start, m.begin - segment_start), out);
-        out.push_back(m.token->id);
-        i = segment_start = m.end;
-        continue;
-      }
-    }
-    ++i;
-  }
-  encode_ordinary(text.substr(segment_start), out);
-}
-
-void Tokenizer::Impl::encode_ordinary(std::string_view text, std::vector<int32_t>& out) const {
-  if (text.empty()) return;
-  if (spm) {
-    spm->encode(text, out);
-    return;
-  }
-  std::string prefixed;
-  if (spec.add_prefix_space && text.front() != ' ') {
-    prefixed.reserve(text.size() + 1);
-    prefixed.push_back(' ');
-    prefixed.append(text);
-    text = prefixed;
-  }
-  std::vector<std::string_view> pieces{text};
-  std::vector<std::string_view> finer;
-  for (const auto& splitter : splitters) {
-    finer.clear();
-    for (std::string_view p : pieces) splitter.split(p, finer);
-    pieces.swap(finer);
-  }
-  for (std::string_view p : pieces) encode_piece(p, out);
-}
-
-void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  const std::string key(piece);
-  {
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    auto it = cache.ids.find(key);
-    if (it != cache.ids.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
+void Tokenizer::Impl::index_added_tokens() {
+  std::vector<AddedToken> raw, normalized;
+  for (AddedToken t : spec.added_tokens) {
+    if (t.normalized && !normalizer.empty()) {  // matched on the normalized text, as its normalized form
+      t.content = normalizer.normalize(t.content);
+      if (!t.content.empty()) normalized.push_back(std::move(t));
+    } else {
+      raw.push_back(std::move(t));
     }
   }
-  std::vector<int32_t> symbols;
-  auto whole = spec.ignore_merges ? model_ids.find(bytes_to_symbols(piece)) : model_ids.end();
-  if (whole != model_ids.end()) {
-    symbols.push_back(whole->second);
-  } else {
-    symbols.reserve(piece.size());
-    for (char c : piece) {
-      const auto b = static_cast<uint8_t>(c);
-      if (byte_ids[b] < 0 && unk_id < 0) {
-        throw DataError(source + ": no vocabulary token for byte " + hex_byte(b) + " and no model.unk_token",
-                        "a byte-level BPE vocabulary should contain all 256 byte symbols");
-      }
-      symbols.push_back(byte_ids[b] >= 0 ? byte_ids[b] : unk_id);
-    }
-    merge_symbols(symbols);
-  }
-  out.insert(out.end(), symbols.begin(), symbols.end());
-  std::lock_guard<std::mutex> lock(cache.mutex);
-  if (cache.ids.size() >= kWordCacheLimit) cache.ids.clear();
-  cache.ids.emplace(key, std::move(symbols));
-}
-
-// Applies merges lowest rank first (leftmost first among equal ranks), as HF
-// tokenizers does: a linked list of symbols plus a heap of candidate pairs,
-// where candidates made stale by an earlier merge are skipped when popped.
-void Tokenizer::Impl::merge_symbols(std::vector<int32_t>& symbols) const {
-  const int32_t n = static_cast<int32_t>(symbols.size());
-  if (n < 2) return;
-  struct Node {
-    int32_t id, prev, next;
-  };
-  struct Candidate {
-    int32_t rank, left, right, left_id, right_id, merged_id;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
-  };
-  std::vector<Node> nodes(n);
-  for (int32_t i = 0; i < n; ++i) nodes[i] = {symbols[i], i - 1, i + 1 < n ? i + 1 : -1};
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
-  const auto push_pair = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    auto it = merge_rules.find(merge_key(nodes[left].id, nodes[right].id));
-    if (it == merge_rules.end()) return;
-    heap.push({it->second.rank, left, right, nodes[left].id, nodes[right].id, it->second.merged_id});
-  };
-  for (int32_t i = 0; i + 1 < n; ++i) push_pair(i, i + 1);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    Node& left = nodes[c.left];
-    Node& right = nodes[c.right];
-    if (left.id != c.left_id || right.id != c.right_id || left.next != c.right) continue;  // stale
-    left.id = c.merged_id;
-    left.next = right.next;
-    if (right.next >= 0) nodes[right.next].prev = c.left;
-    right.id = -1;
-    push_pair(left.prev, c.left);
-    push_pair(c.left, left.next);
-  }
-  symbols.clear();
-  for (int32_t i = 0; i >= 0; i = nodes[i].next) symbols.push_back(nodes[i].id);
+  added_raw.build(std::move(raw));
+  added_normalized.build(std::move(normalized));
 }
 
 // --- Tokenizer -------------------------------------------------------------------
 
-Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) { resolve_default_special_tokens(); }
+Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl)
+    : impl_(std::move(impl)),
+      special_prefix_(impl_->post_processor.prefix),
+      special_suffix_(impl_->post_processor.suffix) {
+  resolve_default_special_tokens();
+}
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_spec(BpeModelSpec spec, std::string source) {
@@ -273,25 +164,35 @@ void Tokenizer::set_special_tokens(const std::string& eos, const std::string& pa
   if (special_.eod < 0) special_.eod = special_.eos;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<int32_t> out;
-  impl_->encode_append(text, out);
+  encode_append(text, out, add_special_tokens);
   return out;
 }
 
-void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out, bool add_special_tokens) const {
+  if (add_special_tokens) out.insert(out.end(), special_prefix_.begin(), special_prefix_.end());
   impl_->encode_append(text, out);
+  if (add_special_tokens) out.insert(out.end(), special_suffix_.begin(), special_suffix_.end());
 }
 
 std::string Tokenizer::Impl::decode_model_run(std::span<const int32_t> ids) const {
-  if (ids.empty()) return "";
-  if (spm) return spm->decode(ids);
-  std::string symbols;  // consecutive model tokens are converted to bytes together
-  for (int32_t id : ids) symbols += id_to_text[id];
-  return symbols_to_bytes(symbols);
+  return ids.empty() ? "" : spm->decode(ids);
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  if (!impl_->spm) {  // Hugging Face: the decoder chain runs over all token strings
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab_size() || impl_->kinds[id] == Impl::Kind::kUnused) {
+        throw DataError("token id " + std::to_string(id) + " is not in tokenizer " + impl_->source + " (vocab_size " +
+                        std::to_string(vocab_size()) + ")");
+      }
+      if (!(skip_special_tokens && impl_->special_flags[id])) tokens.push_back(impl_->id_to_text[id]);
+    }
+    return impl_->decoder.decode(std::move(tokens));
+  }
   std::string out;
   size_t run_start = 0;  // first id of the current run of model tokens
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -337,5 +238,9 @@ const SpecialTokenIds& Tokenizer::special() const { return special_; }
 const std::string& Tokenizer::chat_template() const { return chat_template_; }
 const std::string& Tokenizer::source() const { return impl_->source; }
 bool Tokenizer::is_sentencepiece() const { return impl_->spm != nullptr; }
+std::string Tokenizer::kind() const {
+  if (is_sentencepiece()) return "SentencePiece";
+  return impl_->pre_tokenizer.byte_level() ? "byte-level BPE" : "BPE";
+}
 
 }  // namespace mtrain::data

@@ -10,15 +10,18 @@
 // The model part is immutable and shared between copies, so a Tokenizer is
 // cheap to copy and encode/decode are safe to call from several threads.
 //
-// tokenizer.json scope: byte-level BPE (Split regexes + ByteLevel, as the file
-// gives them; merges as "a b" or [a, b]; ignore_merges). A "NFC"
-// normalizer is accepted and assumed already satisfied by the input; the
-// post_processor is ignored (no BOS/EOS is added implicitly: the data
-// pipeline adds what a template or corpus needs). Added tokens honour
-// lstrip/rstrip (ASCII whitespace next to the token is absorbed into it) and
-// single_word (no ASCII letter, digit, '_' or non-ASCII byte on either side);
-// `normalized` has no effect because the only accepted normalizer (NFC) is
-// assumed already satisfied.
+// tokenizer.json scope: Hugging Face's pipeline (normalizer, pre_tokenizer,
+// BPE model, post_processor, decoder; see tokenizer_internal.h) for the
+// components real files use: byte-level BPE (GPT-2, Qwen, Llama-3, DeepSeek,
+// GPT-4o) and SentencePiece-converted BPE with byte_fallback (Llama-2,
+// Mistral, Gemma). Ids equal the reference `tokenizers` library's
+// (tests/data/test_tokenizer_reference.cc). A component mtrain does not
+// implement is refused naming it. encode() adds no BOS/EOS unless asked
+// (add_special_tokens=true applies the post_processor, or tokenizer_config's
+// add_bos_token/add_eos_token). Added tokens honour lstrip/rstrip (ASCII
+// whitespace next to the token is absorbed into it), single_word (no ASCII
+// letter, digit, '_' or non-ASCII byte on either side) and `normalized`
+// (matched on the normalized text).
 //
 // A SentencePiece model is encoded by libsentencepiece after its control and
 // unknown pieces (<s>, </s>, <unk>) are cut out of the text as special tokens,
@@ -44,7 +47,7 @@ struct AddedToken {
   bool lstrip = false;       // absorb whitespace before the token
   bool rstrip = false;       // absorb whitespace after the token
   bool single_word = false;  // match only when not inside a word
-  bool normalized = false;   // kept for save(); no effect (see above)
+  bool normalized = false;   // matched after normalization (see above)
 };
 
 // Ids of the tokens the data pipeline needs; -1 when the tokenizer has none.
@@ -66,6 +69,13 @@ struct BpeModelSpec {
   bool add_prefix_space = false;            // prepend ' ' to text not starting with one
   bool ignore_merges = false;               // a word found whole in vocab is not merged (Llama-3 style)
   std::string unk_token;                    // used for bytes missing from vocab; empty = error instead
+  // SentencePiece-style BPE (no ByteLevel pre-tokenizer): a character missing
+  // from vocab becomes its "<0xNN>" byte tokens (byte_fallback), else unk,
+  // and consecutive unks are one token when fuse_unk.
+  bool byte_fallback = false;
+  bool fuse_unk = false;
+  std::string continuing_subword_prefix;  // prepended to every non-first character symbol
+  std::string end_of_word_suffix;         // appended to the last character symbol
 };
 
 class Tokenizer {
@@ -82,8 +92,12 @@ class Tokenizer {
   // Parses tokenizer.json text (no tokenizer_config.json); `source` is used in errors.
   static Tokenizer from_json_text(std::string_view json_text, std::string source);
 
-  std::vector<int32_t> encode(std::string_view text) const;
-  void encode_append(std::string_view text, std::vector<int32_t>& out) const;
+  // add_special_tokens=false (the default, what the data pipeline uses: chat
+  // templates and --append_eod write special tokens themselves) gives the
+  // ids of the text alone; true adds what the post-processor adds (e.g.
+  // Llama's BOS), as Hugging Face's encode(text) does by default.
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = false) const;
+  void encode_append(std::string_view text, std::vector<int32_t>& out, bool add_special_tokens = false) const;
   // Throws DataError on an id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
@@ -101,6 +115,8 @@ class Tokenizer {
   const std::string& chat_template() const;
   const std::string& source() const;  // file path or a description
   bool is_sentencepiece() const;
+  // "SentencePiece", "byte-level BPE", or "BPE" (SentencePiece-style tokenizer.json).
+  std::string kind() const;
 
   // Hugging Face tokenizer.json (pretty-printed, vocab in id order, trailing
   // newline). Throws DataError for a SentencePiece tokenizer.
@@ -117,12 +133,15 @@ class Tokenizer {
   struct Impl;
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
   void resolve_default_special_tokens();
-  // Applies eos/pad/bos and chat_template of a tokenizer_config.json, if it exists.
+  // Applies eos/pad/bos, chat_template and add_bos_token/add_eos_token of a
+  // tokenizer_config.json, if it exists.
   void apply_config_file(const std::string& config_path);
 
   std::shared_ptr<const Impl> impl_;  // vocabulary, merges, pre-tokenizer, word cache
   SpecialTokenIds special_;
   std::string chat_template_;
+  // add_special_tokens=true wraps ids in these (post_processor, or config).
+  std::vector<int32_t> special_prefix_, special_suffix_;
 };
 
 // Trains a byte-level BPE tokenizer on `texts` (GPT-2 pre-tokenizer, all 256

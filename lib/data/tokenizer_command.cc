@@ -1,7 +1,12 @@
 #include "data/tokenizer_command.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "common/errors.h"
@@ -11,8 +16,8 @@ namespace mtrain::data {
 namespace {
 
 const char* kUsage =
-    "mtrain tokenizer (--tokenizer PATH | --model DIR) [--encode TEXT [--show_tokens]] "
-    "[--decode IDS [--skip_special_tokens]] [--info]";
+    "mtrain tokenizer (--tokenizer PATH | --model DIR) [--encode TEXT | --input FILE|- [--whole_file]] "
+    "[--show_tokens] [--add_special_tokens true|false] [--decode IDS [--skip_special_tokens]] [--info]";
 
 std::string flag_value(const std::vector<std::string>& args, size_t& i, const std::string& name) {
   const std::string& a = args[i];
@@ -62,8 +67,8 @@ void print_info(const Tokenizer& t, std::ostream& out) {
   const auto name = [&](int32_t id) {
     return id < 0 ? std::string("none") : std::to_string(id) + " " + t.token_text(id);
   };
-  out << "tokenizer: " << t.source() << " (" << (t.is_sentencepiece() ? "SentencePiece" : "byte-level BPE")
-      << ", vocab_size " << t.vocab_size() << ", " << t.added_tokens().size() << " added tokens)\n";
+  out << "tokenizer: " << t.source() << " (" << t.kind() << ", vocab_size " << t.vocab_size() << ", "
+      << t.added_tokens().size() << " added tokens)\n";
   out << "bos: " << name(s.bos) << "\neos: " << name(s.eos) << "\npad: " << name(s.pad) << "\n";
   const std::string& chat = t.chat_template();
   out << "chat_template: "
@@ -71,6 +76,46 @@ void print_info(const Tokenizer& t, std::ostream& out) {
           : chat.size() <= 40 ? chat
                               : "(Jinja, " + std::to_string(chat.size()) + " chars)")
       << "\n";
+}
+
+std::string pieces_json(const Tokenizer& t, const std::vector<int32_t>& ids) {
+  nlohmann::json pieces = nlohmann::json::array();
+  for (int32_t id : ids) pieces.push_back(t.token_text(id));
+  return pieces.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// --input: one text per line (or the whole input), one output line per text;
+// the throughput line counts encoding only, not reading or printing.
+void encode_input(const Tokenizer& t, const TokenizerCommandOptions& o, std::istream& stdin_stream, std::ostream& out,
+                  std::ostream& report) {
+  std::ifstream file;
+  if (*o.input != "-") {
+    file.open(*o.input, std::ios::binary);
+    if (!file) throw DataError("cannot open --input file '" + *o.input + "'", "give a text file, or - for stdin");
+  }
+  std::istream& in = *o.input == "-" ? stdin_stream : file;
+  std::vector<std::string> texts;
+  if (o.whole_file) {
+    texts.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else {
+    for (std::string line; std::getline(in, line);) texts.push_back(std::move(line));
+  }
+  if (in.bad()) throw DataError("cannot read --input '" + *o.input + "'");
+  size_t bytes = 0, tokens = 0;
+  double seconds = 0;
+  for (const std::string& text : texts) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<int32_t> ids = t.encode(text, o.add_special_tokens);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bytes += text.size();
+    tokens += ids.size();
+    out << join_ids(ids);
+    if (o.show_tokens) out << '\t' << pieces_json(t, ids);
+    out << '\n';
+  }
+  const double s = std::max(seconds, 1e-9);
+  report << fmt::format("tokenizer: {} texts, {:.2f} MB, {} tokens in {:.3f} s: {:.0f} tokens/s, {:.2f} MB/s\n",
+                        texts.size(), bytes / 1e6, tokens, seconds, tokens / s, bytes / 1e6 / s);
 }
 
 }  // namespace
@@ -88,6 +133,14 @@ TokenizerCommandOptions parse_tokenizer_args(const std::vector<std::string>& arg
       o.encode = flag_value(args, i, name);
     } else if (name == "--decode") {
       o.decode = flag_value(args, i, name);
+    } else if (name == "--input") {
+      o.input = flag_value(args, i, name);
+    } else if (a == "--whole_file" || a == "--whole-file") {
+      o.whole_file = true;
+    } else if (name == "--add_special_tokens" || name == "--add-special-tokens") {
+      const std::string v = flag_value(args, i, name);
+      if (v != "true" && v != "false") throw UsageError(name + " takes true or false, not '" + v + "'", kUsage);
+      o.add_special_tokens = v == "true";
     } else if (a == "--show_tokens" || a == "--show-tokens") {
       o.show_tokens = true;
     } else if (a == "--skip_special_tokens" || a == "--skip-special-tokens") {
@@ -100,7 +153,9 @@ TokenizerCommandOptions parse_tokenizer_args(const std::vector<std::string>& arg
   }
   if (o.help) return o;
   if (o.tokenizer.empty()) throw UsageError("mtrain tokenizer needs --tokenizer PATH or --model DIR", kUsage);
-  if (!o.encode && !o.decode && !o.info) throw UsageError("mtrain tokenizer: nothing to do", kUsage);
+  if (!o.encode && !o.decode && !o.info && !o.input) throw UsageError("mtrain tokenizer: nothing to do", kUsage);
+  if (o.encode && o.input) throw UsageError("mtrain tokenizer: give --encode TEXT or --input FILE, not both", kUsage);
+  if (o.whole_file && !o.input) throw UsageError("--whole_file needs --input FILE|-", kUsage);
   return o;
 }
 
@@ -110,8 +165,15 @@ std::string tokenizer_help() {
          "Loads a tokenizer as training does and encodes or decodes from the shell.\n\n"
          "  --tokenizer PATH       tokenizer.json, SentencePiece tokenizer.model, or a directory holding one\n"
          "  --model DIR            a Hugging Face model directory (same as --tokenizer DIR)\n"
-         "  --encode TEXT          print the ids of TEXT, comma-separated (no BOS/EOS is added)\n"
-         "  --show_tokens          with --encode: then one line per token: id, piece, its text as JSON\n"
+         "  --encode TEXT          print the ids of TEXT, comma-separated\n"
+         "  --input FILE|-         encode each line of FILE (- = standard input): one line of ids per\n"
+         "                         text; throughput (tokens/s, MB/s) goes to standard error\n"
+         "  --whole_file           with --input: the whole input is one text\n"
+         "  --add_special_tokens B true (default, as Hugging Face's encode) adds what the tokenizer's\n"
+         "                         post-processor adds, e.g. Llama's BOS; false gives the text's ids alone,\n"
+         "                         as the sft data pipeline encodes (its template writes special tokens)\n"
+         "  --show_tokens          with --encode: then one line per token: id, piece, its text as JSON;\n"
+         "                         with --input: the pieces as a JSON list after a tab\n"
          "  --decode IDS           print the text of comma- or space-separated ids\n"
          "  --skip_special_tokens  with --decode: drop special tokens\n"
          "  --info                 vocabulary size, bos/eos/pad ids, chat template\n\n"
@@ -119,11 +181,13 @@ std::string tokenizer_help() {
          "tokenizer cannot be loaded or an id is outside the vocabulary.\n";
 }
 
-int run_tokenizer_command(const TokenizerCommandOptions& options, std::ostream& out) {
+int run_tokenizer_command(const TokenizerCommandOptions& options, std::ostream& out, std::istream& in,
+                          std::ostream& report) {
   const Tokenizer tokenizer = Tokenizer::load(options.tokenizer);
   if (options.info) print_info(tokenizer, out);
+  if (options.input) encode_input(tokenizer, options, in, out, report);
   if (options.encode) {
-    const std::vector<int32_t> ids = tokenizer.encode(*options.encode);
+    const std::vector<int32_t> ids = tokenizer.encode(*options.encode, options.add_special_tokens);
     out << join_ids(ids) << "\n";
     if (options.show_tokens) {
       for (int32_t id : ids) {

@@ -9,8 +9,11 @@
 //   995    Ġworld  " world"
 //   mtrain tokenizer --tokenizer ... --decode 15496,995
 //   Hello world
+//   mtrain tokenizer --model DIR --input corpus.txt > ids.txt   (one text per line)
+//   tokenizer: 1000 texts, 52.1 MB, 11.3 M tokens in 4.2 s: 2.69 M tokens/s, 12.4 MB/s   (on stderr)
 #pragma once
 
+#include <iostream>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -22,6 +25,9 @@ struct TokenizerCommandOptions {
   std::string tokenizer;              // --tokenizer PATH or --model DIR
   std::optional<std::string> encode;  // text to encode
   std::optional<std::string> decode;  // ids, comma- or space-separated
+  std::optional<std::string> input;   // file of texts to encode, "-" = standard input
+  bool whole_file = false;            // with --input: the whole input is one text (else one per line)
+  bool add_special_tokens = true;     // as Hugging Face's encode(): post-processor ids (e.g. Llama's BOS)
   bool show_tokens = false;           // with --encode: one line per token
   bool skip_special_tokens = false;   // with --decode
   bool info = false;                  // vocabulary size, special ids, chat template
@@ -32,7 +38,10 @@ struct TokenizerCommandOptions {
 TokenizerCommandOptions parse_tokenizer_args(const std::vector<std::string>& args);
 std::string tokenizer_help();
 
-// Loads the tokenizer (DataError, exit 4, naming the path) and prints to `out`; returns 0.
-int run_tokenizer_command(const TokenizerCommandOptions& options, std::ostream& out);
+// Loads the tokenizer (DataError, exit 4, naming the path) and prints to
+// `out`; --input reads `in` for "-" and reports throughput to `report`.
+// Returns 0.
+int run_tokenizer_command(const TokenizerCommandOptions& options, std::ostream& out, std::istream& in = std::cin,
+                          std::ostream& report = std::cerr);
 
 }  // namespace mtrain::data

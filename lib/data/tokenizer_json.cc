@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "common/errors.h"
@@ -27,43 +28,6 @@ Json parse_json(std::string_view text, const std::string& source) {
     return Json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw DataError(source + ": invalid JSON: " + e.what());
-  }
-}
-
-std::string type_of(const Json& node) { return node.is_object() ? node.value("type", std::string()) : ""; }
-
-void check_normalizer(const Json& n, const std::string& source) {
-  if (n.is_null()) return;
-  const std::string type = type_of(n);
-  if (type == "NFC") return;  // assumed: input text is already NFC (true of almost all corpora)
-  if (type == "Sequence" && n.value("normalizers", Json::array()).empty()) return;
-  throw DataError(source + ": normalizer type '" + type + "' is not supported", "supported: null, NFC");
-}
-
-// Collects regex splits and the ByteLevel step of a (possibly nested) pre_tokenizer.
-void parse_pre_tokenizer(const Json& p, const std::string& source, BpeModelSpec& spec, bool& saw_byte_level) {
-  const std::string type = type_of(p);
-  if (type == "Sequence") {
-    for (const auto& step : p.at("pretokenizers")) parse_pre_tokenizer(step, source, spec, saw_byte_level);
-  } else if (type == "ByteLevel") {
-    saw_byte_level = true;
-    spec.add_prefix_space = p.value("add_prefix_space", false);
-    if (p.value("use_regex", true)) spec.split_patterns.push_back(kGpt2SplitPattern);
-  } else if (type == "Split") {
-    const Json& pattern = p.at("pattern");
-    if (p.value("behavior", std::string("Isolated")) != "Isolated" || p.value("invert", false)) {
-      throw DataError(source + ": pre_tokenizer Split: only behavior 'Isolated' without invert is supported");
-    }
-    if (pattern.contains("Regex")) {
-      spec.split_patterns.push_back(pattern.at("Regex").get<std::string>());
-    } else {
-      spec.split_patterns.push_back(regex_escape(pattern.at("String").get<std::string>()));
-    }
-  } else if (type == "Digits") {
-    spec.split_patterns.push_back(p.value("individual_digits", false) ? R"(\p{Nd})" : R"(\p{Nd}+)");
-  } else {
-    throw DataError(source + ": pre_tokenizer type '" + type + "' is not supported",
-                    "supported: ByteLevel, Split (Isolated), Digits, Sequence of these");
   }
 }
 
@@ -94,13 +58,20 @@ BpeModelSpec parse_spec(const Json& j, const std::string& source) {
   if (type != "BPE") {
     throw DataError(source + ": model.type '" + type + "' is not supported", "only byte-level BPE tokenizers load");
   }
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (model.contains(key) && !model[key].is_null() && !model[key].get<std::string>().empty()) {
-      throw DataError(source + ": model." + key + " is not supported by byte-level BPE");
-    }
+  // BPE-dropout samples merges at random: fine for augmentation, but training
+  // data must tokenize the same way every epoch and on every rank.
+  if (model.contains("dropout") && model["dropout"].is_number() && model["dropout"].get<double>() > 0) {
+    throw DataError(source + ": model.dropout " + model["dropout"].dump() + " is not supported",
+                    "BPE-dropout makes tokenization random; set \"dropout\": null for training");
   }
-  if (model.value("byte_fallback", false)) throw DataError(source + ": model.byte_fallback is not supported");
   BpeModelSpec spec;
+  const auto optional_string = [&](const char* key) {
+    return model.contains(key) && model[key].is_string() ? model[key].get<std::string>() : std::string();
+  };
+  spec.continuing_subword_prefix = optional_string("continuing_subword_prefix");
+  spec.end_of_word_suffix = optional_string("end_of_word_suffix");
+  spec.byte_fallback = model.value("byte_fallback", false);
+  spec.fuse_unk = model.value("fuse_unk", false);
   const Json& vocab = model.at("vocab");
   if (!vocab.is_object()) throw DataError(source + ": model.vocab must be an object {token: id}");
   spec.vocab.reserve(vocab.size());
@@ -116,14 +87,6 @@ BpeModelSpec parse_spec(const Json& j, const std::string& source) {
                                  .rstrip = t.value("rstrip", false),
                                  .single_word = t.value("single_word", false),
                                  .normalized = t.value("normalized", false)});
-  }
-  check_normalizer(j.value("normalizer", Json()), source);
-  bool saw_byte_level = false;
-  if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
-    parse_pre_tokenizer(j["pre_tokenizer"], source, spec, saw_byte_level);
-  }
-  if (!saw_byte_level) {
-    throw DataError(source + ": pre_tokenizer has no ByteLevel step", "only byte-level BPE tokenizers are supported");
   }
   return spec;
 }
@@ -144,6 +107,29 @@ std::string config_chat_template(const Json& config) {
     if (named.value("name", std::string()) == "default") return named.at("template").get<std::string>();
   }
   return "";
+}
+
+// transformers' Llama and Gemma fast tokenizers rebuild their post-processor
+// from add_bos_token / add_eos_token (update_post_processor), so for those
+// classes the config decides what add_special_tokens=true adds (returns
+// true and fills prefix/suffix); for other classes the keys have no effect
+// there and none here.
+bool config_special_ids(const Json& config, const SpecialTokenIds& special, const std::string& config_path,
+                        std::vector<int32_t>& prefix, std::vector<int32_t>& suffix) {
+  static const std::regex kRebuildingClasses("(Llama|Gemma|CodeLlama)Tokenizer(Fast)?");
+  if (!std::regex_match(config.value("tokenizer_class", std::string()), kRebuildingClasses)) return false;
+  if (!config.contains("add_bos_token") && !config.contains("add_eos_token")) return false;
+  prefix.clear();
+  suffix.clear();
+  if (config.value("add_bos_token", false)) {
+    if (special.bos < 0) throw DataError(config_path + ": add_bos_token is true but there is no bos_token");
+    prefix.push_back(special.bos);
+  }
+  if (config.value("add_eos_token", false)) {
+    if (special.eos < 0) throw DataError(config_path + ": add_eos_token is true but there is no eos_token");
+    suffix.push_back(special.eos);
+  }
+  return true;
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
@@ -179,17 +165,20 @@ Json byte_level_step(bool add_prefix_space, bool use_regex, bool trim_offsets) {
 
 Tokenizer Tokenizer::from_json_text(std::string_view json_text, std::string source) {
   const Json j = parse_json(json_text, source);
-  BpeModelSpec spec;
   try {
-    spec = parse_spec(j, source);
+    auto impl = Impl::build(parse_spec(j, source), source);
+    impl->normalizer = Normalizer::from_json(j.value("normalizer", Json()), source);
+    impl->pre_tokenizer = PreTokenizer::from_json(j.value("pre_tokenizer", Json()), source);
+    impl->post_processor = PostProcessor::from_json(j.value("post_processor", Json()), source);
+    impl->decoder = Decoder::from_json(j.value("decoder", Json()), source);
+    impl->index_added_tokens();
+    for (const char* key : {"normalizer", "pre_tokenizer", "post_processor", "decoder"}) {
+      impl->loaded_sections[key] = j.value(key, Json());
+    }
+    return Tokenizer(std::move(impl));
   } catch (const nlohmann::json::exception& e) {
     throw DataError(source + ": unexpected tokenizer.json structure: " + e.what());
   }
-  auto impl = Impl::build(std::move(spec), std::move(source));
-  for (const char* key : {"normalizer", "pre_tokenizer", "post_processor", "decoder"}) {
-    impl->loaded_sections[key] = j.value(key, Json());
-  }
-  return Tokenizer(std::move(impl));
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
@@ -224,6 +213,7 @@ void Tokenizer::apply_config_file(const std::string& config_path) {
     set_special_tokens(config_token(config, "eos_token"), config_token(config, "pad_token"),
                        config_token(config, "bos_token"));
     chat_template_ = config_chat_template(config);
+    config_special_ids(config, special_, config_path, special_prefix_, special_suffix_);
   } catch (const nlohmann::json::exception& e) {
     throw DataError(config_path + ": unexpected structure: " + e.what());
   }
@@ -279,8 +269,11 @@ std::string Tokenizer::to_json_text() const {
   }
   out << "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n";
   out << "    \"unk_token\": " << (spec.unk_token.empty() ? Json() : Json(spec.unk_token)).dump() << ",\n";
-  out << "    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n";
-  out << "    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n";
+  const auto optional = [](const std::string& v) { return (v.empty() ? Json() : Json(v)).dump(); };
+  out << "    \"continuing_subword_prefix\": " << optional(spec.continuing_subword_prefix) << ",\n";
+  out << "    \"end_of_word_suffix\": " << optional(spec.end_of_word_suffix) << ",\n";
+  out << "    \"fuse_unk\": " << (spec.fuse_unk ? "true" : "false") << ",\n";
+  out << "    \"byte_fallback\": " << (spec.byte_fallback ? "true" : "false") << ",\n";
   out << "    \"ignore_merges\": " << (spec.ignore_merges ? "true" : "false") << ",\n";
   auto vocab = spec.vocab;
   std::sort(vocab.begin(), vocab.end(), [](const auto& x, const auto& y) { return x.second < y.second; });

@@ -171,9 +171,9 @@ TEST(TokenizerTest, LoadErrorsNameTheFileAndTheProblem) {
   EXPECT_NE(m4.find("t.json: model.type 'Unigram' is not supported"), std::string::npos) << m4;
 
   j = nlohmann::json::parse(read_file(source_path(kTiny)));
-  j["pre_tokenizer"] = {{"type", "Whitespace"}};
+  j["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
   const std::string m5 = data_error_message([&] { Tokenizer::from_json_text(j.dump(), "t.json"); });
-  EXPECT_NE(m5.find("t.json: pre_tokenizer type 'Whitespace' is not supported"), std::string::npos) << m5;
+  EXPECT_NE(m5.find("t.json: pre_tokenizer 'BertPreTokenizer' is not supported"), std::string::npos) << m5;
 
   j = nlohmann::json::parse(read_file(source_path(kTiny)));
   j["model"]["vocab"]["zz"] = 3;
