@@ -120,26 +120,9 @@ std::pair<std::vector<float>, std::vector<float>> run(const ModelConfig& c, bool
   return {losses, std::vector<float>(m.params().grads().data(), m.params().grads().data() + m.params().numel())};
 }
 
-// Fused and unfused paths evaluate the same function with other fp32
-// summation orders (flash: tiled online softmax; unfused: whole rows; and each
-// BLAS kernel and thread count splits the GEMMs its own way), so single
-// elements whose terms cancel may differ by far more than u times their size
-// (measured up to 1.3e-2 of an element, and the same path under two OpenBLAS
-// kernels by 5e-3: one element bound with an absolute floor passed or failed
-// depending on the CPU). Whole tensors are
-// compared in the max norm instead. Bound: every stage of the tiny models is
-// a sum of at most 32 terms (padded vocab 32, ffn <= 32, 16 tokens), within
-// gamma_32 = 1.9e-6 of its terms' size in any order (test_util/fp32_bounds.h);
-// forward and backward chain about 50 stages, so each path is within about
-// 50 * gamma_32 ~ 1e-4 of the exact tensor and the two within 2e-4. Measured:
-// at most 1.1e-6 under every OpenBLAS core type and thread count, the same as
-// one path under two kernels (8e-7); a real difference (a dropout mask or a
-// scale that differs) moves a tensor by 1e-2 or more.
-constexpr double kPathRtol = 2e-4;
-
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
   ASSERT_EQ(a.size(), b.size());
-  EXPECT_TRUE(mtrain::testing::close_in_max_norm(a.data(), b.data(), a.size(), kPathRtol)) << what;
+  EXPECT_TRUE(mtrain::testing::close_in_max_norm(a.data(), b.data(), a.size(), testing::kPathRtol)) << what;
 }
 
 // Per parameter tensor: each has its own scale.
@@ -148,7 +131,8 @@ void expect_grads_close(const ModelConfig& c, const std::vector<float>& a, const
   device::Device dev(device::DeviceProfile{}, 0);
   GptModel m(c, dev);
   for (const ParamInfo& p : m.params().infos())
-    EXPECT_TRUE(mtrain::testing::close_in_max_norm(a.data() + p.offset, b.data() + p.offset, p.numel, kPathRtol))
+    EXPECT_TRUE(
+        mtrain::testing::close_in_max_norm(a.data() + p.offset, b.data() + p.offset, p.numel, testing::kPathRtol))
         << "grad of " << p.name;
 }
 
