@@ -56,7 +56,7 @@ for core in $CORES; do
     # read OMP_NUM_THREADS. With 2 threads per test and ctest -j, the cores
     # are oversubscribed; passive waiting keeps OpenMP barriers from spinning.
     if (cd "$BUILD_DIR" && OPENBLAS_CORETYPE="$core" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t" \
-      OMP_WAIT_POLICY=PASSIVE ctest --output-on-failure -j "$(nproc)" --timeout 600 -L numeric "$@"); then
+      OMP_WAIT_POLICY=PASSIVE ctest --output-on-failure -j "$(nproc)" --timeout 600 --no-tests=error -L numeric "$@"); then
       summary+=("$core x $t thread(s): passed in $((SECONDS - start)) s")
     else
       summary+=("$core x $t thread(s): FAILED in $((SECONDS - start)) s")
