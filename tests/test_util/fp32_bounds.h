@@ -34,9 +34,11 @@ inline ::testing::AssertionResult within_bounds(const std::vector<float>& a, con
   size_t worst = 0;
   double worst_ratio = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
-    const double ratio = std::fabs(static_cast<double>(a[i]) - b[i]) / bound[i];
-    if (!(ratio <= worst_ratio)) {  // NaN counts as the worst
-      worst_ratio = std::isnan(ratio) ? INFINITY : ratio;
+    const double diff = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (diff <= bound[i]) continue;  // also exact zeros with a zero bound
+    const double ratio = std::isnan(diff) ? INFINITY : diff / bound[i];
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
       worst = i;
     }
   }
