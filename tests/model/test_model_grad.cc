@@ -96,6 +96,9 @@ TEST_P(ModelGrad, MatchesFiniteDifferences) {
       const double down = loss_of(m, b, rb.weights, true);
       *w = saved;
       const double fd = (up - down) / (2.0 * eps);
+      // atol: the central difference's rounding noise, about sqrt(n) * c * u *
+      // |token loss| / (2 eps) ~ 2e-4 for these ~11 fp32 token losses, with a
+      // 10x margin; rtol: the O(eps^2) truncation (docs/DESIGN-NOTES.md).
       const double tol = 2e-3 + 2e-2 * std::abs(fd);
       EXPECT_NEAR(analytic[j], fd, tol) << p.name << " element " << (j - p.offset);
       ++checked;
