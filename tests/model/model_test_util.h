@@ -6,6 +6,7 @@
 
 #include "common/rng.h"
 #include "model/gpt.h"
+#include "test_util/fp32_bounds.h"
 
 namespace mtrain::model::testing {
 
@@ -40,6 +41,24 @@ inline ModelConfig tiny_gpt2() {
   c.ffn = 32;
   return c;
 }
+
+// Two ways of computing the same model (fused vs unfused kernels, TP shards vs
+// the whole model) differ only in fp32 summation order (flash: tiled online
+// softmax; unfused: whole rows; TP: partial sums added over ranks; and each
+// BLAS kernel and thread count splits the GEMMs its own way). Single elements
+// whose terms cancel may then differ by far more than u times their size
+// (measured up to 1.3e-2 of an element between fused and unfused, 5e-3 for one
+// path under two OpenBLAS kernels: an element bound with an absolute floor
+// passed or failed depending on the CPU), so whole tensors are compared in the
+// max norm. Bound: every stage of the tiny models is a sum of at most 32 terms
+// (padded vocab 32, ffn <= 32, 16 tokens), within gamma_32 = 1.9e-6 of its
+// terms' size in any order (test_util/fp32_bounds.h); forward and backward
+// chain about 50 stages, so each way is within about 50 * gamma_32 ~ 1e-4 of
+// the exact tensor and two ways within 2e-4 (kPathRtol). Measured: at most 1.1e-6 under
+// every OpenBLAS core type and thread count, the same as one path under two
+// kernels (8e-7); a real difference (a dropout mask or a scale) moves a tensor
+// by 1e-2 or more.
+inline const double kPathRtol = 2 * 50 * mtrain::testing::fp32_gamma(32);  // 1.9e-4
 
 struct RandomBatch {
   std::vector<int32_t> tokens, targets, positions, doc_ids;

@@ -3,8 +3,11 @@
 // ranks with one OpenMP/OpenBLAS thread each while recording the collectives.
 // Tolerance for sharded vs unsharded results: sharding only changes how sums
 // are split (partial GEMMs added over ranks, softmax sums over vocabulary
-// slices), so the bound is fp32 rounding, |a - b| <= kAtol + kRtol *
-// max(|a|, |b|) element-wise.
+// slices), so the bound is fp32 rounding. An element whose terms cancel can
+// then move by far more than u times its size, so tensors are compared in the
+// max norm: each result chains at most six stages (the MLP block: two GEMMs
+// and the activation forward, their transposes backward) of sums of at most
+// 48 terms, each within gamma_48 of its terms' size in any order.
 #pragma once
 
 #include <cblas.h>
@@ -15,12 +18,19 @@
 
 #include "../tensor/kernel_test_util.h"
 #include "parallel/sim_comm.h"
+#include "test_util/fp32_bounds.h"
 
 namespace mtrain::parallel::tp_testing {
 
 using kernels::testing::Vec;
 
-inline constexpr double kAtol = 1e-6, kRtol = 1e-5;
+inline const double kTpRtol = 2 * 6 * mtrain::testing::fp32_gamma(48);  // 3.4e-5
+
+// a and b agree to kTpRtol of b's max norm.
+inline ::testing::AssertionResult tp_close(const Vec& a, const Vec& b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << "size " << a.size() << " vs " << b.size();
+  return mtrain::testing::close_in_max_norm(a.data(), b.data(), a.size(), kTpRtol);
+}
 inline constexpr int64_t kVocab = 40;  // padded vocabulary, divisible by 2 and 4
 
 // Rows [r0, r0 + nr) of a row-major (*, ncols) buffer.

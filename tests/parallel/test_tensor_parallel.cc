@@ -25,18 +25,16 @@
 namespace mtrain::parallel {
 namespace {
 
-using kernels::testing::all_close;
 using kernels::testing::bit_equal;
 using kernels::testing::randn;
 using kernels::testing::Vec;
 using tp_testing::cols;
-using tp_testing::kAtol;
-using tp_testing::kRtol;
 using tp_testing::kVocab;
 using tp_testing::ptr;
 using tp_testing::rows;
 using tp_testing::run_tp;
 using tp_testing::token_ids;
+using tp_testing::tp_close;
 
 struct LinearCase {
   int tp;
@@ -81,11 +79,11 @@ TEST_P(ParallelTensorParallelLinear, ColumnMatchesReference) {
                                     dyl.data(), xf, wl.data(), N, C, OCl, c.fused_grad, ptr(scratch));
   });
   for (int r = 0; r < c.tp; ++r) {
-    EXPECT_TRUE(all_close(out[r].y, cols(y, N, OC, r * OCl, OCl), kAtol, kRtol)) << "y rank " << r;
-    EXPECT_TRUE(all_close(out[r].dx, c.sp ? rows(dx, r * Nl, Nl, C) : dx, kAtol, kRtol)) << "dx rank " << r;
-    EXPECT_TRUE(all_close(out[r].dw, rows(dw, r * OCl, OCl, C), kAtol, kRtol)) << "dw rank " << r;
+    EXPECT_TRUE(tp_close(out[r].y, cols(y, N, OC, r * OCl, OCl))) << "y rank " << r;
+    EXPECT_TRUE(tp_close(out[r].dx, c.sp ? rows(dx, r * Nl, Nl, C) : dx)) << "dx rank " << r;
+    EXPECT_TRUE(tp_close(out[r].dw, rows(dw, r * OCl, OCl, C))) << "dw rank " << r;
     if (c.bias) {
-      EXPECT_TRUE(all_close(out[r].db, rows(db, r * OCl, OCl, 1), kAtol, kRtol)) << "db rank " << r;
+      EXPECT_TRUE(tp_close(out[r].db, rows(db, r * OCl, OCl, 1))) << "db rank " << r;
     }
     const std::vector<CommOp> want =
         c.sp ? std::vector{CommOp::kAllGather, CommOp::kReduceScatter} : std::vector{CommOp::kAllReduce};
@@ -132,11 +130,11 @@ TEST_P(ParallelTensorParallelLinear, RowMatchesReference) {
                                  wl.data(), N, ICl, OC, c.fused_grad, ptr(scratch));
   });
   for (int r = 0; r < c.tp; ++r) {
-    EXPECT_TRUE(all_close(out[r].y, c.sp ? rows(y, r * Nl, Nl, OC) : y, kAtol, kRtol)) << "y rank " << r;
-    EXPECT_TRUE(all_close(out[r].dx, cols(dx, N, IC, r * ICl, ICl), kAtol, kRtol)) << "dx rank " << r;
-    EXPECT_TRUE(all_close(out[r].dw, cols(dw, OC, IC, r * ICl, ICl), kAtol, kRtol)) << "dw rank " << r;
+    EXPECT_TRUE(tp_close(out[r].y, c.sp ? rows(y, r * Nl, Nl, OC) : y)) << "y rank " << r;
+    EXPECT_TRUE(tp_close(out[r].dx, cols(dx, N, IC, r * ICl, ICl))) << "dx rank " << r;
+    EXPECT_TRUE(tp_close(out[r].dw, cols(dw, OC, IC, r * ICl, ICl))) << "dw rank " << r;
     if (c.bias) {
-      EXPECT_TRUE(all_close(out[r].db, db, kAtol, kRtol)) << "db rank " << r;
+      EXPECT_TRUE(tp_close(out[r].db, db)) << "db rank " << r;
     }
     std::vector<CommOp> want = c.sp ? std::vector{CommOp::kReduceScatter} : std::vector{CommOp::kAllReduce};
     if (c.sp && c.bias) want.push_back(CommOp::kAllReduce);
@@ -188,13 +186,13 @@ TEST_P(ParallelTensorParallelLinear, MlpBlockMatchesReference) {
                                     w1l.data(), N, C, Fl, c.fused_grad, scratch.data());
   });
   for (int r = 0; r < c.tp; ++r) {
-    EXPECT_TRUE(all_close(out[r].y, c.sp ? rows(y, r * Nl, Nl, C) : y, kAtol, kRtol)) << "y rank " << r;
-    EXPECT_TRUE(all_close(out[r].dx, c.sp ? rows(dx, r * Nl, Nl, C) : dx, kAtol, kRtol)) << "dx rank " << r;
-    EXPECT_TRUE(all_close(out[r].dw1, rows(dw1, r * Fl, Fl, C), kAtol, kRtol)) << "dw1 rank " << r;
+    EXPECT_TRUE(tp_close(out[r].y, c.sp ? rows(y, r * Nl, Nl, C) : y)) << "y rank " << r;
+    EXPECT_TRUE(tp_close(out[r].dx, c.sp ? rows(dx, r * Nl, Nl, C) : dx)) << "dx rank " << r;
+    EXPECT_TRUE(tp_close(out[r].dw1, rows(dw1, r * Fl, Fl, C))) << "dw1 rank " << r;
     if (c.bias) {
-      EXPECT_TRUE(all_close(out[r].db1, rows(db1, r * Fl, Fl, 1), kAtol, kRtol)) << "db1 rank " << r;
+      EXPECT_TRUE(tp_close(out[r].db1, rows(db1, r * Fl, Fl, 1))) << "db1 rank " << r;
     }
-    EXPECT_TRUE(all_close(out[r].dw2, cols(dw2, C, F, r * Fl, Fl), kAtol, kRtol)) << "dw2 rank " << r;
+    EXPECT_TRUE(tp_close(out[r].dw2, cols(dw2, C, F, r * Fl, Fl))) << "dw2 rank " << r;
   }
 }
 
@@ -241,7 +239,7 @@ TEST(ParallelTensorParallel, SizeOneIsBitIdenticalToKernels) {
     EXPECT_TRUE(bit_equal(dx1, dx2) && bit_equal(dw1, dw2)) << "row backward";
     row_parallel_linear_backward(tp, dx3.data(), dw3.data(), nullptr, dy.data(), x.data(), w.data(), N, C, OC, false,
                                  scratch.data());  // scratch + add: the same to rounding
-    EXPECT_TRUE(bit_equal(dx3, dx2) && all_close(dw3, dw2, kAtol, kRtol)) << "row backward, scratch accumulation";
+    EXPECT_TRUE(bit_equal(dx3, dx2) && tp_close(dw3, dw2)) << "row backward, scratch accumulation";
 
     Vec e1(N * C), e2(N * C), g1(V * C, 0.25f), g2 = g1;
     kernels::embedding_forward(e1.data(), tok.data(), nullptr, wte.data(), nullptr, N, C);

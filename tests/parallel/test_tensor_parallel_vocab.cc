@@ -28,13 +28,12 @@ using kernels::testing::bit_equal;
 using kernels::testing::randn;
 using kernels::testing::Vec;
 using tp_testing::cols;
-using tp_testing::kAtol;
-using tp_testing::kRtol;
 using tp_testing::kVocab;
 using tp_testing::ptr;
 using tp_testing::rows;
 using tp_testing::run_tp;
 using tp_testing::token_ids;
+using tp_testing::tp_close;
 
 // ---- Vocab-parallel embedding and cross-entropy ------------------------------------------------
 
@@ -113,10 +112,10 @@ TEST_P(ParallelTensorParallelVocab, CrossEntropyMatchesReference) {
     dl[r].assign(g, g + N * Vl);
   });
   for (int r = 0; r < c.tp; ++r) {
-    EXPECT_TRUE(all_close(l[r], losses, kAtol, kRtol)) << "losses rank " << r;
+    EXPECT_TRUE(tp_close(l[r], losses)) << "losses rank " << r;
     EXPECT_TRUE(bit_equal(l[r], l[0])) << "losses differ between ranks 0 and " << r;
-    EXPECT_TRUE(all_close(st[r], stats, kAtol, kRtol)) << "stats (max, lse) rank " << r;
-    EXPECT_TRUE(all_close(dl[r], cols(dlogits, N, kVocab, r * Vl, Vl), kAtol, kRtol)) << "dlogits rank " << r;
+    EXPECT_TRUE(tp_close(st[r], stats)) << "stats (max, lse) rank " << r;
+    EXPECT_TRUE(tp_close(dl[r], cols(dlogits, N, kVocab, r * Vl, Vl))) << "dlogits rank " << r;
     EXPECT_TRUE(zero_columns(dl[r], N, Vl, c.vocab - r * Vl)) << "padded dlogits of rank " << r;
     EXPECT_EQ(ops[r].size(), c.fused_ce ? 2u : 3u) << "all-reduces of rank " << r;
   }
@@ -161,9 +160,9 @@ TEST_P(ParallelTensorParallelVocab, EmbeddingHeadLossChain) {
     vocab_parallel_embedding_backward(tp, dwtel[r].data(), full.data(), dhl.data(), tokens.data(), N, C, r * Vl, Vl);
   });
   for (int r = 0; r < c.tp; ++r) {
-    EXPECT_TRUE(all_close(l[r], losses, kAtol, kRtol)) << "losses rank " << r;
-    EXPECT_TRUE(all_close(dwoutl[r], rows(dwout, r * Vl, Vl, C), kAtol, kRtol)) << "d output layer rank " << r;
-    EXPECT_TRUE(all_close(dwtel[r], rows(dwte, r * Vl, Vl, C), kAtol, kRtol)) << "d word embeddings rank " << r;
+    EXPECT_TRUE(tp_close(l[r], losses)) << "losses rank " << r;
+    EXPECT_TRUE(tp_close(dwoutl[r], rows(dwout, r * Vl, Vl, C))) << "d output layer rank " << r;
+    EXPECT_TRUE(tp_close(dwtel[r], rows(dwte, r * Vl, Vl, C))) << "d word embeddings rank " << r;
     // Padded rows: no gradient from the loss (output layer) nor from lookups (embedding).
     const int64_t first_pad = std::max<int64_t>(0, c.vocab - r * Vl) * C;
     EXPECT_TRUE(zero_columns(dwoutl[r], 1, Vl * C, first_pad)) << "padded output-layer rows of rank " << r;

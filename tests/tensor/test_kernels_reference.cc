@@ -17,6 +17,7 @@
 #include "tensor/linear.h"
 #include "tensor/norm.h"
 #include "tensor/rope.h"
+#include "test_util/fp32_bounds.h"
 
 namespace mtrain::kernels {
 namespace {
@@ -43,27 +44,37 @@ TEST(Reference, SoftmaxExp) {
   EXPECT_TRUE(std::isnan(detail::softmax_exp(NAN)));
 }
 
+// GEMM results against a double reference: |out - exact| <= gamma_K * sum|terms|
+// in any summation order (any BLAS kernel, thread split or FMA), plus half an
+// ulp for rounding the reference itself to float.
 TEST(Reference, LinearAndSgemm) {
   const int64_t N = 37, C = 19, OC = 23;
   const Vec inp = randn(N * C, 1), weight = randn(OC * C, 2), bias = randn(OC, 3);
   Vec ref(N * OC), ref_nb(N * OC), out(N * OC), out_nb(N * OC), c(N * OC);
+  std::vector<double> bound(N * OC), bound_nb(N * OC);  // (N, OC)
   for (int64_t i = 0; i < N; ++i)
     for (int64_t o = 0; o < OC; ++o) {
-      double s = 0.0;
-      for (int64_t j = 0; j < C; ++j) s += static_cast<double>(inp[i * C + j]) * weight[o * C + j];
+      double s = 0.0, a = 0.0;
+      for (int64_t j = 0; j < C; ++j) {
+        s += static_cast<double>(inp[i * C + j]) * weight[o * C + j];
+        a += std::fabs(static_cast<double>(inp[i * C + j]) * weight[o * C + j]);
+      }
       ref_nb[i * OC + o] = static_cast<float>(s);
       ref[i * OC + o] = static_cast<float>(s + bias[o]);
+      bound_nb[i * OC + o] = mtrain::testing::fp32_gamma(C) * a + mtrain::testing::kFp32Unit * std::fabs(s);
+      bound[i * OC + o] = mtrain::testing::fp32_gamma(C + 1) * (a + std::fabs(bias[o])) +
+                          mtrain::testing::kFp32Unit * std::fabs(s + bias[o]);
     }
   linear_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
   linear_forward(out_nb.data(), inp.data(), weight.data(), nullptr, N, C, OC);
-  EXPECT_TRUE(all_close(out, ref, 1e-5, 1e-5));
-  EXPECT_TRUE(all_close(out_nb, ref_nb, 1e-5, 1e-5));
+  EXPECT_TRUE(mtrain::testing::within_bounds(out, ref, bound));
+  EXPECT_TRUE(mtrain::testing::within_bounds(out_nb, ref_nb, bound_nb));
   // sgemm_nn: (N, C) · (C, OC) with b = weight^T laid out explicitly.
   Vec wt(C * OC);
   for (int64_t o = 0; o < OC; ++o)
     for (int64_t j = 0; j < C; ++j) wt[j * OC + o] = weight[o * C + j];
   sgemm_nn(c.data(), inp.data(), wt.data(), N, OC, C);
-  EXPECT_TRUE(all_close(c, ref_nb, 1e-5, 1e-5));
+  EXPECT_TRUE(mtrain::testing::within_bounds(c, ref_nb, bound_nb));
 }
 
 TEST(Reference, Norms) {
@@ -261,39 +272,85 @@ TEST(Reference, QkvSplitLayout) {
 
 // Naive attention in double: causal + doc mask, GQA head h -> group h / (H/G),
 // dropout on the flattened (b, h, tq, tk) index after the softmax.
-void attention_reference(Vec& out, Vec& probs, Vec& lse, const Vec& q, const Vec& k, const Vec& v, const int32_t* doc,
-                         int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, float p, uint64_t seed) {
+struct AttentionRef {
+  Vec out, probs, lse;                                  // (B, H, T, D), (B, H, T, T), (B, H, T)
+  std::vector<double> out_terms, row_err, probs_bound;  // sum p z |v|; relative error bound per row
+};
+
+// Rounding bound of an fp32 evaluation in any order (test_util/fp32_bounds.h):
+// a score q.k / sqrt(D) is off by at most gamma_{D+2} sum|q k| / sqrt(D), which
+// changes exp(s - max) by that relative amount (twice: the score and the
+// max); the row sum and P V add gamma_T each; exp, scaling and division a few
+// u. row_err is that relative bound on each probability of the row.
+AttentionRef attention_reference(const Vec& q, const Vec& k, const Vec& v, const int32_t* doc, int64_t B, int64_t H,
+                                 int64_t G, int64_t T, int64_t D, float p, uint64_t seed) {
+  using mtrain::testing::fp32_gamma;
+  using mtrain::testing::kFp32Unit;
+  AttentionRef r{Vec(q.size()),
+                 Vec(B * H * T * T),
+                 Vec(B * H * T),
+                 std::vector<double>(q.size()),
+                 std::vector<double>(B * H * T),
+                 std::vector<double>(B * H * T * T)};
   const int64_t R = H / G;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t kv = b * G + h / R, pair = b * H + h;
       for (int64_t tq = 0; tq < T; ++tq) {
         std::vector<double> s(T, -INFINITY);
-        double m = -INFINITY, sum = 0.0;
+        double m = -INFINITY, sum = 0.0, score_err = 0.0;
         for (int64_t tk = 0; tk <= tq; ++tk) {
           if (doc && doc[b * T + tk] != doc[b * T + tq]) continue;
-          double d = 0.0;
-          for (int64_t c = 0; c < D; ++c)
+          double d = 0.0, a = 0.0;
+          for (int64_t c = 0; c < D; ++c) {
             d += static_cast<double>(q[(pair * T + tq) * D + c]) * k[(kv * T + tk) * D + c];
+            a += std::fabs(static_cast<double>(q[(pair * T + tq) * D + c]) * k[(kv * T + tk) * D + c]);
+          }
           s[tk] = d / std::sqrt(static_cast<double>(D));
+          score_err = std::fmax(score_err, fp32_gamma(D + 2) * a / std::sqrt(static_cast<double>(D)));
           m = std::fmax(m, s[tk]);
         }
         for (int64_t tk = 0; tk < T; ++tk) sum += std::exp(s[tk] - m);
-        lse[pair * T + tq] = static_cast<float>(m + std::log(sum));
-        for (int64_t c = 0; c < D; ++c) out[(pair * T + tq) * D + c] = 0.0f;
+        const int64_t row = pair * T + tq;
+        const double err = 2.0 * score_err + 2.0 * fp32_gamma(T) + 8.0 * kFp32Unit;
+        r.row_err[row] = err;
+        r.lse[row] = static_cast<float>(m + std::log(sum));
+        std::vector<double> acc(D, 0.0);
         for (int64_t tk = 0; tk < T; ++tk) {
           const double prob = std::exp(s[tk] - m) / sum;
-          probs[(pair * T + tq) * T + tk] = static_cast<float>(prob);
+          r.probs[row * T + tk] = static_cast<float>(prob);
+          r.probs_bound[row * T + tk] = prob * (err + kFp32Unit);
           const uint64_t idx = static_cast<uint64_t>(((b * H + h) * T + tq) * T + tk);
           const double z = p > 0.0f ? (uniform01(seed, idx) >= p ? 1.0 / (1.0 - p) : 0.0) : 1.0;
-          for (int64_t c = 0; c < D; ++c)
-            out[(pair * T + tq) * D + c] += static_cast<float>(prob * z * v[(kv * T + tk) * D + c]);
+          for (int64_t c = 0; c < D; ++c) {
+            acc[c] += prob * z * v[(kv * T + tk) * D + c];
+            r.out_terms[row * D + c] += prob * z * std::fabs(static_cast<double>(v[(kv * T + tk) * D + c]));
+          }
         }
+        for (int64_t c = 0; c < D; ++c) r.out[row * D + c] = static_cast<float>(acc[c]);
       }
     }
+  return r;
+}
+
+// Per element: |out - ref| <= row_err * sum p z |v| + half an ulp of ref.
+std::vector<double> out_bound(const AttentionRef& r, int64_t D) {
+  std::vector<double> bound(r.out.size());
+  for (size_t i = 0; i < bound.size(); ++i)
+    bound[i] = r.row_err[i / D] * r.out_terms[i] + mtrain::testing::kFp32Unit * std::fabs(r.out[i]);
+  return bound;
+}
+
+// lse = max + log(sum): off by the score error twice plus gamma_T, absolutely.
+std::vector<double> lse_bound(const AttentionRef& r) {
+  std::vector<double> bound(r.lse.size());
+  for (size_t i = 0; i < bound.size(); ++i)
+    bound[i] = r.row_err[i] + 2.0 * mtrain::testing::kFp32Unit * std::fabs(r.lse[i]);
+  return bound;
 }
 
 TEST(Reference, Attention) {
+  using mtrain::testing::within_bounds;
   const int64_t B = 2, T = 70, D = 8;
   std::vector<int32_t> doc(B * T);
   for (int64_t t = 0; t < T; ++t) doc[t] = doc[T + t] = static_cast<int32_t>(t / 30);
@@ -303,21 +360,21 @@ TEST(Reference, Attention) {
       for (float p : {0.0f, 0.2f}) {
         const int32_t* d = docs ? doc.data() : nullptr;
         const Vec q = randn(B * H * T * D, 20), k = randn(B * G * T * D, 21), v = randn(B * G * T * D, 22);
-        Vec out_ref(q.size()), probs_ref(B * H * T * T), lse_ref(B * H * T);
-        attention_reference(out_ref, probs_ref, lse_ref, q, k, v, d, B, H, G, T, D, p, 31);
+        const AttentionRef ref = attention_reference(q, k, v, d, B, H, G, T, D, p, 31);
+        const std::vector<double> ob = out_bound(ref, D);
         Vec out(q.size()), probs(B * H * T * T), lse(B * H * T);
         Vec scratch(attention_unfused_scratch_floats(B, H, G, T, D));
         for (bool fusion : {true, false}) {
           attention_unfused_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, p, 31,
                                     fusion, scratch.data());
-          EXPECT_TRUE(all_close(out, out_ref, 1e-5, 1e-4)) << H << "/" << G << " docs=" << docs << " p=" << p;
-          EXPECT_TRUE(all_close(probs, probs_ref, 1e-6, 1e-4)) << "probs are saved before dropout";
+          EXPECT_TRUE(within_bounds(out, ref.out, ob)) << H << "/" << G << " docs=" << docs << " p=" << p;
+          EXPECT_TRUE(within_bounds(probs, ref.probs, ref.probs_bound)) << "probs are saved before dropout";
         }
         Vec fscratch(attention_flash_scratch_floats(B, H, G, T, D));
         attention_flash_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, p, 31,
                                 fscratch.data());
-        EXPECT_TRUE(all_close(out, out_ref, 1e-5, 1e-4)) << "flash " << H << "/" << G << " docs=" << docs;
-        EXPECT_TRUE(all_close(lse, lse_ref, 1e-5, 1e-5)) << "flash lse";
+        EXPECT_TRUE(within_bounds(out, ref.out, ob)) << "flash " << H << "/" << G << " docs=" << docs;
+        EXPECT_TRUE(within_bounds(lse, ref.lse, lse_bound(ref))) << "flash lse";
       }
 }
 
