@@ -38,6 +38,14 @@ struct GoldenCase {
   std::vector<std::string> args;  // mtrain arguments, without --output_dir
   std::string description;
   bool loss_must_fall = false;  // also assert that training reduces the loss
+  // The gradient norm is compared up to this iteration (0: every one). A
+  // chaotic run (the sft demo's lr 3e-3) amplifies rounding ~10x every two
+  // iterations: across OpenBLAS core types and a build without -march=native
+  // its grad norm spread is ~1e-6 relative at iteration 13 but 7.9e-4 of the
+  // 1e-3 bound at iteration 19 (docs/DESIGN-NOTES.md, "Tolerances"), so the
+  // late values would pass or fail by CPU. Up to iteration 14 the margin is
+  // ~100x; the loss of every iteration is still compared.
+  int64_t grad_norm_through = 0;
 };
 
 // metric name in the golden file -> key in logging.jsonl
@@ -118,6 +126,7 @@ class Golden : public MtrainTest {
       ASSERT_EQ(static_cast<int64_t>(rows.size()), end - start + 1) << name << ": number of logged iterations";
       for (const auto& row : rows) {
         const int64_t it = iteration_of(row);
+        if (name == "grad norm" && c.grad_norm_through > 0 && it > c.grad_norm_through) continue;
         const std::string k = std::to_string(it);
         ASSERT_TRUE(m.at("values").contains(k)) << name << ": no golden value for iteration " << it;
         const double want = m.at("values").at(k).get<double>();
@@ -134,7 +143,7 @@ TEST_F(Golden, SftDemoFirst20Iterations) {
   check_golden({"sft_demo_20.json", without_output_dir(demo_sft_args(20, "")),
                 "mtrain sft on configs/sft_demo.yaml (the scripts/demo.sh job): per-iteration lm loss and pre-clip "
                 "grad norm of the first 20 iterations (warmup), seed 42, fp32, one thread",
-                /*loss_must_fall=*/true});
+                /*loss_must_fall=*/true, /*grad_norm_through=*/14});
 }
 
 TEST_F(Golden, PtDemoFirst10Iterations) {
