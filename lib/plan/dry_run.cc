@@ -24,6 +24,7 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   m.tp_rank = state.coords().tp;
   m.dp_rank = state.coords().dp;
   m.parameters = model->params().count();
+  for (int slots : model->config().chunk_slots) m.activation_slots += slots;
   m.stats = dev.stats();
   return m;
 }

@@ -23,6 +23,7 @@ struct ClassMemory {
   RankClass rank_class;
   int tp_rank = 0, dp_rank = 0;
   int64_t parameters = 0;     // parameters this rank holds
+  int activation_slots = 0;   // micro-batch activation slots the schedule keeps in flight (all chunks)
   device::MemoryStats stats;  // after construction: allocated == peak, by category
 };
 

@@ -25,7 +25,18 @@ static void check_load(const config::Args& args) {
   checkpoint::CheckpointReader::open(fs, s.dir, s.iteration);
 }
 
+// Flags whose output a dry run cannot give yet are refused, not ignored.
+static void check_dry_run_flags(const config::Args& args) {
+  if (args.profile)
+    throw ConfigError("--profile with --dry_run (a simulated timeline) is not implemented yet",
+                      "drop --profile to get the memory plan, or drop --dry_run to profile a real run");
+  if (!args.precision_dump_path.empty())
+    throw ConfigError("--precision_dump_path with --dry_run: a dry run computes no values to dump",
+                      "drop --precision_dump_path or --dry_run");
+}
+
 int run_dry_run(const config::Args& args, std::ostream& out) {
+  check_dry_run_flags(args);
   check_load(args);
   const DryRun r = dry_run(args);
   out << memory_report(r) << std::flush;

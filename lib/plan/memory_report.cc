@@ -61,7 +61,11 @@ static std::string class_block(const DryRun& r, const ReportGroup& g) {
   for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) {
     const auto cat = static_cast<MemCategory>(i);
     if (cat == MemCategory::kOther && c.stats.by_category[i] == 0) continue;
-    s += fmt::format("  {:<40} {:>10.2f} GiB\n", device::mem_category_name(cat), gib(c.stats.by_category[i]));
+    const std::string name = cat == MemCategory::kActivations
+                                 ? fmt::format("activations ({} micro-batch{} in flight)", c.activation_slots,
+                                               c.activation_slots == 1 ? "" : "es")
+                                 : device::mem_category_name(cat);
+    s += fmt::format("  {:<40} {:>10.2f} GiB\n", name, gib(c.stats.by_category[i]));
   }
   const int64_t peak = class_peak(c), cap = r.profile.hbm_bytes;
   s += fmt::format("  {:<40} {:>10.2f} GiB\n", "allocator reserve (block rounding)",
