@@ -187,6 +187,55 @@ TEST_F(DryRunTest, SevenBillionOnEightNpusWithoutHostMemory) {
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 512L * 1024) << "max RSS grew in KiB";
 }
 
+// Megatron-LM's theoretical_memory_usage.py (estimator-formulas.md §1b,
+// current form) for Llama-2-7B: h 4096, ffn 11008, a = g = 32 (r_q = 1),
+// SwiGLU (m = 3/2), RMSNorm (n = 1), 32 layers, untied, p = 1. Returns the
+// most loaded shard's parameter count at TP t with the padded vocabulary.
+int64_t megatron_llama2_7b_shard(int64_t t) {
+  const int64_t h = 4096, ffn = 11008, L = 32, n = 1;
+  const int64_t v_pad = (32000 + 128 * t - 1) / (128 * t) * (128 * t);  // make_vocab_size_divisible_by 128
+  const int64_t attn = 2 * h * h * 2;                                   // 2h^2 (1 + g/a) r_q
+  const int64_t dense = 2 * h * (ffn * 3 / 2 + n) + attn;
+  const int64_t block = dense * L + n * h;
+  return (block + v_pad * h) / t + v_pad * h / t;  // + the untied output layer (p == 1)
+}
+
+double category_bytes(const ClassMemory& c, MemCategory k) {
+  return static_cast<double>(c.stats.by_category[static_cast<int>(k)]);
+}
+double state_bytes(const ClassMemory& c) {
+  return category_bytes(c, MemCategory::kWeights) + category_bytes(c, MemCategory::kGrads) +
+         category_bytes(c, MemCategory::kOptimizer);
+}
+
+TEST_F(DryRunTest, WeightsGradsAndOptimizerMatchMegatronsTheoreticalMemory) {
+  const std::string base =
+      "pt --model_preset llama2-7b --bf16 --seq_length 4096 --global_batch_size 64 --train_iters 1 "
+      "--lr_warmup_iters 0 --output_dir " +
+      out_.string();
+  // DP 8 without the distributed optimizer: 18 bytes per parameter.
+  const DryRun dp8 = dry_run(parse(base + " --use_distributed_optimizer false", 8));
+  const ClassMemory& a = dp8.classes.at(0);
+  EXPECT_EQ(a.parameters, megatron_llama2_7b_shard(1));
+  const double p1 = static_cast<double>(megatron_llama2_7b_shard(1));
+  // mtrain pads the flat buffers for the DP buckets (a few KiB here): the
+  // only difference, relative 1e-6 at most.
+  EXPECT_GE(state_bytes(a), 18 * p1);
+  EXPECT_NEAR(state_bytes(a) / (18 * p1), 1.0, 1e-6);
+  // DP 8 with it: 6 + 12/8 bytes per parameter on every shard.
+  const DryRun dist = dry_run(parse(base + " --use_distributed_optimizer true", 8));
+  ASSERT_EQ(dist.classes.size(), 8u);
+  for (const ClassMemory& c : dist.classes) EXPECT_NEAR(state_bytes(c) / (7.5 * p1), 1.0, 1e-6) << c.dp_rank;
+  // TP 8: the formula divides every parameter by t, but the 65 RMSNorm
+  // weights (2 per layer + final, 4096 each) stay whole on every TP rank, as
+  // in Megatron's code: the shard holds 7/8 of them more.
+  const DryRun tp8 = dry_run(parse(base + " --tensor_model_parallel_size 8", 8));
+  const ClassMemory& t = tp8.classes.at(0);
+  const int64_t norms = 65 * 4096;
+  EXPECT_EQ(t.parameters, megatron_llama2_7b_shard(8) + norms - norms / 8);
+  EXPECT_NEAR(state_bytes(t) / (18 * static_cast<double>(t.parameters)), 1.0, 1e-6);
+}
+
 // The same model at TP 8 on the node: one class for all eight ranks, and it fits.
 TEST_F(DryRunTest, SevenBillionAtTensorParallelEightFits) {
   const DryRun r =
