@@ -147,7 +147,8 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
     if (world.size > 1)
       throw mtrain::UsageError(
           fmt::format("--dry_run plans the whole world in one process, not in {} ranks", world.size),
-          "run it without mpirun; NNODES / NPROC_PER_NODE set the planned world");
+          "give --dry_run on the command line (from a YAML file it cannot stop the launch) and not under "
+          "mpirun; NNODES / NPROC_PER_NODE then set the planned world");
     return mtrain::plan::run_dry_run(p.inv.args, std::cout);
   }
   mtrain::train::RunContext ctx;
