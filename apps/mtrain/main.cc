@@ -30,6 +30,7 @@
 #include "mtrain/launch/launch_run.h"
 #include "mtrain/launch/rendezvous.h"
 #include "parallel/mpi_comm.h"
+#include "plan/dry_run_command.h"
 #include "train/export.h"
 #include "train/precision_compare.h"
 #include "train/run.h"
@@ -82,11 +83,23 @@ void require_one_process(const char* command, const WorldInfo& world) {
                              "run it without NPROC_PER_NODE / NNODES / mpirun");
 }
 
+// The world a command line is validated for: this launch's, or for a dry run
+// outside mpirun the one NNODES x NPROC_PER_NODE would launch (planned, not
+// launched: wants_relaunch lets --dry_run through).
+int validated_world_size(int argc, char** argv, const mtrain::launch::Env& env, const WorldInfo& world) {
+  if (mtrain::launch::under_mpi(env)) return world.size;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--dry_run" || a.rfind("--dry_run=", 0) == 0) return mtrain::launch::read_launch_request(env).world_size();
+  }
+  return world.size;
+}
+
 Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const WorldInfo& world) {
   Prepared p;
   mtrain::config::ParseOptions options;
   options.commands = mtrain_commands();
-  options.world_size = world.size;
+  options.world_size = validated_world_size(argc, argv, env, world);
   p.inv = mtrain::config::parse_command_line(argc, argv, options);
   p.warnings = p.inv.warnings;
   if (p.inv.action != mtrain::config::Invocation::Action::kRun) return p;
@@ -129,6 +142,14 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   if (p.inv.command == "export") {
     mtrain::PosixFileSystem fs;
     return mtrain::train::run_export(p.export_options, fs);
+  }
+  if (p.inv.args.dry_run) {
+    if (world.size > 1)
+      throw mtrain::UsageError(
+          fmt::format("--dry_run plans the whole world in one process, not in {} ranks", world.size),
+          "give --dry_run on the command line (from a YAML file it cannot stop the launch) and not under "
+          "mpirun; NNODES / NPROC_PER_NODE then set the planned world");
+    return mtrain::plan::run_dry_run(p.inv.args, std::cout);
   }
   mtrain::train::RunContext ctx;
   ctx.device_index = p.placement.device;

@@ -154,7 +154,7 @@ struct Args {
   int num_generate_samples = 0;  // after training: answer the first N training prompts (greedy)
   int max_new_tokens = 64;
   std::string device_profile = "Ascend910B3";  // configs/devices/<name>.yaml or a path
-  bool dry_run = false;                        // rejected for now
+  bool dry_run = false;                        // lib/plan: memory plan, no training
 
   // ---- checkpointing (output_dir is --save) -------------------------------
   std::optional<std::string> load;  // --mcore_model: resume (or --finetune) from this directory

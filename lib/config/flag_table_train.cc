@@ -281,7 +281,9 @@ std::vector<FlagSpec> logging_flags() {
       {.name = "dry_run",
        .field = &Args::dry_run,
        .group = L,
-       .help = "Plan memory and step time without training (not implemented yet)."},
+       .help = "Plan the job without training: build every rank's model, optimizer and activation slots shape-only "
+               "(no data read, nothing allocated on the host) and report peak HBM per pipeline stage by category; "
+               "NNODES/NPROC_PER_NODE set the planned world (no ranks are launched). Exit 6 if it does not fit."},
   };
 }
 

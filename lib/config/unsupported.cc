@@ -23,7 +23,6 @@ struct Unsupported {
 
 const std::vector<Unsupported>& unsupported_settings() {
   static const std::vector<Unsupported> list = {
-      {"dry_run", {}, "--dry_run (memory and step-time planning) is not implemented yet", "remove --dry_run"},
       {"train_type", {"full"}, "LoRA is not supported yet", "use --train_type full (--tuner_type full)"},
       {"position_embedding_type",
        {"learned_absolute", "rope"},

@@ -72,7 +72,8 @@ Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategor
           "host out of memory: " + std::to_string(bytes >> 20) + " MiB for " + name_ +
               (available >= 0 ? " but only " + std::to_string(available >> 20) + " MiB are available" : ""),
           "the simulated NPU has room, but this machine's RAM does not hold the real fp32 tensors; "
-          "train a smaller model here");
+          "train a smaller model here, or plan the job shape-only with --dry_run (memory per device, nothing "
+          "allocated on the host)");
     }
     std::memset(p, 0, bytes);
     data_.reset(static_cast<float*>(p));

@@ -28,6 +28,7 @@
 #include "train/logger.h"
 #include "train/precision_dump.h"
 #include "train/profiler_hook.h"
+#include "train/rank_build.h"
 #include "train/shared_paths.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
@@ -72,21 +73,6 @@ static void prepare_output_dir(const config::Args& args, bool write_args) {
   if (!f) throw ConfigError(fmt::format("cannot write {}", p.string()), "check --output_dir is writable");
 }
 
-static device::DeviceProfile device_profile(const config::Args& args) {
-  const config::DeviceProfileSpec s = config::load_device_profile(args.device_profile);
-  device::DeviceProfile p;
-  p.name = s.name;
-  p.hbm_bytes = s.hbm_bytes;
-  p.peak_tflops_16bit = s.peak_tflops_16bit;
-  p.peak_tflops_fp32 = s.peak_tflops_fp32;
-  p.hbm_gbps = s.hbm_gbps;
-  p.intra_node_link_gbps = s.intra_node_link_gbps;
-  p.inter_node_link_gbps = s.inter_node_link_gbps;
-  p.devices_per_node = s.devices_per_node;
-  p.allocator_block_bytes = s.allocator_block_bytes;
-  return p;
-}
-
 // Continuation lines of a multi-line text line up under the first.
 static std::string indent(const std::string& s) {
   std::string out;
@@ -112,33 +98,6 @@ static void print_answers(const config::Args& args, model::GptModel& model, cons
   std::fflush(stdout);
 }
 
-static optim::OptimizerConfig optimizer_config(const config::Args& args) {
-  optim::OptimizerConfig oc;
-  oc.type = args.optimizer;
-  oc.beta1 = args.adam_beta1;
-  oc.beta2 = args.adam_beta2;
-  oc.eps = args.adam_eps;
-  oc.weight_decay = args.weight_decay;
-  oc.sgd_momentum = args.sgd_momentum;
-  return oc;
-}
-
-static TrainerOptions trainer_options(const config::Args& args) {
-  TrainerOptions to;
-  to.train_iters = args.train_iters.value();
-  to.global_batch_size = args.global_batch_size;
-  to.eval_interval = args.eval_interval.value_or(0);
-  to.clip_grad = args.clip_grad;
-  to.check_nonfinite = args.check_for_nan_in_loss_and_grad;
-  to.skip_nonfinite = args.on_nonfinite == "skip";
-  to.max_consecutive_skips = args.max_consecutive_nonfinite_skips;
-  to.seed = static_cast<uint64_t>(args.seed);
-  to.distributed_optimizer = args.use_distributed_optimizer;
-  to.overlap_grad_reduce = args.overlap_grad_reduce;
-  to.bucket_elems = args.ddp_bucket_size.value_or(0);
-  return to;
-}
-
 parallel::ProcessGrid process_grid_from_args(const config::Args& a) {
   parallel::ProcessGridConfig g;
   g.world_size = a.world_size;
@@ -149,29 +108,6 @@ parallel::ProcessGrid process_grid_from_args(const config::Args& a) {
   g.use_tp_pp_dp_mapping = a.use_tp_pp_dp_mapping;
   return parallel::ProcessGrid(g);
 }
-
-// The optimizer (sharded under the distributed optimizer), LR schedule and
-// fp16/bf16 loss scaler of one rank.
-struct TrainerSetup {
-  optim::Optimizer optimizer;
-  optim::LrScheduler scheduler;
-  std::unique_ptr<optim::GradScaler> scaler;
-
-  TrainerSetup(const config::Args& args, model::GptModel& model, device::Device& dev,
-               const parallel::ParallelState& state, const TrainerOptions& to)
-      : optimizer(dev, optimizer_ranges(model.params()), model.params().numel(), model.config().dtype,
-                  optimizer_config(args),
-                  GradSync::optimizer_shard(model.params(), state, to.distributed_optimizer, to.bucket_elems)),
-        scheduler(param_schedule(args).lr) {
-    optimizer.init_master_from(model.params().params().data());
-    optim::DynamicGradScalerConfig sc;
-    sc.initial_scale = args.initial_loss_scale;
-    sc.min_scale = args.min_loss_scale;
-    sc.growth_interval = args.loss_scale_window;
-    sc.hysteresis = args.hysteresis;
-    scaler = optim::make_grad_scaler(model.config().dtype, args.static_loss_scale.value_or(0), sc);
-  }
-};
 
 // A rank that waits for a stuck or dead peer ends instead of hanging: the
 // watchdog (world size > 1 only: one process has no peer to wait for) and its
@@ -187,17 +123,6 @@ static std::shared_ptr<Watchdog> add_watchdog_hooks(HookList& hooks, const confi
   }
   if (fault) hooks.add(std::make_shared<FaultInjectionHook>(*fault, state.rank(), fs));
   return watchdog;
-}
-
-// This rank's share of the model: TP rank, pipeline chunks and the
-// activation slots the schedule keeps in flight.
-static model::ModelConfig rank_model_config(const config::Args& args, const parallel::RankCoords& rc) {
-  model::ModelConfig mc = model::model_config_from_args(args, *args.vocab_size);
-  model::place_on_rank(mc, args, rc.tp, rc.pp);
-  const parallel::PipelineShape shape{args.pipeline_model_parallel_size, rc.pp,
-                                      args.virtual_pipeline_model_parallel_size.value_or(1), args.num_micro_batches};
-  mc.chunk_slots = parallel::pipeline_activation_slots(shape);
-  return mc;
 }
 
 // Megatron's logging ranks: iteration and validation lines (and
@@ -241,8 +166,8 @@ int run_training(const config::Args& input, const RunContext& ctx) {
     fmt::print(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n", mc.vocab, mc.padded_vocab - mc.vocab,
                mc.padded_vocab);
   const int dp = state->grid().dp();
-  model::GptModel model(mc, dev, state->tp(), /*meta=*/false,
-                        [&](int64_t n) { return trainer_padded_numel(n, to, dp); });
+  const std::unique_ptr<model::GptModel> model_ptr = build_rank_model(args, dev, *state, to, /*meta=*/false);
+  model::GptModel& model = *model_ptr;
   // Megatron prints this on data-parallel rank 0 of each model-parallel rank.
   if (rc.dp == 0)
     fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}\n", rc.tp, rc.pp,
@@ -296,6 +221,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   // The last rank's closing validation line goes out before rank 0's answers.
   state->world().barrier();
   print_answers(args, model, data, *state);
+  if (ctx.memory_out) *ctx.memory_out = dev.stats();
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "config/args.h"
+#include "device/device.h"
 #include "parallel/parallel_state.h"
 
 namespace mtrain::train {
@@ -15,6 +16,9 @@ struct RunContext {
   int device_index = 0;                         // the simulated NPU this rank owns
   int local_ranks = 1;                          // ranks sharing this node's cores
   int node = 0;                                 // this rank's node (NODE_RANK), for error messages
+  // When set, receives this rank's device accounting at the end of training
+  // (the recorded peak a dry run of the same flags must predict).
+  device::MemoryStats* memory_out = nullptr;
 };
 
 int run_training(const config::Args& args, const RunContext& ctx = {});

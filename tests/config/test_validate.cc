@@ -348,8 +348,6 @@ TEST(Validate, CheckpointSettings) {
 
 TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
   const std::vector<std::pair<std::function<void(Args&)>, std::string>> cases = {
-      {[](Args& a) { a.dry_run = true; },
-       "--dry_run true: --dry_run (memory and step-time planning) is not implemented yet"},
       {[](Args& a) { a.train_type = "lora"; }, "--train_type lora: LoRA is not supported yet"},
       {[](Args& a) { a.position_embedding_type = "mrope"; },
        "--position_embedding_type mrope: this position embedding is not supported"},

@@ -77,6 +77,9 @@ TEST(LaunchRequest, RelaunchOnlyWhenAskedAndNotAlreadyARank) {
   EXPECT_TRUE(wants_relaunch(read_launch_request(two), two, {"sft", "job.yaml"}));
   EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"sft", "--help"}));
   EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"--version"}));
+  // A dry run plans the whole world in this one process.
+  EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"sft", "job.yaml", "--dry_run"}));
+  EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"sft", "--dry_run=true"}));
   const Env one({{"NPROC_PER_NODE", "1"}});
   EXPECT_FALSE(wants_relaunch(read_launch_request(one), one, {"sft"}));
   const Env nnodes({{"NNODES", "1"}});  // NNODES set: launch even with one process per node

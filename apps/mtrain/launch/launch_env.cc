@@ -107,6 +107,8 @@ bool wants_relaunch(const LaunchRequest& request, const Env& env, const std::vec
   if (request.nproc_per_node <= 1 && !request.nnodes_set) return false;
   for (const auto& a : args) {
     if (a == "-h" || a == "--help" || a == "--version") return false;
+    // A dry run plans the whole world in this one process (lib/plan).
+    if (a == "--dry_run" || a.rfind("--dry_run=", 0) == 0) return false;
   }
   return true;
 }

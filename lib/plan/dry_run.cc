@@ -1,0 +1,63 @@
+#include "plan/dry_run.h"
+
+#include <limits>
+
+#include "common/errors.h"
+#include "data/tokenizer.h"
+#include "model/model_config.h"
+#include "parallel/parallel_state.h"
+#include "train/rank_build.h"
+#include "train/run.h"
+
+namespace mtrain::plan {
+
+// Builds one rank's objects shape-only and records its device's accounting.
+static ClassMemory simulate_class(const config::Args& args, const parallel::ProcessGrid& grid,
+                                  const device::DeviceProfile& planning_profile, const RankClass& k) {
+  parallel::ParallelState state = parallel::make_meta_parallel_state(grid, k.representative);
+  device::Device dev(planning_profile, 0);
+  const train::TrainerOptions to = train::trainer_options(args);
+  const auto model = train::build_rank_model(args, dev, state, to, /*meta=*/true);
+  const train::TrainerSetup setup(args, *model, dev, state, to, /*meta=*/true);
+  ClassMemory m;
+  m.rank_class = k;
+  m.tp_rank = state.coords().tp;
+  m.dp_rank = state.coords().dp;
+  m.parameters = model->params().count();
+  for (int slots : model->config().chunk_slots) m.activation_slots += slots;
+  m.stats = dev.stats();
+  return m;
+}
+
+// The vocabulary as a real run finds it: --vocab_size (or the preset's),
+// else the tokenizer's (the tokenizer file is read; no dataset is).
+static config::Args with_vocab_size(const config::Args& input) {
+  config::Args args = input;
+  if (args.vocab_size) return args;
+  if (!args.tokenizer)
+    throw ConfigError("--dry_run needs the vocabulary size: neither --vocab_size nor --tokenizer is set",
+                      "pass --vocab_size N or --tokenizer <tokenizer.json> (a --model_preset such as llama2-7b sets "
+                      "the vocabulary size)");
+  args.vocab_size = static_cast<int>(data::Tokenizer::load(*args.tokenizer).vocab_size());
+  return args;
+}
+
+DryRun dry_run(const config::Args& input) {
+  const config::Args args = with_vocab_size(input);
+  DryRun r;
+  r.profile = train::device_profile(args);
+  const parallel::ProcessGrid grid = train::process_grid_from_args(args);
+  r.world_size = grid.world_size();
+  r.tp = grid.tp();
+  r.pp = grid.pp();
+  r.dp = grid.dp();
+  r.model_description = model::describe(train::rank_model_config(args, grid.coords(0)));
+  // Measure the whole plan even where it does not fit; memory_report judges it.
+  device::DeviceProfile planning = r.profile;
+  planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;
+  for (const RankClass& k : rank_classes(grid, args.use_distributed_optimizer))
+    r.classes.push_back(simulate_class(args, grid, planning, k));
+  return r;
+}
+
+}  // namespace mtrain::plan

@@ -1,0 +1,42 @@
+// The dry run (`mtrain sft|pt ... --dry_run`): plans the whole world in one
+// process. For each rank class (rank_classes.h) it builds the rank's real
+// model, optimizer (with its distributed-optimizer shard) and activation
+// slots through the same construction as a real run (train/rank_build.h),
+// with meta tensors and MetaComm: every byte the real run allocates on the
+// NPU is accounted by the same Device allocator, and no host storage is
+// allocated. No data is read. The simulated device has no capacity limit
+// while planning, so a plan that does not fit is still measured whole and
+// then judged against the profile's HBM (memory_report.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/args.h"
+#include "device/device.h"
+#include "plan/rank_classes.h"
+
+namespace mtrain::plan {
+
+struct ClassMemory {
+  RankClass rank_class;
+  int tp_rank = 0, dp_rank = 0;
+  int64_t parameters = 0;     // parameters this rank holds
+  int activation_slots = 0;   // micro-batch activation slots the schedule keeps in flight (all chunks)
+  device::MemoryStats stats;  // after construction: allocated == peak, by category
+};
+
+struct DryRun {
+  device::DeviceProfile profile;  // the job's device (its real capacity)
+  int world_size = 1, tp = 1, pp = 1, dp = 1;
+  std::string model_description;
+  std::vector<ClassMemory> classes;
+};
+
+// args: validated for args.world_size ranks (config::validate). The
+// vocabulary size is --vocab_size, else the --tokenizer file's; ConfigError
+// when neither is given.
+DryRun dry_run(const config::Args& args);
+
+}  // namespace mtrain::plan

@@ -1,0 +1,170 @@
+#include "plan/memory_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/errors.h"
+#include "config/validate.h"
+
+namespace mtrain::plan {
+
+using device::MemCategory;
+
+static double gib(int64_t b) { return static_cast<double>(b) / (1LL << 30); }
+
+int64_t class_peak(const ClassMemory& c) { return c.stats.max_reserved; }
+
+bool plan_fits(const DryRun& r) {
+  return std::all_of(r.classes.begin(), r.classes.end(),
+                     [&](const ClassMemory& c) { return class_peak(c) <= r.profile.hbm_bytes; });
+}
+
+static int64_t category(const ClassMemory& c, MemCategory k) { return c.stats.by_category[static_cast<int>(k)]; }
+
+// The category with the most bytes: where a change helps most.
+static MemCategory dominant(const ClassMemory& c) {
+  MemCategory best = MemCategory::kWeights;
+  for (int k = 0; k < static_cast<int>(MemCategory::kCount); ++k)
+    if (c.stats.by_category[k] > category(c, best)) best = static_cast<MemCategory>(k);
+  return best;
+}
+
+std::vector<ReportGroup> report_groups(const DryRun& r) {
+  std::vector<ReportGroup> groups;
+  for (const ClassMemory& c : r.classes) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const ReportGroup& x) {
+      return x.shown->rank_class.stage == c.rank_class.stage && x.shown->parameters == c.parameters;
+    });
+    if (g == groups.end()) {
+      groups.push_back({&c, {}, 0});
+      g = groups.end() - 1;
+    }
+    if (class_peak(c) > class_peak(*g->shown)) g->shown = &c;
+    g->ranks.insert(g->ranks.end(), c.rank_class.ranks.begin(), c.rank_class.ranks.end());
+    ++g->simulated;
+  }
+  for (ReportGroup& g : groups) std::sort(g.ranks.begin(), g.ranks.end());
+  return groups;
+}
+
+static std::string class_block(const DryRun& r, const ReportGroup& g) {
+  const ClassMemory& c = *g.shown;
+  const RankClass& k = c.rank_class;
+  std::string s =
+      fmt::format("pipeline stage {}: simulated rank {} (tensor rank {}, data rank {}) stands for rank{} {}\n", k.stage,
+                  k.representative, c.tp_rank, c.dp_rank, g.ranks.size() == 1 ? "" : "s", ranks_text(g.ranks));
+  if (g.simulated > 1)
+    s += fmt::format("  ({} distributed-optimizer shards simulated; the largest is shown)\n", g.simulated);
+  s += fmt::format("  parameters on this device {:>27}\n", c.parameters);
+  for (int i = 0; i < static_cast<int>(MemCategory::kCount); ++i) {
+    const auto cat = static_cast<MemCategory>(i);
+    if (cat == MemCategory::kOther && c.stats.by_category[i] == 0) continue;
+    const std::string name = cat == MemCategory::kActivations
+                                 ? fmt::format("activations ({} micro-batch{} in flight)", c.activation_slots,
+                                               c.activation_slots == 1 ? "" : "es")
+                                 : device::mem_category_name(cat);
+    s += fmt::format("  {:<40} {:>10.2f} GiB\n", name, gib(c.stats.by_category[i]));
+  }
+  const int64_t peak = class_peak(c), cap = r.profile.hbm_bytes;
+  s += fmt::format("  {:<40} {:>10.2f} GiB\n", "allocator reserve (block rounding)",
+                   gib(c.stats.max_reserved - c.stats.max_allocated));
+  s += fmt::format("  {:<40} {:>10.2f} GiB\n", "peak allocated", gib(c.stats.max_allocated));
+  s += fmt::format("  {:<40} {:>10.2f} GiB\n", "peak reserved", gib(peak));
+  s += fmt::format("  {:<40} {:>10.2f} GiB\n", "capacity", gib(cap));
+  s += fmt::format("  {:<40} {:>10.2f} GiB  {}\n", "headroom", gib(cap - peak), peak <= cap ? "FITS" : "DOES NOT FIT");
+  return s;
+}
+
+std::string memory_report(const DryRun& r) {
+  std::string s = fmt::format(
+      "Dry run: {}\n  {} rank{} (tensor parallel {}, pipeline parallel {}, data parallel {}) on {} "
+      "({:.2f} GiB HBM each)\n  shape-only construction of the real model, optimizer and activation slots; "
+      "no data read\n\n",
+      r.model_description, r.world_size, r.world_size == 1 ? "" : "s", r.tp, r.pp, r.dp, r.profile.name,
+      gib(r.profile.hbm_bytes));
+  for (const ReportGroup& g : report_groups(r)) s += class_block(r, g) + "\n";
+  s += plan_fits(r) ? "The plan FITS on every device.\n" : "The plan DOES NOT FIT.\n";
+  return s;
+}
+
+namespace {
+struct Change {
+  std::string flags;
+  void (*apply)(config::Args&);
+};
+}  // namespace
+
+// The usual changes, cheapest first (no more devices, no lost throughput first).
+static std::vector<Change> candidate_changes(const config::Args& a) {
+  std::vector<Change> out;
+  if (!a.use_distributed_optimizer && a.data_parallel_size > 1)
+    out.push_back({"--use_distributed_optimizer", [](config::Args& x) { x.use_distributed_optimizer = true; }});
+  if (a.recompute_granularity != "full")
+    out.push_back(
+        {"--recompute_granularity full --recompute_method uniform --recompute_num_layers 1", [](config::Args& x) {
+           x.recompute_granularity = "full";
+           x.recompute_method = "uniform";
+           x.recompute_num_layers = 1;
+         }});
+  if (a.micro_batch_size > 1)
+    out.push_back({fmt::format("--micro_batch_size {}", a.micro_batch_size / 2),
+                   [](config::Args& x) { x.micro_batch_size /= 2; }});
+  out.push_back({fmt::format("--tensor_model_parallel_size {}", a.tensor_model_parallel_size * 2),
+                 [](config::Args& x) { x.tensor_model_parallel_size *= 2; }});
+  out.push_back({fmt::format("--pipeline_model_parallel_size {}", a.pipeline_model_parallel_size * 2),
+                 [](config::Args& x) { x.pipeline_model_parallel_size *= 2; }});
+  return out;
+}
+
+// True when `changed` is a valid layout for the same world and its dry run fits.
+static bool fits_after(config::Args changed, int world_size) {
+  try {
+    config::validate(changed, world_size);
+    return plan_fits(dry_run(changed));
+  } catch (const ConfigError&) {
+    return false;  // not a valid layout for this world (e.g. heads not divisible by TP)
+  }
+}
+
+// The first single change that fits; else the shortest run of the changes
+// in order, applied together, that fits; else "".
+static std::string cheapest_fitting_change(const config::Args& args) {
+  const std::vector<Change> changes = candidate_changes(args);
+  for (const Change& ch : changes) {
+    config::Args changed = args;
+    ch.apply(changed);
+    if (fits_after(changed, args.world_size)) return ch.flags;
+  }
+  config::Args changed = args;
+  std::string flags;
+  for (const Change& ch : changes) {
+    ch.apply(changed);
+    flags += (flags.empty() ? "" : " ") + ch.flags;
+    if (fits_after(changed, args.world_size)) return flags;
+  }
+  return "";
+}
+
+void require_fit(const DryRun& r, const config::Args& args) {
+  if (plan_fits(r)) return;
+  const std::vector<ReportGroup> groups = report_groups(r);
+  const ReportGroup* worst_group = &groups.front();
+  for (const ReportGroup& g : groups)
+    if (class_peak(*g.shown) > class_peak(*worst_group->shown)) worst_group = &g;
+  const ClassMemory* worst = worst_group->shown;
+  const MemCategory dom = dominant(*worst);
+  const std::string fix = cheapest_fitting_change(args);
+  throw OutOfMemoryError(
+      fmt::format("the plan does not fit: pipeline stage {} (ranks {}) needs {:.2f} GiB of {} HBM, capacity "
+                  "{:.2f} GiB, short by {:.2f} GiB; the largest part is {} ({:.2f} GiB)",
+                  worst->rank_class.stage, ranks_text(worst_group->ranks), gib(class_peak(*worst)), r.profile.name,
+                  gib(r.profile.hbm_bytes), gib(class_peak(*worst) - r.profile.hbm_bytes),
+                  device::mem_category_name(dom), gib(category(*worst, dom))),
+      fix.empty() ? "neither the distributed optimizer, full recompute, a smaller micro-batch nor twice the tensor "
+                    "or pipeline parallelism (alone or together) fits on this many devices; plan with more nodes"
+                  : fmt::format("the cheapest change that fits (dry-run checked): {}", fix));
+}
+
+}  // namespace mtrain::plan

@@ -1,0 +1,40 @@
+// The memory part of the dry-run report: for each rank class (pipeline
+// stage, and DP rank under the distributed optimizer) the peak HBM by
+// category, the allocator's reserve (reserved minus allocated: the caching
+// allocator's whole-block rounding), capacity, headroom and FITS / DOES NOT
+// FIT. A plan that does not fit is an OutOfMemoryError (exit 6) naming the
+// stage, the dominant category, the shortfall, and the cheapest change that
+// was dry-run and found to fit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/dry_run.h"
+
+namespace mtrain::plan {
+
+// Peak reserved bytes of a class: what must fit in HBM.
+int64_t class_peak(const ClassMemory& c);
+bool plan_fits(const DryRun& r);
+
+// Classes of one stage that hold the same parameters (the distributed
+// optimizer's shards, which padding can make differ by a few bytes) are
+// reported as one group showing the largest.
+struct ReportGroup {
+  const ClassMemory* shown = nullptr;
+  std::vector<int> ranks;  // ascending
+  int simulated = 0;       // classes in the group
+};
+std::vector<ReportGroup> report_groups(const DryRun& r);
+
+// The report text (every class, fitting or not).
+std::string memory_report(const DryRun& r);
+
+// Throws OutOfMemoryError when `r` (the dry run of `args`) does not fit. The
+// hint names the first of the usual changes (distributed optimizer, full
+// recompute, smaller micro-batch, more TP, more PP) whose own dry run fits,
+// else the shortest run of them applied together that fits.
+void require_fit(const DryRun& r, const config::Args& args);
+
+}  // namespace mtrain::plan

@@ -1,0 +1,83 @@
+#include "train/rank_build.h"
+
+#include "config/profiles.h"
+#include "parallel/pipeline_schedule.h"
+#include "train/checkpoint_schedule.h"
+#include "train/grad_sync.h"
+
+namespace mtrain::train {
+
+device::DeviceProfile device_profile(const config::Args& args) {
+  const config::DeviceProfileSpec s = config::load_device_profile(args.device_profile);
+  device::DeviceProfile p;
+  p.name = s.name;
+  p.hbm_bytes = s.hbm_bytes;
+  p.peak_tflops_16bit = s.peak_tflops_16bit;
+  p.peak_tflops_fp32 = s.peak_tflops_fp32;
+  p.hbm_gbps = s.hbm_gbps;
+  p.intra_node_link_gbps = s.intra_node_link_gbps;
+  p.inter_node_link_gbps = s.inter_node_link_gbps;
+  p.devices_per_node = s.devices_per_node;
+  p.allocator_block_bytes = s.allocator_block_bytes;
+  return p;
+}
+
+static optim::OptimizerConfig optimizer_config(const config::Args& args) {
+  optim::OptimizerConfig oc;
+  oc.type = args.optimizer;
+  oc.beta1 = args.adam_beta1;
+  oc.beta2 = args.adam_beta2;
+  oc.eps = args.adam_eps;
+  oc.weight_decay = args.weight_decay;
+  oc.sgd_momentum = args.sgd_momentum;
+  return oc;
+}
+
+TrainerOptions trainer_options(const config::Args& args) {
+  TrainerOptions to;
+  to.train_iters = args.train_iters.value_or(0);
+  to.global_batch_size = args.global_batch_size;
+  to.eval_interval = args.eval_interval.value_or(0);
+  to.clip_grad = args.clip_grad;
+  to.check_nonfinite = args.check_for_nan_in_loss_and_grad;
+  to.skip_nonfinite = args.on_nonfinite == "skip";
+  to.max_consecutive_skips = args.max_consecutive_nonfinite_skips;
+  to.seed = static_cast<uint64_t>(args.seed);
+  to.distributed_optimizer = args.use_distributed_optimizer;
+  to.overlap_grad_reduce = args.overlap_grad_reduce;
+  to.bucket_elems = args.ddp_bucket_size.value_or(0);
+  return to;
+}
+
+model::ModelConfig rank_model_config(const config::Args& args, const parallel::RankCoords& rc) {
+  model::ModelConfig mc = model::model_config_from_args(args, *args.vocab_size);
+  model::place_on_rank(mc, args, rc.tp, rc.pp);
+  const parallel::PipelineShape shape{args.pipeline_model_parallel_size, rc.pp,
+                                      args.virtual_pipeline_model_parallel_size.value_or(1), args.num_micro_batches};
+  mc.chunk_slots = parallel::pipeline_activation_slots(shape);
+  return mc;
+}
+
+std::unique_ptr<model::GptModel> build_rank_model(const config::Args& args, device::Device& dev,
+                                                  parallel::ParallelState& state, const TrainerOptions& to, bool meta) {
+  const int dp = state.grid().dp();
+  return std::make_unique<model::GptModel>(rank_model_config(args, state.coords()), dev, state.tp(), meta,
+                                           [&](int64_t n) { return trainer_padded_numel(n, to, dp); });
+}
+
+TrainerSetup::TrainerSetup(const config::Args& args, model::GptModel& model, device::Device& dev,
+                           const parallel::ParallelState& state, const TrainerOptions& to, bool meta)
+    : optimizer(dev, optimizer_ranges(model.params()), model.params().numel(), model.config().dtype,
+                optimizer_config(args),
+                GradSync::optimizer_shard(model.params(), state, to.distributed_optimizer, to.bucket_elems), meta),
+      scheduler(param_schedule(args).lr) {
+  optimizer.init_master_from(model.params().params().data());
+  optim::DynamicGradScalerConfig sc;
+  sc.initial_scale = args.initial_loss_scale;
+  sc.min_scale = args.min_loss_scale;
+  sc.growth_interval = args.loss_scale_window;
+  sc.hysteresis = args.hysteresis;
+  scaler = optim::make_grad_scaler(model.config().dtype, args.static_loss_scale.value_or(0), sc);
+}
+
+}  // namespace mtrain::train
