@@ -5,6 +5,7 @@
 #pragma once
 
 #include "config/args.h"
+#include "device/cpu_affinity.h"
 #include "parallel/parallel_state.h"
 
 namespace mtrain::train {
@@ -14,6 +15,9 @@ struct RunContext {
   parallel::ParallelState* parallel = nullptr;  // null: a world of one (no MPI)
   int device_index = 0;                         // the simulated NPU this rank owns
   int local_ranks = 1;                          // ranks sharing this node's cores
+  int node = 0;                                 // NODE_RANK, for `mtrain npu-smi`
+  int affinity_mode = 0;                        // CPU_AFFINITY_CONF's mode (0 = no binding)
+  device::AffinityPlan affinity;                // this rank's cores when affinity_mode != 0
 };
 
 int run_training(const config::Args& args, const RunContext& ctx = {});
@@ -22,7 +26,8 @@ int run_training(const config::Args& args, const RunContext& ctx = {});
 parallel::ProcessGrid process_grid_from_args(const config::Args& args);
 
 // Threads for OpenBLAS and mtrain's kernels: --num_threads, else
-// OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else cores / ranks on this node.
-int configure_threads(const config::Args& args, int local_ranks);
+// OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else the rank's CPU_AFFINITY_CONF
+// cores (`affinity_cores` > 0), else cores / ranks on this node.
+int configure_threads(const config::Args& args, int local_ranks, int affinity_cores = 0);
 
 }  // namespace mtrain::train

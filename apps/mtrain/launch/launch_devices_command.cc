@@ -129,6 +129,10 @@ DevicePlacement place_device(const std::string& device_profile, const Env& env, 
   p.hbm_bytes = spec.hbm_bytes;
   p.visible = visible_devices(env, device_pool_size(env, spec.devices_per_node), warnings);
   p.device = bind_local_rank(p.visible, world.local_rank, world.local_size);
+  // Checked here, before any work, so a malformed value stops every rank alike (exit 3).
+  const device::AffinityConf conf = device::parse_cpu_affinity_conf(env.get("CPU_AFFINITY_CONF").value_or(""));
+  p.affinity_mode = conf.mode;
+  p.affinity = device::plan_cpu_affinity(conf, spec, p.device, p.visible.pool_size, device::allowed_cpus());
   return p;
 }
 
