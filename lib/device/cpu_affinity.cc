@@ -123,7 +123,7 @@ AffinityPlan plan_cpu_affinity(const AffinityConf& conf, const DeviceProfile& pr
                                           : even_core_share(npu, pool_size, profile.cpu_cores_per_node);
   plan.cores = scale_to_machine(range, npu, pool_size, profile.cpu_cores_per_node, machine_cores);
   plan.note =
-      fmt::format("{} of npu{} on a {} node of {} cores: {}-{}", conf.npu_affine ? "NUMA affinity" : "even share", npu,
+      fmt::format("{} of npu{} on one {} node ({} cores): {}-{}", conf.npu_affine ? "NUMA affinity" : "even share", npu,
                   profile.name, profile.cpu_cores_per_node, range.first, range.last);
   if (m < profile.cpu_cores_per_node)
     plan.note += fmt::format("; this machine has {} cores, so the range is scaled to {}", m,
