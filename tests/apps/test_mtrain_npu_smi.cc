@@ -104,6 +104,20 @@ TEST_F(NpuSmi, FineBindingPinsTheMainAndComputeThreads) {
   EXPECT_EQ(on_core_1, 1);  // OpenMP thread 1 (OpenBLAS's second thread)
 }
 
+TEST_F(NpuSmi, DevicesShowsTheBindingARunWouldMake) {
+  if (allowed_core_count() < 2) GTEST_SKIP() << "needs 2 cores";
+  RunOptions o;
+  o.env = {{"CPU_AFFINITY_CONF", "2,npu0:0-1"}};
+  const RunResult fine = run({"devices"}, "fine", o);
+  ASSERT_EQ(fine.exit_code, 0) << fine.describe();
+  // One compute thread per core of the range; the main thread on its first core.
+  EXPECT_TRUE(contains(fine.out, "-> npu:0 (pid ")) << fine.out;
+  EXPECT_TRUE(contains(fine.out, ", threads 2, cpus 0)\n")) << fine.out;
+  o.env = {{"CPU_AFFINITY_CONF", "1,npu0:1-1"}};
+  const RunResult coarse = run({"devices"}, "coarse", o);
+  EXPECT_TRUE(contains(coarse.out, ", threads 1, cpus 1)\n")) << coarse.out;
+}
+
 TEST_F(NpuSmi, MalformedAffinityIsAConfigErrorBeforeTraining) {
   RunOptions o;
   o.env = {{"CPU_AFFINITY_CONF", "1,npu0:5-2"}, {"MTRAIN_NPU_STATUS_DIR", status_dir()}};
