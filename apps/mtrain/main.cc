@@ -26,6 +26,7 @@
 #include "data/tokenizer_command.h"
 #include "mtrain/launch/launch_devices_command.h"
 #include "mtrain/launch/launch_env.h"
+#include "mtrain/launch/launch_npu_smi_command.h"
 #include "mtrain/launch/launch_rank.h"
 #include "mtrain/launch/launch_run.h"
 #include "mtrain/launch/rendezvous.h"
@@ -44,6 +45,10 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
   commands.push_back({"devices",
                       {},
                       "show the simulated NPU pool and which rank owns which device (like npu-smi)",
+                      /*training_flags=*/false});
+  commands.push_back({"npu-smi",
+                      {},
+                      "`npu-smi info [-t topo]`: the node's simulated NPUs, their HBM use and mtrain processes",
                       /*training_flags=*/false});
   commands.push_back({"export",
                       {},
@@ -68,6 +73,7 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
 struct Prepared {
   mtrain::config::Invocation inv;
   mtrain::launch::DevicesOptions devices;
+  mtrain::launch::NpuSmiOptions npu_smi;
   mtrain::train::ExportOptions export_options;
   mtrain::data::TokenizerCommandOptions tokenizer_options;
   mtrain::data::PreprocessCommandOptions preprocess_options;
@@ -108,6 +114,11 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     if (!p.export_options.help) require_one_process("export", world);
     return p;
   }
+  if (p.inv.command == "npu-smi") {  // one process, reads the ranks' published status
+    p.npu_smi = mtrain::launch::parse_npu_smi_args(p.inv.passthrough);
+    if (!p.npu_smi.help) require_one_process("npu-smi", world);
+    return p;
+  }
   if (p.inv.command == "tokenizer") {  // one process, no device
     p.tokenizer_options = mtrain::data::parse_tokenizer_args(p.inv.passthrough);
     return p;
@@ -132,7 +143,9 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   return p;
 }
 
-int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWorld* mpi) {
+int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWorld* mpi,
+                const mtrain::launch::Env& env) {
+  if (p.inv.command == "npu-smi") return mtrain::launch::run_npu_smi_command(p.npu_smi, env, std::cout);
   if (p.inv.command == "devices") {
     return mtrain::launch::run_devices_command(p.devices, p.placement, world, mpi ? mpi->comm() : MPI_COMM_NULL);
   }
@@ -155,6 +168,8 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   ctx.device_index = p.placement.device;
   ctx.local_ranks = world.local_size;
   ctx.node = world.node;
+  ctx.affinity_mode = p.placement.affinity_mode;
+  ctx.affinity = p.placement.affinity;
   if (!mpi) return mtrain::train::run_training(p.inv.args, ctx);
   // The rank's communicators live only as long as the run: they must be gone
   // before MPI is finalised (a cross-node communicator alive at MPI_Finalize hangs).
@@ -185,19 +200,20 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
     for (const std::string& w : p.warnings) fmt::print(stderr, "mtrain: warning: {}\n", w);
     if (p.inv.action != mtrain::config::Invocation::Action::kRun) fmt::print("{}", p.inv.text);
     if (p.devices.help) fmt::print("{}", mtrain::launch::devices_help());
+    if (p.npu_smi.help) fmt::print("{}", mtrain::launch::npu_smi_help());
     if (p.export_options.help) fmt::print("{}", mtrain::train::export_help());
     if (p.tokenizer_options.help) fmt::print("{}", mtrain::data::tokenizer_help());
     if (p.preprocess_options.help) fmt::print("{}", mtrain::data::preprocess_help());
     if (p.compare_options.help) fmt::print("{}", mtrain::train::compare_help());
   }
   int rc = 0;
-  const bool help = p.devices.help || p.export_options.help || p.tokenizer_options.help || p.preprocess_options.help ||
-                    p.compare_options.help;
+  const bool help = p.devices.help || p.npu_smi.help || p.export_options.help || p.tokenizer_options.help ||
+                    p.preprocess_options.help || p.compare_options.help;
   if (p.inv.action == mtrain::config::Invocation::Action::kRun && !help) {
     std::optional<mtrain::launch::FailureChannel> failures;
     if (mpi && world.size > 1) failures.emplace(mpi->comm());
     try {
-      rc = run_command(p, world, mpi.get());
+      rc = run_command(p, world, mpi.get(), env);
     } catch (...) {
       error = std::current_exception();
       rc = mtrain::launch::exit_code_of(error);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <vector>
 
 #include "common/errors.h"
@@ -65,6 +66,121 @@ T scalar_as(const std::string& file, const std::string& key, const YAML::Node& v
   }
 }
 
+using Setter = std::function<void(const std::string&, const YAML::Node&)>;
+using Setters = std::vector<std::pair<std::string, Setter>>;
+
+// Applies `setters` to every key of the map `node`; an unknown key is an error
+// with a did-you-mean (`section` names a nested map, e.g. "cost.").
+void apply_keys(const std::string& file, const YAML::Node& node, const Setters& setters, const std::string& section) {
+  if (!node.IsMap())
+    throw ConfigError(fmt::format("{}: expected a mapping of {}keys", where(file, node.Mark()), section));
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    auto setter = std::find_if(setters.begin(), setters.end(), [&](const auto& s) { return s.first == key; });
+    if (setter == setters.end()) {
+      std::vector<std::string> keys;
+      for (const auto& s : setters) keys.push_back(s.first);
+      std::string msg =
+          fmt::format("{}: unknown device profile key '{}{}'", where(file, it->first.Mark()), section, key);
+      if (auto s = suggest_name(key, keys); !s.empty()) msg += fmt::format("; did you mean '{}{}'?", section, s);
+      throw ConfigError(msg);
+    }
+    setter->second(key, it->second);
+  }
+}
+
+// cpu_affinity: ["144-167", ...], one inclusive core range per device.
+std::vector<device::CoreRange> core_ranges(const std::string& file, const YAML::Node& v) {
+  std::vector<device::CoreRange> out;
+  if (!v.IsSequence())
+    throw ConfigError(
+        fmt::format("{}: cpu_affinity: expected a list of \"first-last\" core ranges", where(file, v.Mark())));
+  for (const auto& item : v) {
+    const std::string t = item.IsScalar() ? item.Scalar() : "";
+    int first = -1, last = -1;
+    char dash = 0;
+    std::istringstream in(t);
+    if (!(in >> first >> dash >> last) || dash != '-' || first < 0 || last < first || !in.eof())
+      throw ConfigError(
+          fmt::format("{}: cpu_affinity: '{}' is not a core range first-last", where(file, item.Mark()), t));
+    out.push_back({first, last});
+  }
+  return out;
+}
+
+Setters cost_setters(const std::string& file, device::CostConstants& c) {
+  auto number = [&file](double* out, double scale) {
+    return Setter([&file, out, scale](const std::string& k, const YAML::Node& v) {
+      *out = scalar_as<double>(file, "cost." + k, v) * scale;
+      if (!(*out >= 0)) throw ConfigError(fmt::format("{}: cost.{} must not be negative", where(file, v.Mark()), k));
+    });
+  };
+  return {{"compute_efficiency", number(&c.compute_efficiency, 1)},
+          {"memory_efficiency", number(&c.memory_efficiency, 1)},
+          {"intra_link_efficiency", number(&c.intra_link_efficiency, 1)},
+          {"inter_link_efficiency", number(&c.inter_link_efficiency, 1)},
+          {"launch_overhead_us", number(&c.launch_overhead_s, 1e-6)},
+          {"comm_latency_us", number(&c.comm_latency_s, 1e-6)}};
+}
+
+Setters profile_setters(const std::string& file, DeviceProfileSpec& p, bool& has_hbm) {
+  auto number = [&file](double* out) {
+    return Setter([&file, out](const std::string& k, const YAML::Node& v) { *out = scalar_as<double>(file, k, v); });
+  };
+  auto integer = [&file](int64_t* out, int shift, bool* seen) {
+    return Setter([&file, out, shift, seen](const std::string& k, const YAML::Node& v) {
+      *out = scalar_as<int64_t>(file, k, v) << shift;
+      if (seen != nullptr) *seen = true;
+    });
+  };
+  auto text = [](std::string* out) {
+    return Setter([out](const std::string&, const YAML::Node& v) { *out = v.Scalar(); });
+  };
+  auto count = [&file](int* out) {
+    return Setter([&file, out](const std::string& k, const YAML::Node& v) { *out = scalar_as<int>(file, k, v); });
+  };
+  return {
+      {"name", text(&p.name)},
+      {"chip_name", text(&p.chip_name)},
+      {"hbm_bytes", integer(&p.hbm_bytes, 0, &has_hbm)},
+      {"hbm_gib", integer(&p.hbm_bytes, 30, &has_hbm)},
+      {"hbm_mib", integer(&p.hbm_bytes, 20, &has_hbm)},
+      {"peak_tflops_16bit", number(&p.peak_tflops_16bit)},
+      {"peak_tflops_fp32", number(&p.peak_tflops_fp32)},
+      {"hbm_gbps", number(&p.hbm_gbps)},
+      {"intra_node_link_gbps", number(&p.intra_node_link_gbps)},
+      {"inter_node_link_gbps", number(&p.inter_node_link_gbps)},
+      {"intra_node_link", text(&p.intra_node_link)},
+      {"devices_per_node", count(&p.devices_per_node)},
+      {"allocator_block_bytes", integer(&p.allocator_block_bytes, 0, nullptr)},
+      {"cpu_cores_per_node", count(&p.cpu_cores_per_node)},
+      {"cpu_affinity", [&file, &p](const std::string&, const YAML::Node& v) { p.cpu_affinity = core_ranges(file, v); }},
+      {"cost", [&file, &p](const std::string&,
+                           const YAML::Node& v) { apply_keys(file, v, cost_setters(file, p.cost), "cost."); }},
+  };
+}
+
+void check_profile(const std::string& file, const DeviceProfileSpec& p, bool has_hbm) {
+  if (!has_hbm || p.hbm_bytes <= 0) {
+    throw ConfigError(fmt::format("{}: device profile needs a positive hbm_bytes (or hbm_gib / hbm_mib)", file));
+  }
+  if (p.peak_tflops_16bit <= 0 || p.peak_tflops_fp32 <= 0 || p.hbm_gbps <= 0 || p.devices_per_node < 1 ||
+      p.allocator_block_bytes <= 0 || p.cpu_cores_per_node < 1) {
+    throw ConfigError(
+        fmt::format("{}: peak_tflops_16bit, peak_tflops_fp32, hbm_gbps, devices_per_node, "
+                    "allocator_block_bytes and cpu_cores_per_node must be positive",
+                    file));
+  }
+  if (!p.cpu_affinity.empty() && static_cast<int>(p.cpu_affinity.size()) != p.devices_per_node)
+    throw ConfigError(fmt::format("{}: cpu_affinity lists {} ranges for {} devices_per_node", file,
+                                  p.cpu_affinity.size(), p.devices_per_node));
+  for (const auto& r : p.cpu_affinity) {
+    if (r.last >= p.cpu_cores_per_node)
+      throw ConfigError(fmt::format("{}: cpu_affinity range {}-{} goes beyond cpu_cores_per_node ({})", file, r.first,
+                                    r.last, p.cpu_cores_per_node));
+  }
+}
+
 }  // namespace
 
 DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std::string& config_dir) {
@@ -78,58 +194,15 @@ DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std
     throw ConfigError(fmt::format("{}: cannot read: {}", file, e.what()));
   }
   if (!root.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of profile keys", file));
-
   DeviceProfileSpec p;
   p.name = fs::path(file).stem().string();
+  p.chip_name.clear();
+  // The rates have no default: a profile states them (device/profile.h's defaults are the 910B3's).
+  p.peak_tflops_16bit = p.peak_tflops_fp32 = p.hbm_gbps = p.intra_node_link_gbps = p.inter_node_link_gbps = 0;
   bool has_hbm = false;
-  using Setter = std::function<void(const std::string&, const YAML::Node&)>;
-  auto number = [&file](double* out) {
-    return Setter([&file, out](const std::string& k, const YAML::Node& v) { *out = scalar_as<double>(file, k, v); });
-  };
-  auto integer = [&file](int64_t* out, int shift, bool* seen) {
-    return Setter([&file, out, shift, seen](const std::string& k, const YAML::Node& v) {
-      *out = scalar_as<int64_t>(file, k, v) << shift;
-      if (seen != nullptr) *seen = true;
-    });
-  };
-  const std::vector<std::pair<std::string, Setter>> setters = {
-      {"name", [&p](const std::string&, const YAML::Node& v) { p.name = v.Scalar(); }},
-      {"hbm_bytes", integer(&p.hbm_bytes, 0, &has_hbm)},
-      {"hbm_gib", integer(&p.hbm_bytes, 30, &has_hbm)},
-      {"hbm_mib", integer(&p.hbm_bytes, 20, &has_hbm)},
-      {"peak_tflops_16bit", number(&p.peak_tflops_16bit)},
-      {"peak_tflops_fp32", number(&p.peak_tflops_fp32)},
-      {"hbm_gbps", number(&p.hbm_gbps)},
-      {"intra_node_link_gbps", number(&p.intra_node_link_gbps)},
-      {"inter_node_link_gbps", number(&p.inter_node_link_gbps)},
-      {"devices_per_node",
-       [&](const std::string& k, const YAML::Node& v) { p.devices_per_node = scalar_as<int>(file, k, v); }},
-      {"allocator_block_bytes", integer(&p.allocator_block_bytes, 0, nullptr)},
-  };
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    const YAML::Node key_node = it->first;
-    const YAML::Node value = it->second;
-    const std::string key = key_node.Scalar();
-    auto setter = std::find_if(setters.begin(), setters.end(), [&](const auto& s) { return s.first == key; });
-    if (setter == setters.end()) {
-      std::vector<std::string> keys;
-      for (const auto& s : setters) keys.push_back(s.first);
-      std::string msg = fmt::format("{}: unknown device profile key '{}'", where(file, key_node.Mark()), key);
-      if (auto s = suggest_name(key, keys); !s.empty()) msg += fmt::format("; did you mean '{}'?", s);
-      throw ConfigError(msg);
-    }
-    setter->second(key, value);
-  }
-  if (!has_hbm || p.hbm_bytes <= 0) {
-    throw ConfigError(fmt::format("{}: device profile needs a positive hbm_bytes (or hbm_gib / hbm_mib)", file));
-  }
-  if (p.peak_tflops_16bit <= 0 || p.peak_tflops_fp32 <= 0 || p.hbm_gbps <= 0 || p.devices_per_node < 1 ||
-      p.allocator_block_bytes <= 0) {
-    throw ConfigError(
-        fmt::format("{}: peak_tflops_16bit, peak_tflops_fp32, hbm_gbps, devices_per_node and "
-                    "allocator_block_bytes must be positive",
-                    file));
-  }
+  apply_keys(file, root, profile_setters(file, p, has_hbm), "");
+  check_profile(file, p, has_hbm);
+  if (p.chip_name.empty()) p.chip_name = p.name;
   return p;
 }
 

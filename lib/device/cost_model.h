@@ -3,17 +3,8 @@
 // formulas for collectives; the profiler places the simulated NPU timeline
 // with it and a dry run could estimate step time with it.
 //
-// Constants (estimator-formulas.md §4, "Device profiles"):
-// - compute_efficiency 0.95: Calculon's matrix efficiency for large GEMMs
-//   (systems/a100_80g.json); the 910B measurement there (BF16 matmul 328 of
-//   ~320-354 nominal TFLOPS) supports a value near 1.
-// - memory_efficiency 0.4: elementwise passes reach 642 GB/s of the 1.6 TB/s
-//   HBM on a 910B (gameofdimension/limulidae, torch.exp).
-// - intra_link_efficiency 0.65 (Calculon, NVLink), inter_link_efficiency 0.9
-//   (Calculon, InfiniBand).
-// - launch_overhead 5 µs per kernel and comm_latency 10 µs per collective
-//   step-free call: our assumption (typical host-to-device launch and
-//   HCCL/NCCL small-message latency); not from the reference.
+// The efficiencies and fixed costs come from the profile (profile.h,
+// CostConstants: defaults and their sources; a profile's `cost:` key).
 #pragma once
 
 #include <cstdint>
@@ -22,21 +13,13 @@
 
 namespace mtrain::device {
 
-struct CostConstants {
-  double compute_efficiency = 0.95;
-  double memory_efficiency = 0.4;
-  double intra_link_efficiency = 0.65;
-  double inter_link_efficiency = 0.9;
-  double launch_overhead_s = 5e-6;
-  double comm_latency_s = 10e-6;
-};
-
 // The collective patterns the cost model knows (parallel::CommOp maps onto them).
 enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kPointToPoint, kBarrier };
 
 class CostModel {
  public:
-  explicit CostModel(const DeviceProfile& p, CostConstants c = {}) : p_(p), c_(c) {}
+  explicit CostModel(const DeviceProfile& p) : p_(p), c_(p.cost) {}
+  CostModel(const DeviceProfile& p, CostConstants c) : p_(p), c_(c) {}
 
   // Roofline: max(flops / (peak · compute_eff), bytes / (hbm · memory_eff)) +
   // launch overhead. Peak by dtype: the cube unit's 16-bit rate for bf16/fp16,

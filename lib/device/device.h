@@ -1,5 +1,5 @@
-// The simulated NPU: one Device per rank, with a profile (HBM capacity, peak
-// rates, links) and an HBM allocator that accounts every byte by category.
+// The simulated NPU: one Device per rank, with a profile (profile.h: HBM
+// capacity, peak rates, links) and an HBM allocator that accounts every byte by category.
 // Host storage is always fp32; the device accounts the bytes the emulated
 // dtype would take on the NPU. Exceeding capacity throws OutOfMemoryError
 // with a per-category breakdown, like torch_npu's OOM message.
@@ -9,19 +9,9 @@
 #include <cstdint>
 #include <string>
 
-namespace mtrain::device {
+#include "device/profile.h"
 
-struct DeviceProfile {
-  std::string name = "Ascend910B3";
-  int64_t hbm_bytes = 64LL << 30;    // 64 GiB
-  double peak_tflops_16bit = 294.9;  // cube unit, bf16/fp16
-  double peak_tflops_fp32 = 73.7;
-  double hbm_gbps = 1600.0;            // HBM bandwidth, GB/s
-  double intra_node_link_gbps = 56.0;  // HCCS per NPU pair
-  double inter_node_link_gbps = 25.0;  // RoCE per NPU per direction
-  int devices_per_node = 8;
-  int64_t allocator_block_bytes = 2LL << 20;  // reserved memory grows in these blocks
-};
+namespace mtrain::device {
 
 enum class MemCategory : int { kWeights, kGrads, kOptimizer, kActivations, kCommBuffers, kOther, kCount };
 const char* mem_category_name(MemCategory c);

@@ -8,18 +8,7 @@
 namespace mtrain::train {
 
 device::DeviceProfile device_profile(const config::Args& args) {
-  const config::DeviceProfileSpec s = config::load_device_profile(args.device_profile);
-  device::DeviceProfile p;
-  p.name = s.name;
-  p.hbm_bytes = s.hbm_bytes;
-  p.peak_tflops_16bit = s.peak_tflops_16bit;
-  p.peak_tflops_fp32 = s.peak_tflops_fp32;
-  p.hbm_gbps = s.hbm_gbps;
-  p.intra_node_link_gbps = s.intra_node_link_gbps;
-  p.inter_node_link_gbps = s.inter_node_link_gbps;
-  p.devices_per_node = s.devices_per_node;
-  p.allocator_block_bytes = s.allocator_block_bytes;
-  return p;
+  return config::load_device_profile(args.device_profile);
 }
 
 static optim::OptimizerConfig optimizer_config(const config::Args& args) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -21,11 +22,13 @@
 #include "optim/optimizer.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/checkpointing.h"
+#include "train/cpu_binding.h"
 #include "train/data_pipeline.h"
 #include "train/fault_injection.h"
 #include "train/generate.h"
 #include "train/grad_sync.h"
 #include "train/logger.h"
+#include "train/npu_status_hook.h"
 #include "train/precision_dump.h"
 #include "train/profiler_hook.h"
 #include "train/rank_build.h"
@@ -37,7 +40,7 @@ namespace mtrain::train {
 
 namespace fs = std::filesystem;
 
-int configure_threads(const config::Args& args, int local_ranks) {
+int configure_threads(const config::Args& args, int local_ranks, int affinity_cores) {
   int n = 0;
   if (args.num_threads) {
     n = *args.num_threads;
@@ -46,6 +49,7 @@ int configure_threads(const config::Args& args, int local_ranks) {
   } else if (const char* e2 = std::getenv("OPENBLAS_NUM_THREADS")) {
     n = std::atoi(e2);
   }
+  if (n <= 0 && affinity_cores > 0) n = affinity_cores;
   if (n <= 0) n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_ranks));
   // The OpenMP OpenBLAS build runs its GEMMs on this OpenMP pool, but (Debian's
   // 0.3.21 at least) sizes them from its own count, fixed at load time from
@@ -71,6 +75,22 @@ static void prepare_output_dir(const config::Args& args, bool write_args) {
   std::ofstream f(p);
   f << config::args_to_json(args) << "\n";
   if (!f) throw ConfigError(fmt::format("cannot write {}", p.string()), "check --output_dir is writable");
+}
+
+// Who this rank is, for `mtrain npu-smi info`.
+static device::NpuProcessStatus npu_status_identity(const config::Args& args, const RunContext& ctx,
+                                                    const parallel::ParallelState& state, const device::Device& dev) {
+  device::NpuProcessStatus s;
+  s.node = ctx.node;
+  s.npu = dev.index();
+  s.rank = state.rank();
+  s.pid = static_cast<int>(getpid());
+  s.start_ticks = device::process_start_ticks(s.pid);
+  s.process_name = "mtrain " + args.command;
+  s.profile = dev.profile().name;
+  s.chip_name = dev.profile().chip_name;
+  s.hbm_bytes = dev.profile().hbm_bytes;
+  return s;
 }
 
 // Continuation lines of a multi-line text line up under the first.
@@ -151,7 +171,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   }
   const parallel::RankCoords rc = state->coords();
   const bool first_rank = state->rank() == 0;
-  const int threads = configure_threads(args, ctx.local_ranks);
+  const int threads = configure_threads(args, ctx.local_ranks, static_cast<int>(ctx.affinity.cores.size()));
+  if (const std::string line = bind_rank_threads(ctx.affinity_mode, ctx.affinity, threads); !line.empty())
+    fmt::print(" > rank {} on npu:{}: {}\n", state->rank(), ctx.device_index, line);
   // Before any data is read: a save, load or profile directory that is not
   // one directory on every node would fail only at the first save.
   check_shared_paths(args, state->world(), ctx.node);
@@ -181,6 +203,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
   add_logger(hooks, args, *state, dev);
+  hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, *state, dev), args.log_interval));
   if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
   // fault_injection.h: the only reader of these variables; a save fault
   // makes the checkpoint file system a fault-injecting one.

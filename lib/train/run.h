@@ -5,6 +5,7 @@
 #pragma once
 
 #include "config/args.h"
+#include "device/cpu_affinity.h"
 #include "device/device.h"
 #include "parallel/parallel_state.h"
 
@@ -15,7 +16,9 @@ struct RunContext {
   parallel::ParallelState* parallel = nullptr;  // null: a world of one (no MPI)
   int device_index = 0;                         // the simulated NPU this rank owns
   int local_ranks = 1;                          // ranks sharing this node's cores
-  int node = 0;                                 // this rank's node (NODE_RANK), for error messages
+  int node = 0;                                 // this rank's node (NODE_RANK), for error messages and npu-smi
+  int affinity_mode = 0;                        // CPU_AFFINITY_CONF's mode (0 = no binding)
+  device::AffinityPlan affinity;                // this rank's cores when affinity_mode != 0
   // When set, receives this rank's device accounting at the end of training
   // (the recorded peak a dry run of the same flags must predict).
   device::MemoryStats* memory_out = nullptr;
@@ -27,7 +30,8 @@ int run_training(const config::Args& args, const RunContext& ctx = {});
 parallel::ProcessGrid process_grid_from_args(const config::Args& args);
 
 // Threads for OpenBLAS and mtrain's kernels: --num_threads, else
-// OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else cores / ranks on this node.
-int configure_threads(const config::Args& args, int local_ranks);
+// OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else the rank's CPU_AFFINITY_CONF
+// cores (`affinity_cores` > 0), else cores / ranks on this node.
+int configure_threads(const config::Args& args, int local_ranks, int affinity_cores = 0);
 
 }  // namespace mtrain::train

@@ -50,6 +50,70 @@ TEST(DeviceProfiles, ErrorsNameTheProblem) {
             "--device_profile Ascend910: unknown device profile 'Ascend910'; did you mean 'Ascend910B2'?");
 }
 
+TEST(DeviceProfiles, AscendHostCpuAndCostConstants) {
+  const DeviceProfileSpec b3 = load_device_profile("Ascend910B3");
+  EXPECT_EQ(b3.chip_name, "910B3");
+  EXPECT_EQ(b3.intra_node_link, "HCCS");
+  EXPECT_EQ(b3.cpu_cores_per_node, 192);
+  // `npu-smi info -t topo` of an 8 x 910B node (ms-swift's NPU docs).
+  const std::vector<device::CoreRange> topo = {{144, 167}, {144, 167}, {96, 119}, {96, 119},
+                                               {0, 23},    {0, 23},    {48, 71},  {48, 71}};
+  EXPECT_EQ(b3.cpu_affinity, topo);
+  EXPECT_DOUBLE_EQ(b3.cost.compute_efficiency, 0.95);
+  EXPECT_DOUBLE_EQ(b3.cost.memory_efficiency, 0.4);
+  EXPECT_DOUBLE_EQ(b3.cost.intra_link_efficiency, 0.65);
+  EXPECT_DOUBLE_EQ(b3.cost.inter_link_efficiency, 0.9);
+  EXPECT_DOUBLE_EQ(b3.cost.launch_overhead_s, 5e-6);
+  EXPECT_DOUBLE_EQ(b3.cost.comm_latency_s, 10e-6);
+  // A profile without a cost: key gets the documented defaults.
+  const DeviceProfileSpec tiny = load_device_profile("tiny_test");
+  EXPECT_DOUBLE_EQ(tiny.cost.memory_efficiency, 0.4);
+  EXPECT_DOUBLE_EQ(tiny.cost.launch_overhead_s, 5e-6);
+  EXPECT_TRUE(tiny.cpu_affinity.empty());
+}
+
+TEST(DeviceProfiles, GpuProfilesCarryTheDatasheetNumbers) {
+  const DeviceProfileSpec a100 = load_device_profile("A100-SXM-80GB");
+  EXPECT_EQ(a100.hbm_bytes, 80LL << 30);
+  EXPECT_DOUBLE_EQ(a100.peak_tflops_16bit, 312);
+  EXPECT_DOUBLE_EQ(a100.hbm_gbps, 2039);
+  EXPECT_DOUBLE_EQ(a100.intra_node_link_gbps, 300);
+  EXPECT_DOUBLE_EQ(a100.inter_node_link_gbps, 25);
+  EXPECT_EQ(a100.intra_node_link, "NV12");
+  EXPECT_EQ(a100.devices_per_node, 8);
+  EXPECT_DOUBLE_EQ(a100.cost.memory_efficiency, 0.43);
+  const DeviceProfileSpec h100 = load_device_profile("H100-SXM-80GB");
+  EXPECT_EQ(h100.hbm_bytes, 80LL << 30);
+  EXPECT_DOUBLE_EQ(h100.peak_tflops_16bit, 989);
+  EXPECT_DOUBLE_EQ(h100.hbm_gbps, 3350);
+  EXPECT_DOUBLE_EQ(h100.intra_node_link_gbps, 450);
+  EXPECT_DOUBLE_EQ(h100.inter_node_link_gbps, 50);
+  EXPECT_EQ(h100.chip_name, "H100-SXM5-80GB");
+}
+
+TEST(DeviceProfiles, CostAndAffinityKeysAreChecked) {
+  TempDir dir;
+  const std::string base = "hbm_gib: 1\npeak_tflops_16bit: 1\npeak_tflops_fp32: 1\nhbm_gbps: 1\n";
+  const std::string ok =
+      dir.write("ok.yaml", base +
+                               "cost:\n  compute_efficiency: 0.5\n  launch_overhead_us: 7\ncpu_cores_per_node: 4\n"
+                               "devices_per_node: 2\ncpu_affinity: [0-1, 2-3]\n");
+  const DeviceProfileSpec p = load_device_profile(ok);
+  EXPECT_DOUBLE_EQ(p.cost.compute_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(p.cost.launch_overhead_s, 7e-6);
+  EXPECT_DOUBLE_EQ(p.cost.memory_efficiency, 0.4);  // not given: the default
+  EXPECT_EQ(p.cpu_affinity, (std::vector<device::CoreRange>{{0, 1}, {2, 3}}));
+  const std::string typo = dir.write("typo.yaml", base + "cost:\n  memory_eficiency: 0.5\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(typo); }, ExitCode::kConfig),
+            typo + ":6:3: unknown device profile key 'cost.memory_eficiency'; did you mean 'cost.memory_efficiency'?");
+  const std::string range = dir.write("range.yaml", base + "devices_per_node: 1\ncpu_affinity: [5-2]\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(range); }, ExitCode::kConfig),
+            range + ":6:16: cpu_affinity: '5-2' is not a core range first-last");
+  const std::string count = dir.write("count.yaml", base + "cpu_affinity: [0-1]\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(count); }, ExitCode::kConfig),
+            count + ": cpu_affinity lists 1 ranges for 8 devices_per_node");
+}
+
 Args preset(const std::string& name) { return parse({"sft", "--model_preset", name, "--train_iters", "1"}).args; }
 
 TEST(ModelPresets, DemoIsATinyQwenStyleModel) {

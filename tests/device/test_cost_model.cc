@@ -61,4 +61,16 @@ TEST(CostModel, RingFormulas) {
 }
 
 }  // namespace
+TEST(CostModel, ConstantsComeFromTheProfile) {
+  DeviceProfile p;  // the 910B3 rates
+  p.cost.memory_efficiency = 0.8;
+  p.cost.launch_overhead_s = 1e-6;
+  p.cost.inter_link_efficiency = 0.5;
+  const CostModel m(p);
+  // 16e6 / (1600e9 · 0.8) + 1 µs = 12.5 + 1 µs.
+  EXPECT_NEAR(m.kernel_seconds(0, 16e6, true), 13.5e-6, 1e-12);
+  // broadcast 25 MB between nodes: 25e6 / (25e9 · 0.5) + 10 µs = 2 ms + 10 µs.
+  EXPECT_NEAR(m.comm_seconds(Collective::kBroadcast, 25e6, 2, true), 2e-3 + 10e-6, 1e-12);
+}
+
 }  // namespace mtrain::device

@@ -115,6 +115,17 @@ TEST(MpirunCommand, MoreRanksThanCoresOversubscribesUnbound) {
   EXPECT_FALSE(has(c.argv, "--map-by"));
 }
 
+TEST(MpirunCommand, RanksThatBindThemselvesAreNotBoundByMpirun) {
+  // CPU_AFFINITY_CONF 1/2: each rank binds itself and must start with the node's cores.
+  const Command c = build_mpirun_command(single_node(2, 8, false), Env({{"CPU_AFFINITY_CONF", "2,npu0:0-1"}}));
+  EXPECT_TRUE(has_seq(c.argv, {"--bind-to", "none"}));
+  EXPECT_FALSE(has(c.argv, "--map-by"));
+  EXPECT_TRUE(has_seq(c.argv, {"-x", "CPU_AFFINITY_CONF"}));
+  // Mode 0 is no binding by the ranks: mpirun's own blocks of cores stay.
+  const Command off = build_mpirun_command(single_node(2, 8, false), Env({{"CPU_AFFINITY_CONF", "0"}}));
+  EXPECT_TRUE(has_seq(off.argv, {"--map-by", "slot:PE=4", "--bind-to", "core"}));
+}
+
 TEST(MpirunCommand, UserChoicesWin) {
   const Env env({{"OMPI_MCA_btl", "self,tcp"},
                  {"MTRAIN_MPIRUN_ARGS", "--bind-to socket --report-bindings"},

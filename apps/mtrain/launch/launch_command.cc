@@ -22,16 +22,10 @@ int read_int_file(const std::string& path, int fallback) {
 
 // Variables a rank may need, forwarded with `-x NAME` when set. Any MTRAIN_* is forwarded too.
 constexpr const char* kForwarded[] = {
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "NNODES",
-    "NODE_RANK",
-    "NPROC_PER_NODE",
-    "NPUS_PER_NODE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
+    "OMP_NUM_THREADS",   "OPENBLAS_NUM_THREADS", "ASCEND_RT_VISIBLE_DEVICES",
+    "CPU_AFFINITY_CONF", "CUDA_VISIBLE_DEVICES", "NNODES",
+    "NODE_RANK",         "NPROC_PER_NODE",       "NPUS_PER_NODE",
+    "MASTER_ADDR",       "MASTER_PORT",
 };
 
 bool is_loopback_addr(const std::string& addr) {
@@ -51,6 +45,14 @@ void add_env(Command& c, const Env& env, const std::string& name, const std::str
   if (!env.has(name)) c.env.emplace_back(name, value);
 }
 
+// CPU_AFFINITY_CONF with a mode other than 0: the ranks bind themselves
+// (lib/device/cpu_affinity.h) and need the whole node's cores to start from.
+bool ranks_bind_themselves(const Env& env) {
+  const std::string v = env.get("CPU_AFFINITY_CONF").value_or("");
+  const std::string mode = v.substr(0, v.find(','));
+  return mode.find_first_not_of(" \t0") != std::string::npos;
+}
+
 // Core binding: oversubscribed ranks must not be pinned (they would share one core
 // each while others idle); otherwise each rank gets cores/nproc cores of its own.
 void add_binding(Command& c, const MpirunPlan& plan, const std::vector<std::string>& extra, const Env& env) {
@@ -58,7 +60,10 @@ void add_binding(Command& c, const MpirunPlan& plan, const std::vector<std::stri
   const bool user_binding = has_word(extra, {"--bind-to", "--map-by", "--rank-by", "--cpus-per-proc"}) ||
                             env.has("OMPI_MCA_hwloc_base_binding_policy") ||
                             env.has("OMPI_MCA_rmaps_base_mapping_policy");
-  if (nproc > plan.host.cores) {
+  if (ranks_bind_themselves(env)) {
+    if (nproc > plan.host.cores && !has_word(extra, {"--oversubscribe"})) c.argv.push_back("--oversubscribe");
+    if (!user_binding) c.argv.insert(c.argv.end(), {"--bind-to", "none"});
+  } else if (nproc > plan.host.cores) {
     if (!has_word(extra, {"--oversubscribe"})) c.argv.push_back("--oversubscribe");
     if (!user_binding) c.argv.insert(c.argv.end(), {"--bind-to", "none"});
   } else if (!user_binding) {

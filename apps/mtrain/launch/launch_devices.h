@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "device/cpu_affinity.h"
 #include "mtrain/launch/launch_env.h"
 
 namespace mtrain::launch {
@@ -28,7 +29,9 @@ struct DevicePlacement {
   std::string profile;    // device profile name, e.g. "Ascend910B3"
   int64_t hbm_bytes = 0;  // per device
   VisibleDevices visible;
-  int device = 0;  // this rank's pool index (npu:<device>)
+  int device = 0;                 // this rank's pool index (npu:<device>)
+  int affinity_mode = 0;          // CPU_AFFINITY_CONF's mode
+  device::AffinityPlan affinity;  // this rank's cores (npu<device> in CPU_AFFINITY_CONF)
 };
 
 // MTRAIN_DEVICES_PER_NODE if set (validated), else `profile_devices_per_node`.

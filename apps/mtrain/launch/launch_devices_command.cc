@@ -13,6 +13,7 @@
 #include "common/errors.h"
 #include "config/args.h"
 #include "config/profiles.h"
+#include "train/cpu_binding.h"
 #include "train/run.h"
 
 namespace mtrain::launch {
@@ -24,6 +25,7 @@ struct RankRecord {
   int32_t rank, node, local_rank, local_size, device, pid, threads, pool;
   char host[64];
   char visible[192];
+  char cpus[128];  // the rank's cores after CPU_AFFINITY_CONF, "" when it binds nothing
 };
 
 void copy_text(char* dst, size_t size, const std::string& src) { std::snprintf(dst, size, "%s", src.c_str()); }
@@ -51,7 +53,10 @@ RankRecord my_record(const DevicePlacement& p, const WorldInfo& w) {
   r.local_size = w.local_size;
   r.device = p.device;
   r.pid = static_cast<int32_t>(getpid());
-  r.threads = train::configure_threads(config::Args{}, w.local_size);  // what a training run would use
+  // What a training run would use, and the binding it would make.
+  r.threads = train::configure_threads(config::Args{}, w.local_size, static_cast<int>(p.affinity.cores.size()));
+  if (!train::bind_rank_threads(p.affinity_mode, p.affinity, r.threads).empty())
+    copy_text(r.cpus, sizeof(r.cpus), device::format_core_list(device::allowed_cpus()));
   r.pool = p.visible.pool_size;
   char host[64] = {};
   gethostname(host, sizeof(host) - 1);
@@ -72,8 +77,8 @@ void print_report(const DevicePlacement& p, const std::vector<RankRecord>& recor
     }
   }
   for (const auto& r : records) {
-    fmt::print("rank {}/{} node {} local {} -> npu:{} (pid {}, threads {})\n", r.rank, world_size, r.node, r.local_rank,
-               r.device, r.pid, r.threads);
+    fmt::print("rank {}/{} node {} local {} -> npu:{} (pid {}, threads {}{}{})\n", r.rank, world_size, r.node,
+               r.local_rank, r.device, r.pid, r.threads, r.cpus[0] != '\0' ? ", cpus " : "", r.cpus);
   }
   std::fflush(stdout);
 }
@@ -108,7 +113,8 @@ std::string devices_help() {
   return "usage: mtrain devices [--device_profile NAME|FILE] [--hold SECONDS]\n\n"
          "Shows the simulated NPU pool of each node (profile, HBM, visible devices) and, when\n"
          "started by a launch (NPROC_PER_NODE=N, NNODES=..., or mpirun -np N), one line per rank:\n"
-         "  rank R/W node N local L -> npu:D (pid P, threads T)\n\n"
+         "  rank R/W node N local L -> npu:D (pid P, threads T[, cpus C])\n"
+         "(cpus: the main thread's cores after CPU_AFFINITY_CONF, when it is set)\n\n"
          "  --device_profile  configs/devices/<NAME>.yaml or a YAML file (default Ascend910B3)\n"
          "  --hold SECONDS    keep the ranks alive after printing (to inspect them with ps/ss)\n\n"
          "Environment: ASCEND_RT_VISIBLE_DEVICES (alias CUDA_VISIBLE_DEVICES) limits the pool;\n"
@@ -129,6 +135,10 @@ DevicePlacement place_device(const std::string& device_profile, const Env& env, 
   p.hbm_bytes = spec.hbm_bytes;
   p.visible = visible_devices(env, device_pool_size(env, spec.devices_per_node), warnings);
   p.device = bind_local_rank(p.visible, world.local_rank, world.local_size);
+  // Checked here, before any work, so a malformed value stops every rank alike (exit 3).
+  const device::AffinityConf conf = device::parse_cpu_affinity_conf(env.get("CPU_AFFINITY_CONF").value_or(""));
+  p.affinity_mode = conf.mode;
+  p.affinity = device::plan_cpu_affinity(conf, spec, p.device, p.visible.pool_size, device::allowed_cpus());
   return p;
 }
 

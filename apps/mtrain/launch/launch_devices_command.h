@@ -31,8 +31,9 @@ DevicesOptions parse_devices_args(const std::vector<std::string>& args);
 std::string devices_help();
 
 // Loads the profile (lib/config: configs/devices/<name>.yaml), applies
-// MTRAIN_DEVICES_PER_NODE and the visibility variables, binds this local rank.
-// Throws ConfigError for an unknown profile, DistributedError for binding problems.
+// MTRAIN_DEVICES_PER_NODE and the visibility variables, binds this local rank
+// and plans its CPU_AFFINITY_CONF cores. Throws ConfigError for an unknown
+// profile or a bad CPU_AFFINITY_CONF, DistributedError for binding problems.
 DevicePlacement place_device(const std::string& device_profile, const Env& env, const WorldInfo& world,
                              std::vector<std::string>* warnings);
 
