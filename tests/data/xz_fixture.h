@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <lzma.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -35,14 +36,19 @@ inline std::string xz_decompress(const std::string& path) {
   return out;
 }
 
-// Decompresses every NAME.xz of `fixture_dir` into a fresh directory; returns it.
+// Decompresses every NAME.xz of `fixture_dir` into a directory shared by the
+// test processes; returns it. Each file is written under a name of this
+// process and renamed into place, so a test in another process (ctest -j) never
+// reads a half-written file.
 inline std::string unpack_xz_dir(const std::string& fixture_dir, const std::string& name) {
   const auto dir = std::filesystem::path(::testing::TempDir()) / "mtrain_xz_fixtures" / name;
   std::filesystem::create_directories(dir);
   for (const auto& entry : std::filesystem::directory_iterator(fixture_dir)) {
     if (entry.path().extension() != ".xz") continue;
     const auto target = dir / entry.path().stem();
-    std::ofstream(target, std::ios::binary | std::ios::trunc) << xz_decompress(entry.path().string());
+    const auto partial = dir / (entry.path().stem().string() + ".partial." + std::to_string(::getpid()));
+    std::ofstream(partial, std::ios::binary | std::ios::trunc) << xz_decompress(entry.path().string());
+    std::filesystem::rename(partial, target);
   }
   return dir.string();
 }
