@@ -6,6 +6,7 @@
 // values are computed here from the formulas; where mtrain's real code path
 // holds something the formula leaves out (or leaves out something it
 // counts), the difference is computed term by term and named.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "config/cli.h"
 #include "plan/dry_run.h"
+#include "plan/formula_compare.h"
 #include "plan/plan_test_util.h"
 
 namespace mtrain::plan {
@@ -138,6 +140,27 @@ TEST_P(Table3, LayerActivationsEqualKorthikantiPlusNamedTerms) {
   Shape p1 = s;
   p1.p = 1;
   EXPECT_EQ(layer_activation_bytes(gpt_flags(p1) + " --global_batch_size 1", s.L, kT), expected);
+}
+
+// The report's "vs Megatron's formulas" section prints the formulas' values
+// (computed here: §1b shard x 18 B; §1c first stage, 1F1B with as many
+// micro-batches as stages: (34sbhL + 8sbp + sbhp)/t, at p = 1 plus the output
+// layer's input and fp32 logits 4sbh(1 + V/h)/t) and mtrain's difference.
+TEST_P(Table3, ReportPrintsTheFormulasAndTheDifference) {
+  const Shape& s = GetParam();
+  const config::Args args = parse(gpt_flags(s) + " --global_batch_size " + std::to_string(s.p), kT * s.p);
+  const double sbh = static_cast<double>(kS * s.h), p = static_cast<double>(s.p), L = static_cast<double>(s.L);
+  double act = (34 * sbh * L + 8 * kS * p + sbh * p) / kT;
+  if (s.p == 1) act += 4 * sbh * (1 + static_cast<double>(kV) / static_cast<double>(s.h)) / kT;
+  const double gib = 1LL << 30;
+  const std::string text = formula_comparison(dry_run(args), args);
+  EXPECT_NE(text.find(fmt::format("theoretical_memory_usage {:.2f} GiB", 18 * megatron_shard(s) / gib)),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(fmt::format("Korthikanti et al. {:.2f} GiB", act / gib)), std::string::npos) << text;
+  const double per_layer = 16.0 * kS / kT + 4.0 * kS * static_cast<double>(s.a) / kT;  // norm stats + LSE
+  EXPECT_NE(text.find(fmt::format("per layer and micro-batch {:+.1f} KiB", per_layer / 1024)), std::string::npos)
+      << text;
 }
 
 INSTANTIATE_TEST_SUITE_P(Korthikanti, Table3, ::testing::ValuesIn(kTable3),
