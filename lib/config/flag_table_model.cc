@@ -14,7 +14,8 @@ std::vector<FlagSpec> model_flags() {
       {.name = "model_preset",
        .field = &Args::model_preset,
        .group = M,
-       .help = "Model shape preset: configs/models/<name>.yaml (demo, gpt2-124m, llama2-7b, qwen2.5-0.5b, "
+       .help = "Model shape preset: configs/models/<name>.yaml (demo, gpt2-124m, gpt3-175b, llama2-7b, qwen2.5-0.5b, "
+               "qwen2.5-72b, "
                "qwen2.5-7b) or a path. Precedence: --model's config.json < preset < YAML config < command line.",
        .default_text = "none"},
       {.name = "num_layers",

@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "common/file_system.h"
 #include "plan/dry_run.h"
+#include "plan/formula_compare.h"
 #include "plan/memory_report.h"
 #include "train/checkpointing.h"
 
@@ -39,7 +40,7 @@ int run_dry_run(const config::Args& args, std::ostream& out) {
   check_dry_run_flags(args);
   check_load(args);
   const DryRun r = dry_run(args);
-  out << memory_report(r) << std::flush;
+  out << memory_report(r) << formula_comparison(r, args) << std::flush;
   require_fit(r, args);
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "parallel/sim_comm.h"
 #include "plan/dry_run.h"
 #include "plan/memory_report.h"
+#include "plan/plan_test_util.h"
 #include "train/run.h"
 
 namespace mtrain::plan {
@@ -25,24 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using device::MemCategory;
 
-// Parses `flags` like the command line of `mtrain sft` for a world of `world` ranks.
-config::Args parse(const std::string& flags, int world) {
-  std::vector<std::string> words{"mtrain"};
-  std::string w;
-  for (char c : flags + " ") {
-    if (c != ' ') {
-      w += c;
-    } else if (!w.empty()) {
-      words.push_back(w);
-      w.clear();
-    }
-  }
-  std::vector<const char*> argv;
-  for (const auto& s : words) argv.push_back(s.c_str());
-  config::ParseOptions o;
-  o.world_size = world;
-  return config::parse_command_line(static_cast<int>(argv.size()), argv.data(), o).args;
-}
+using testing::parse;
 
 class DryRunTest : public ::testing::Test {
  protected:
