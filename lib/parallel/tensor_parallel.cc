@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "profiler/kernel_region.h"
 #include "tensor/linear.h"
 
 namespace mtrain::parallel {
@@ -27,12 +28,14 @@ int64_t shard_elems(const TpConfig& tp, int64_t N, int64_t width, const char* wh
   return N / p * width;
 }
 
+// A dry run's step (profiler::shape_only) passes meta buffers, which are null.
 void require(bool ok, const char* who, const char* what) {
-  if (!ok) throw Error(ExitCode::kInternal, std::string(who) + ": " + what);
+  if (!ok && !profiler::shape_only()) throw Error(ExitCode::kInternal, std::string(who) + ": " + what);
 }
 
 // dw (n) += src (n): the unfused gradient-accumulation add.
 void accumulate(float* dw, const float* src, int64_t n) {
+  if (profiler::shape_only()) return;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) dw[e] += src[e];
 }
@@ -46,7 +49,8 @@ void linear_backward_accumulate(float* dinp, float* dw, float* db, const float* 
     return;
   }
   require(scratch != nullptr || OC * C == 0, who, "scratch is null with fused_grad_accumulation off");
-  std::fill(scratch, scratch + OC * C, 0.0f);  // (OC, C): this micro-batch's weight gradient
+  if (!profiler::shape_only())
+    std::fill(scratch, scratch + OC * C, 0.0f);  // (OC, C): this micro-batch's weight gradient
   kernels::linear_backward(dinp, scratch, db, dout, inp, w, N, C, OC);
   accumulate(dw, scratch, OC * C);
 }

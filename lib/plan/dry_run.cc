@@ -6,6 +6,7 @@
 #include "data/tokenizer.h"
 #include "model/model_config.h"
 #include "parallel/parallel_state.h"
+#include "plan/dry_step.h"
 #include "train/rank_build.h"
 #include "train/run.h"
 
@@ -18,13 +19,14 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   device::Device dev(planning_profile, 0);
   const train::TrainerOptions to = train::trainer_options(args);
   const auto model = train::build_rank_model(args, dev, state, to, /*meta=*/true);
-  const train::TrainerSetup setup(args, *model, dev, state, to, /*meta=*/true);
+  train::TrainerSetup setup(args, *model, dev, state, to, /*meta=*/true);
   ClassMemory m;
   m.rank_class = k;
   m.tp_rank = state.coords().tp;
   m.dp_rank = state.coords().dp;
   m.parameters = model->params().count();
   for (int slots : model->config().chunk_slots) m.activation_slots += slots;
+  m.step = run_dry_step(args, *model, setup, state, to);
   m.stats = dev.stats();
   return m;
 }

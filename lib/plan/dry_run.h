@@ -2,8 +2,10 @@
 // process. For each rank class (rank_classes.h) it builds the rank's real
 // model, optimizer (with its distributed-optimizer shard) and activation
 // slots through the same construction as a real run (train/rank_build.h),
-// with meta tensors and MetaComm: every byte the real run allocates on the
-// NPU is accounted by the same Device allocator, and no host storage is
+// with meta tensors and MetaComm, then runs one training iteration of the
+// real Trainer on them shape-only (dry_step.h): every byte the real run
+// allocates on the NPU is accounted by the same Device allocator, every
+// kernel and collective of the step is recorded, and no host storage is
 // allocated. No data is read. The simulated device has no capacity limit
 // while planning, so a plan that does not fit is still measured whole and
 // then judged against the profile's HBM (memory_report.h).
@@ -16,6 +18,7 @@
 #include "config/args.h"
 #include "device/device.h"
 #include "plan/rank_classes.h"
+#include "plan/step_record.h"
 
 namespace mtrain::plan {
 
@@ -24,7 +27,8 @@ struct ClassMemory {
   int tp_rank = 0, dp_rank = 0;
   int64_t parameters = 0;     // parameters this rank holds
   int activation_slots = 0;   // micro-batch activation slots the schedule keeps in flight (all chunks)
-  device::MemoryStats stats;  // after construction: allocated == peak, by category
+  device::MemoryStats stats;  // after construction and one training iteration, by category
+  StepRecord step;            // the kernels and collectives of that iteration, in order
 };
 
 struct DryRun {
