@@ -27,6 +27,7 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   m.parameters = model->params().count();
   for (int slots : model->config().chunk_slots) m.activation_slots += slots;
   m.step = run_dry_step(args, *model, setup, state, to);
+  m.group_spans_nodes = grid.groups_spanning_nodes(k.representative, planning_profile.devices_per_node);
   m.stats = dev.stats();
   return m;
 }
@@ -53,7 +54,12 @@ DryRun dry_run(const config::Args& input) {
   r.tp = grid.tp();
   r.pp = grid.pp();
   r.dp = grid.dp();
-  r.model_description = model::describe(train::rank_model_config(args, grid.coords(0)));
+  r.whole_model = train::rank_model_config(args, grid.coords(0));
+  r.model_description = model::describe(r.whole_model);
+  r.chunks = static_cast<int>(r.whole_model.chunk_list().size());
+  r.microbatches = args.num_micro_batches;
+  r.global_batch = args.global_batch_size;
+  r.seq_length = r.whole_model.seq_length;
   // Measure the whole plan even where it does not fit; memory_report judges it.
   device::DeviceProfile planning = r.profile;
   planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;

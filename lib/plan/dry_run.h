@@ -13,10 +13,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/args.h"
 #include "device/device.h"
+#include "model/model_config.h"
 #include "plan/rank_classes.h"
 #include "plan/step_record.h"
 
@@ -29,12 +31,17 @@ struct ClassMemory {
   int activation_slots = 0;   // micro-batch activation slots the schedule keeps in flight (all chunks)
   device::MemoryStats stats;  // after construction and one training iteration, by category
   StepRecord step;            // the kernels and collectives of that iteration, in order
+  // Per group name ("tp", "dp", "pp", "world", ...): whether this rank's group spans nodes.
+  std::vector<std::pair<std::string, bool>> group_spans_nodes;
 };
 
 struct DryRun {
   device::DeviceProfile profile;  // the job's device (its real capacity)
   int world_size = 1, tp = 1, pp = 1, dp = 1;
   std::string model_description;
+  model::ModelConfig whole_model;    // rank 0's config: the whole model's shape and dtype
+  int chunks = 1, microbatches = 1;  // model chunks per stage, micro-batches per DP rank
+  int64_t global_batch = 0, seq_length = 0;
   std::vector<ClassMemory> classes;
 };
 

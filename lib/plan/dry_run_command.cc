@@ -7,6 +7,7 @@
 #include "common/file_system.h"
 #include "plan/dry_run.h"
 #include "plan/memory_report.h"
+#include "plan/step_time.h"
 #include "train/checkpointing.h"
 
 namespace mtrain::plan {
@@ -39,7 +40,7 @@ int run_dry_run(const config::Args& args, std::ostream& out) {
   check_dry_run_flags(args);
   check_load(args);
   const DryRun r = dry_run(args);
-  out << memory_report(r) << std::flush;
+  out << memory_report(r) << time_report(r, step_time(r)) << std::flush;
   require_fit(r, args);
   return 0;
 }

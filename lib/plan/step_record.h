@@ -14,9 +14,18 @@
 
 namespace mtrain::plan {
 
+// A phase of the step (probe.h Kind::kPhase): forward_step / backward_step of
+// one micro-batch through one model chunk, grad_sync, optimizer_step.
+struct PhaseRecord {
+  std::string name;
+  int microbatch = -1, chunk = 0;
+  bool operator==(const PhaseRecord&) const = default;
+};
+
 struct KernelRecord {
   std::string name;
   double flops = 0, bytes = 0;
+  int phase = -1;  // index into StepRecord::phases
   bool operator==(const KernelRecord&) const = default;
 };
 
@@ -25,10 +34,12 @@ struct CommRecord {
   std::string group;
   int group_size = 1;
   int64_t bytes = 0, recv_bytes = 0;
+  int phase = -1;  // index into StepRecord::phases; -1: between phases (pipeline p2p, loss sums)
   bool operator==(const CommRecord&) const = default;
 };
 
 struct StepRecord {
+  std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> kernels;
   std::vector<CommRecord> comms;
 };
@@ -53,6 +64,7 @@ class StepRecorder : public train::TrainHook {
   int dtype_bytes_;
   bool recording_ = false;
   int open_kernels_ = 0;
+  int phase_ = -1;
   StepRecord record_;
 };
 

@@ -6,12 +6,14 @@
 // device peak, now including the step, equals the real run's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "plan/dry_run.h"
 #include "plan/dry_run_fixture.h"
+#include "plan/step_time.h"
 
 namespace mtrain::plan {
 namespace {
@@ -36,8 +38,12 @@ class StepAgrees : public DryRunTest, public ::testing::WithParamInterface<Layou
   }
 };
 
+std::string show(const PhaseRecord& p) {
+  return p.name + " micro-batch " + std::to_string(p.microbatch) + " chunk " + std::to_string(p.chunk);
+}
 std::string show(const KernelRecord& k) {
-  return k.name + " flops " + std::to_string(k.flops) + " bytes " + std::to_string(k.bytes);
+  return k.name + " flops " + std::to_string(k.flops) + " bytes " + std::to_string(k.bytes) + " phase " +
+         std::to_string(k.phase);
 }
 std::string show(const CommRecord& c) {
   return std::string(parallel::comm_op_name(c.op)) + " " + c.group + "/" + std::to_string(c.group_size) + " bytes " +
@@ -54,6 +60,48 @@ void expect_same_sequence(const std::vector<T>& real, const std::vector<T>& dry,
   }
 }
 
+// The cost model applied, here, to every kernel and collective a real rank
+// executed (inter-node: the demo worlds fit one node).
+struct Cost {
+  double compute_s = 0, comm_s = 0;
+};
+Cost real_cost(const StepRecord& r, const device::CostModel& cm, bool sixteen) {
+  Cost c;
+  for (const KernelRecord& k : r.kernels) c.compute_s += cm.kernel_seconds(k.flops, k.bytes, sixteen);
+  for (const CommRecord& m : r.comms) {
+    const auto op = m.op == parallel::CommOp::kAllReduce       ? device::Collective::kAllReduce
+                    : m.op == parallel::CommOp::kAllGather     ? device::Collective::kAllGather
+                    : m.op == parallel::CommOp::kReduceScatter ? device::Collective::kReduceScatter
+                    : m.op == parallel::CommOp::kBroadcast     ? device::Collective::kBroadcast
+                    : m.op == parallel::CommOp::kBarrier       ? device::Collective::kBarrier
+                                                               : device::Collective::kPointToPoint;
+    if (m.group != "pp")
+      c.comm_s += cm.comm_seconds(op, static_cast<double>(m.bytes + m.recv_bytes), m.group_size, false);
+  }
+  return c;
+}
+
+// Consistency: each stage's simulated compute is the cost model's time for
+// the kernels a real rank of that stage ran, its communication that of the
+// real rank's collectives; without a pipeline the step time is exactly their
+// sum (nothing overlaps, nothing waits).
+void expect_time_is_the_real_runs_cost(const DryRun& dry, const std::vector<std::shared_ptr<StepRecorder>>& real) {
+  const StepTime t = step_time(dry);
+  const device::CostModel cm(dry.profile);
+  const bool sixteen = dry.whole_model.dtype != DType::kF32;
+  ASSERT_GT(t.step_s, 0);
+  for (const ClassMemory& c : dry.classes) {
+    const StageTime& st = t.stages[c.rank_class.stage];
+    const Cost r = real_cost(real[c.rank_class.representative]->record(), cm, sixteen);
+    const double tol = 1e-12 * (r.compute_s + r.comm_s);  // summation order only
+    EXPECT_NEAR(st.compute_s, r.compute_s, tol) << "stage " << st.stage;
+    EXPECT_NEAR(st.tp_comm_s + st.tail_comm_s, r.comm_s, tol) << "stage " << st.stage;
+    if (dry.pp == 1) {
+      EXPECT_NEAR(t.step_s, r.compute_s + r.comm_s, tol);
+    }
+  }
+}
+
 TEST_P(StepAgrees, KernelsCollectivesAndPeakMemory) {
   const Layout& l = GetParam();
   const config::Args args = parse(pretrain(l.flags), l.ranks);
@@ -63,12 +111,14 @@ TEST_P(StepAgrees, KernelsCollectivesAndPeakMemory) {
   const std::vector<device::MemoryStats> real =
       run_real(args, l.ranks, std::vector<std::shared_ptr<train::TrainHook>>(recorders.begin(), recorders.end()));
   const DryRun dry = dry_run(args);
+  expect_time_is_the_real_runs_cost(dry, recorders);
   for (const ClassMemory& c : dry.classes) {
     ASSERT_FALSE(c.step.kernels.empty()) << "the dry run's step recorded no kernel";
     for (int rank : c.rank_class.ranks) {
       const StepRecord& r = recorders[rank]->record();
       ASSERT_FALSE(r.kernels.empty()) << "rank " << rank << " recorded no kernel";
       const std::string who = "rank " + std::to_string(rank);
+      expect_same_sequence(r.phases, c.step.phases, who + " phases");
       expect_same_sequence(r.kernels, c.step.kernels, who + " kernels");
       expect_same_sequence(r.comms, c.step.comms, who + " collectives");
       EXPECT_EQ(c.stats.max_allocated, real[rank].max_allocated) << who;
