@@ -67,7 +67,7 @@ struct PipelineSim {
   double p2p_s;
   std::vector<std::map<ActionKey, double>> duration;  // per stage
 
-  std::vector<std::pair<double, double>> run() const {  // per stage: (end, busy)
+  std::vector<std::pair<double, double>> run(std::vector<TimelineSpan>* timeline) const {  // per stage: (end, busy)
     std::vector<std::vector<parallel::PipeAction>> order(stages);
     for (int s = 0; s < stages; ++s) order[s] = parallel::pipeline_actions({stages, s, chunks, microbatches});
     std::map<ActionKey, double> done;
@@ -88,7 +88,9 @@ struct PipelineSim {
             ready = it->second + (dep_v % stages != s ? p2p_s : 0.0);
           }
           const double d = duration[s].at({op, a.microbatch, v});
-          clock[s].first = std::max(clock[s].first, ready) + d;
+          const double begin = std::max(clock[s].first, ready);
+          timeline->push_back({s, op == 0 ? "forward" : "backward", a.microbatch, a.chunk, begin, begin + d});
+          clock[s].first = begin + d;
           clock[s].second += d;
           done[{op, a.microbatch, v}] = clock[s].first;
           progress = true;
@@ -130,9 +132,12 @@ StepTime step_time(const DryRun& r) {
       d = std::max(d, c.phase_s[i]);
     }
   }
-  const auto clocks = sim.run();
   StepTime t;
+  const auto clocks = sim.run(&t.timeline);
   for (int s = 0; s < r.pp; ++s) {
+    if (stages[s].tail_comm_s > 0)
+      t.timeline.push_back(
+          {s, "DP/grad communication", -1, 0, clocks[s].first, clocks[s].first + stages[s].tail_comm_s});
     stages[s].end_s = clocks[s].first;
     stages[s].busy_s = clocks[s].second;
     t.step_s = std::max(t.step_s, clocks[s].first + stages[s].tail_comm_s);

@@ -57,8 +57,17 @@ struct StageTime {
   double bubble = 0;  // idle share of the step time
 };
 
+// One span of the simulated timeline (--profile with --dry_run).
+struct TimelineSpan {
+  int stage = 0;
+  std::string name;  // "forward" / "backward" / "DP/grad communication"
+  int microbatch = -1, chunk = 0;
+  double begin_s = 0, end_s = 0;
+};
+
 struct StepTime {
   std::vector<StageTime> stages;
+  std::vector<TimelineSpan> timeline;
   double step_s = 0;
   double tokens_per_s_per_device = 0;
   double tflops_per_device = 0;  // Megatron's formula over the simulated step time
