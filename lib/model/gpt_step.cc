@@ -233,7 +233,7 @@ void GptModel::head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, 
     pf::Scope m(module("output_layer", pf::Pass::kBackward), {dout});
     float* x_full = s.lnf.data();
     if (c.sequence_parallel) {
-      parallel::sp_all_gather(*tp_, s.lnf.data(), ws_.full_in.data(), Nl * C);
+      parallel::sp_all_gather(*tp_, s.lnf.data(), ws_.full_in.data(), Nl * C, tp_config().wire);
       x_full = ws_.full_in.data();
     }
     // The output layer always accumulates its weight gradient in place.

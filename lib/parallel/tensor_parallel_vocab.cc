@@ -186,9 +186,9 @@ void vocab_parallel_embedding_forward(const TpConfig& tp, float* out, float* out
   }
   embedding_rows_masked(full, tokens, w, N, C, vocab_start, V_local);
   if (sp)
-    sp_reduce_scatter(*tp.tp, out_full, out, N / p * C);
+    sp_reduce_scatter(*tp.tp, out_full, out, N / p * C, tp.wire);
   else if (p > 1)
-    tp.tp->all_reduce_sum(out, N * C);
+    tp.tp->all_reduce_sum(out, N * C, tp.wire);
 }
 
 void vocab_parallel_embedding_backward(const TpConfig& tp, float* dw, float* dout_full, const float* dout,
@@ -202,7 +202,7 @@ void vocab_parallel_embedding_backward(const TpConfig& tp, float* dw, float* dou
     if ((dout_full == nullptr && !profiler::shape_only()) || N % p != 0)
       throw Error(ExitCode::kInternal, std::string(kWho) + ": sequence parallelism needs dout_full and N (" +
                                            std::to_string(N) + ") divisible by the TP size");
-    sp_all_gather(*tp.tp, dout, dout_full, N / p * C);
+    sp_all_gather(*tp.tp, dout, dout_full, N / p * C, tp.wire);
     g = dout_full;
   }
   if (p == 1 && vocab_start == 0)

@@ -127,6 +127,26 @@ TEST_P(StepAgrees, KernelsCollectivesAndPeakMemory) {
   }
 }
 
+// A 16-bit model's TP/SP collectives carry 16-bit activations (Megatron's
+// wire), so the cost model prices them at 2 bytes per element: every
+// sequence-parallel all-gather of the hidden states moves B s h x 2 bytes.
+TEST_F(DryRunTest, SixteenBitTensorParallelActivationsTravelAtTwoBytes) {
+  const config::Args args = parse(
+      "pt --model_preset demo --vocab_size 512 --seq_length 32 --train_iters 1 --micro_batch_size 2 "
+      "--global_batch_size 2 --tensor_model_parallel_size 2 --sequence_parallel --bf16 --output_dir " +
+          out_.string(),
+      2);
+  const DryRun dry = dry_run(args);
+  const int64_t hidden_elems = 2 * 32 * dry.whole_model.hidden;
+  int gathers = 0;
+  for (const CommRecord& c : dry.classes.at(0).step.comms) {
+    if (c.group != "tp" || c.op != parallel::CommOp::kAllGather) continue;
+    EXPECT_NE(c.bytes, 4 * hidden_elems) << "an fp32 wire in a bf16 model";
+    gathers += c.bytes == 2 * hidden_elems;
+  }
+  EXPECT_GT(gathers, 0);
+}
+
 // fp16 starts from a loss scale the demo's gradients do not overflow: a real
 // step skipped for overflow has no grad-norm reduction, a dry step never skips.
 INSTANTIATE_TEST_SUITE_P(
