@@ -15,7 +15,8 @@ std::vector<FlagSpec> profile_flags() {
        .group = P,
        .help = "Profile iterations --profile_step_start+1 .. --profile_step_end of this run (MindSpeed's "
                "torch_npu.profiler schedule): Chrome traces (chrome://tracing, Perfetto) per rank and merged, and "
-               "a summary table, in --profile_save_path.",
+               "a summary table, in --profile_save_path. With --dry_run: the simulated step of every pipeline "
+               "stage as one Chrome trace, --profile_save_path/simulated_trace.json.",
        .aliases = {"use_pytorch_profiler"}},
       {.name = "profile_step_start",
        .field = &Args::profile_step_start,

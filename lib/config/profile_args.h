@@ -18,5 +18,9 @@ std::vector<int> profile_ranks(const std::vector<std::string>& items);
 // ConfigError (exit 3) for a bad window, rank or level, or a --profile_* flag
 // given without --profile (it would otherwise be silently ignored).
 void check_profile(const Args& a, int world_size);
+// The first of a real run's profiler choices (steps, ranks, level, with_*,
+// record_shapes) set away from its default, as a flag name without dashes
+// ("profile_ranks"); nullptr when none is.
+const char* profiler_choice_set(const Args& a);
 
 }  // namespace mtrain::config

@@ -13,18 +13,22 @@ std::vector<int> profile_ranks(const std::vector<std::string>& items) {
   return std::vector<int>(v.begin(), v.end());
 }
 
-void check_profile(const Args& a, int world_size) {
+const char* profiler_choice_set(const Args& a) {
   const Args d;
-  const char* other = a.profile_step_start != d.profile_step_start ? "profile_step_start"
-                      : a.profile_step_end != d.profile_step_end   ? "profile_step_end"
-                      : a.profile_ranks != d.profile_ranks         ? "profile_ranks"
-                      : a.profile_level != d.profile_level         ? "profile_level"
-                      : a.profile_with_cpu                         ? "profile_with_cpu"
-                      : a.profile_with_stack                       ? "profile_with_stack"
-                      : a.profile_with_memory                      ? "profile_with_memory"
-                      : a.profile_record_shapes                    ? "profile_record_shapes"
-                      : a.profile_save_path != d.profile_save_path ? "profile_save_path"
-                                                                   : nullptr;
+  return a.profile_step_start != d.profile_step_start ? "profile_step_start"
+         : a.profile_step_end != d.profile_step_end   ? "profile_step_end"
+         : a.profile_ranks != d.profile_ranks         ? "profile_ranks"
+         : a.profile_level != d.profile_level         ? "profile_level"
+         : a.profile_with_cpu                         ? "profile_with_cpu"
+         : a.profile_with_stack                       ? "profile_with_stack"
+         : a.profile_with_memory                      ? "profile_with_memory"
+         : a.profile_record_shapes                    ? "profile_record_shapes"
+                                                      : nullptr;
+}
+
+void check_profile(const Args& a, int world_size) {
+  const char* other = profiler_choice_set(a);
+  if (!other && a.profile_save_path != Args{}.profile_save_path) other = "profile_save_path";
   if (!a.profile) {
     if (other)
       throw ConfigError(fmt::format("--{} needs --profile", other),

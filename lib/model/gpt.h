@@ -123,7 +123,9 @@ class GptModel {
   void embed_backward(const TokenBatch& b, float* dout, uint64_t seed, bool training, bool zero_grads);
   void head_forward(ChunkSlot& s, const TokenBatch& b, const float* h);
   void head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, const float* dloss, bool zero_grads);
-  parallel::TpConfig tp_config() const { return parallel::TpConfig{tp_, config_.sequence_parallel}; }
+  parallel::TpConfig tp_config() const {
+    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype)};
+  }
 
   ModelConfig config_;
   device::Device& dev_;

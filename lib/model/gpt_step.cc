@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "common/rng.h"
 #include "model/gpt.h"
+#include "profiler/kernel_region.h"
 #include "profiler/probe.h"
 #include "tensor/activation.h"
 #include "tensor/embedding.h"
@@ -196,7 +197,7 @@ void GptModel::head_forward(ChunkSlot& s, const TokenBatch& b, const float* h) {
                                              nullptr, N, C, V);
     m.end({logits});
   }
-  if (!b.targets) return;
+  if (!b.targets && !pf::shape_only()) return;  // generation; a dry run's step has no ids but a loss
   const bool fused = c.fusions.cross_entropy;
   pf::TensorRef in = logits;
   in.role = "input";
@@ -232,7 +233,7 @@ void GptModel::head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, 
     pf::Scope m(module("output_layer", pf::Pass::kBackward), {dout});
     float* x_full = s.lnf.data();
     if (c.sequence_parallel) {
-      parallel::sp_all_gather(*tp_, s.lnf.data(), ws_.full_in.data(), Nl * C);
+      parallel::sp_all_gather(*tp_, s.lnf.data(), ws_.full_in.data(), Nl * C, tp_config().wire);
       x_full = ws_.full_in.data();
     }
     // The output layer always accumulates its weight gradient in place.

@@ -325,7 +325,7 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
   }
   {
     pf::Scope m(pr.module("linear_fc1"), {pr.cols("grad_output", w.d_fc1.data(), d.FC1)});
-    if (c.sequence_parallel) parallel::sp_all_gather(*tp.tp, a.ln2.data(), w.full_in.data(), d.Nl * d.C);
+    if (c.sequence_parallel) parallel::sp_all_gather(*tp.tp, a.ln2.data(), w.full_in.data(), d.Nl * d.C, tp.wire);
     parallel::column_parallel_linear_backward(tp, w.d_ln.data(), w.full_out.data(), ps.grad(lp.fc1_w), nullptr,
                                               w.d_fc1.data(), full_input(c, w, a.ln2.data()), ps.param(lp.fc1_w), d.N,
                                               d.C, d.FC1, ga, scratch);
@@ -404,7 +404,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
   round_act(c, w.qkv.data(), d.N * d.QKV);
   {
     pf::Scope m(pr.module("linear_qkv"), {pr.cols("grad_output", w.qkv.data(), d.QKV)});
-    if (c.sequence_parallel) parallel::sp_all_gather(*tp.tp, a.ln1.data(), w.full_in.data(), d.Nl * d.C);
+    if (c.sequence_parallel) parallel::sp_all_gather(*tp.tp, a.ln1.data(), w.full_in.data(), d.Nl * d.C, tp.wire);
     parallel::column_parallel_linear_backward(tp, w.d_ln.data(), w.full_out.data(), ps.grad(lp.qkv_w),
                                               opt_grad(ps, lp.qkv_b), w.qkv.data(), full_input(c, w, a.ln1.data()),
                                               ps.param(lp.qkv_w), d.N, d.C, d.QKV, ga, scratch);

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/errors.h"
+#include "device/cost_model.h"
 
 namespace mtrain::parallel {
 namespace {
@@ -19,6 +20,26 @@ int64_t wire_bytes(int64_t elements, ScalarType t, Wire wire) {
 }
 
 }  // namespace
+
+device::Collective cost_collective(CommOp op) {
+  switch (op) {
+    case CommOp::kAllReduce:
+      return device::Collective::kAllReduce;
+    case CommOp::kAllGather:
+      return device::Collective::kAllGather;
+    case CommOp::kReduceScatter:
+      return device::Collective::kReduceScatter;
+    case CommOp::kBroadcast:
+      return device::Collective::kBroadcast;
+    case CommOp::kSend:
+    case CommOp::kRecv:
+    case CommOp::kSendRecv:
+      return device::Collective::kPointToPoint;
+    case CommOp::kBarrier:
+      return device::Collective::kBarrier;
+  }
+  return device::Collective::kBarrier;
+}
 
 const char* comm_op_name(CommOp op) {
   switch (op) {

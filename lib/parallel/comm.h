@@ -41,10 +41,16 @@
 
 #include "tensor/tensor.h"
 
+namespace mtrain::device {
+enum class Collective;  // device/cost_model.h
+}
+
 namespace mtrain::parallel {
 
 enum class CommOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kSendRecv, kBarrier };
 const char* comm_op_name(CommOp op);  // "all_reduce", ...
+// The pattern the device cost model prices an op with (send/recv: point-to-point).
+device::Collective cost_collective(CommOp op);
 
 enum class ReduceOp { kSum, kMax, kMin };
 const char* reduce_op_name(ReduceOp op);

@@ -288,6 +288,19 @@ int ProcessGrid::rank_in_group(GroupKind kind, int rank) const {
   return rank_in_group_.at(static_cast<int>(kind))[rank];
 }
 
+std::vector<std::pair<std::string, bool>> ProcessGrid::groups_spanning_nodes(int rank, int per_node) const {
+  per_node = std::max(1, per_node);
+  std::vector<std::pair<std::string, bool>> out;
+  for (int k = 0; k < kGroupKindCount; ++k) {
+    const auto kind = static_cast<GroupKind>(k);
+    bool spans = false;
+    for (int m : group_of(kind, rank)) spans = spans || m / per_node != rank / per_node;
+    out.emplace_back(group_kind_name(kind), spans);
+  }
+  out.emplace_back("world", world_size() > per_node);
+  return out;
+}
+
 std::string ProcessGrid::describe() const {
   std::string s = fmt::format("order {}: world {} = TP {} x CP {} x DP {} x PP {} (experts: ETP {} x EP {} x EDP {})\n",
                               order_, world_size(), tp(), cp(), dp_, pp(), expert_tp_, ep(), expert_dp_);

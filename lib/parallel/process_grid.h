@@ -13,6 +13,7 @@
 
 #include <array>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mtrain::parallel {
@@ -119,6 +120,10 @@ class ProcessGrid {
 
   // One line per group kind for logs, e.g. "tp: [[0, 1], [2, 3]]".
   std::string describe() const;
+
+  // Per group name ("tp", "dp", ..., and "world"): whether `rank`'s group
+  // spans nodes of `per_node` ranks (then its traffic takes the inter-node link).
+  std::vector<std::pair<std::string, bool>> groups_spanning_nodes(int rank, int per_node) const;
 
  private:
   void check_rank(int rank) const;

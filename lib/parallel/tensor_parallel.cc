@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "profiler/kernel_region.h"
 #include "tensor/linear.h"
 
 namespace mtrain::parallel {
@@ -27,12 +28,14 @@ int64_t shard_elems(const TpConfig& tp, int64_t N, int64_t width, const char* wh
   return N / p * width;
 }
 
+// A dry run's step (profiler::shape_only) passes meta buffers, which are null.
 void require(bool ok, const char* who, const char* what) {
-  if (!ok) throw Error(ExitCode::kInternal, std::string(who) + ": " + what);
+  if (!ok && !profiler::shape_only()) throw Error(ExitCode::kInternal, std::string(who) + ": " + what);
 }
 
 // dw (n) += src (n): the unfused gradient-accumulation add.
 void accumulate(float* dw, const float* src, int64_t n) {
+  if (profiler::shape_only()) return;
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) dw[e] += src[e];
 }
@@ -46,19 +49,20 @@ void linear_backward_accumulate(float* dinp, float* dw, float* db, const float* 
     return;
   }
   require(scratch != nullptr || OC * C == 0, who, "scratch is null with fused_grad_accumulation off");
-  std::fill(scratch, scratch + OC * C, 0.0f);  // (OC, C): this micro-batch's weight gradient
+  if (!profiler::shape_only())
+    std::fill(scratch, scratch + OC * C, 0.0f);  // (OC, C): this micro-batch's weight gradient
   kernels::linear_backward(dinp, scratch, db, dout, inp, w, N, C, OC);
   accumulate(dw, scratch, OC * C);
 }
 
 }  // namespace
 
-void sp_all_gather(Comm& tp, const float* shard, float* full, int64_t shard_elems) {
-  tp.all_gather(shard, full, shard_elems);
+void sp_all_gather(Comm& tp, const float* shard, float* full, int64_t shard_elems, Wire wire) {
+  tp.all_gather(shard, full, shard_elems, wire);
 }
 
-void sp_reduce_scatter(Comm& tp, const float* full, float* shard, int64_t shard_elems) {
-  tp.reduce_scatter(full, shard, shard_elems);
+void sp_reduce_scatter(Comm& tp, const float* full, float* shard, int64_t shard_elems, Wire wire) {
+  tp.reduce_scatter(full, shard, shard_elems, ReduceOp::kSum, wire);
 }
 
 void column_parallel_linear_forward(const TpConfig& tp, float* y, float* x_full, const float* x, const float* w,
@@ -66,7 +70,7 @@ void column_parallel_linear_forward(const TpConfig& tp, float* y, float* x_full,
   constexpr const char* kWho = "column_parallel_linear_forward";
   if (sequence_parallel(tp)) {
     require(x_full != nullptr, kWho, "x_full is null under sequence parallelism");
-    sp_all_gather(*tp.tp, x, x_full, shard_elems(tp, N, C, kWho));
+    sp_all_gather(*tp.tp, x, x_full, shard_elems(tp, N, C, kWho), tp.wire);
     kernels::linear_forward(y, x_full, w, b, N, C, OC_local);
     return;
   }
@@ -83,9 +87,9 @@ void column_parallel_linear_backward(const TpConfig& tp, float* dx, float* dx_fu
   float* dinp = sp ? dx_full : dx;  // (N, C): this rank's partial input gradient
   linear_backward_accumulate(dinp, dw, db, dy, x_full, w, N, C, OC_local, fused_grad_accumulation, scratch, kWho);
   if (sp)
-    sp_reduce_scatter(*tp.tp, dx_full, dx, shard_elems(tp, N, C, kWho));
+    sp_reduce_scatter(*tp.tp, dx_full, dx, shard_elems(tp, N, C, kWho), tp.wire);
   else if (group_size(tp) > 1)
-    tp.tp->all_reduce_sum(dx, N * C);
+    tp.tp->all_reduce_sum(dx, N * C, tp.wire);
 }
 
 void row_parallel_linear_forward(const TpConfig& tp, float* y, float* y_full, const float* x, const float* w, int64_t N,
@@ -96,9 +100,9 @@ void row_parallel_linear_forward(const TpConfig& tp, float* y, float* y_full, co
   float* partial = sp ? y_full : y;  // (N, OC): x · w^T of this rank's input columns
   kernels::linear_forward(partial, x, w, nullptr, N, IC_local, OC);
   if (sp)
-    sp_reduce_scatter(*tp.tp, y_full, y, shard_elems(tp, N, OC, kWho));
+    sp_reduce_scatter(*tp.tp, y_full, y, shard_elems(tp, N, OC, kWho), tp.wire);
   else if (group_size(tp) > 1)
-    tp.tp->all_reduce_sum(y, N * OC);
+    tp.tp->all_reduce_sum(y, N * OC, tp.wire);
 }
 
 void row_parallel_linear_backward(const TpConfig& tp, float* dx, float* dw, float* dy_full, const float* dy,
@@ -108,7 +112,7 @@ void row_parallel_linear_backward(const TpConfig& tp, float* dx, float* dw, floa
   const float* g = dy;  // (N, OC): the output gradient of every token
   if (sequence_parallel(tp)) {
     require(dy_full != nullptr, kWho, "dy_full is null under sequence parallelism");
-    sp_all_gather(*tp.tp, dy, dy_full, shard_elems(tp, N, OC, kWho));
+    sp_all_gather(*tp.tp, dy, dy_full, shard_elems(tp, N, OC, kWho), tp.wire);
     g = dy_full;
   }
   linear_backward_accumulate(dx, dw, nullptr, g, x, w, N, IC_local, OC, fused_grad_accumulation, scratch, kWho);

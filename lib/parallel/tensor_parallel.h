@@ -35,6 +35,9 @@ namespace mtrain::parallel {
 struct TpConfig {
   Comm* tp = nullptr;              // the tensor-parallel group (null or size 1: no communication at all)
   bool sequence_parallel = false;  // only meaningful when tp->size() > 1
+  // The device dtype of the activations the layers exchange (bf16/fp16 in a
+  // 16-bit model): what the collectives report as wire bytes to the cost model.
+  Wire wire{};
 };
 
 // ---- Linear layers -----------------------------------------------------------------------------
@@ -70,8 +73,10 @@ void row_parallel_linear_backward(const TpConfig& tp, float* dx, float* dw, floa
 // ---- Sequence-parallel helpers -----------------------------------------------------------------
 // On token-major buffers; shard_elems = (N/tp)*C. With one rank they are plain copies (skipping them when SP is
 // off is the caller's business). shard may be the rank's view of full.
-void sp_all_gather(Comm& tp, const float* shard, float* full, int64_t shard_elems);      // (N/tp, C) -> (N, C)
-void sp_reduce_scatter(Comm& tp, const float* full, float* shard, int64_t shard_elems);  // sum (N, C) -> (N/tp, C)
+void sp_all_gather(Comm& tp, const float* shard, float* full, int64_t shard_elems,
+                   Wire wire = {});  // (N/tp, C) -> (N, C)
+void sp_reduce_scatter(Comm& tp, const float* full, float* shard, int64_t shard_elems,
+                       Wire wire = {});  // sum (N, C) -> (N/tp, C)
 
 // ---- Vocab-parallel embedding ------------------------------------------------------------------
 

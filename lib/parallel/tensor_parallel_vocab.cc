@@ -11,6 +11,7 @@
 
 #include "common/errors.h"
 #include "parallel/tensor_parallel.h"
+#include "profiler/kernel_region.h"
 #include "profiler/probe.h"
 #include "tensor/cross_entropy.h"
 #include "tensor/embedding.h"
@@ -27,6 +28,7 @@ int group_size(const TpConfig& tp) { return tp.tp == nullptr ? 1 : tp.tp->size()
 // Every id must be in [0, vocab): the padded vocabulary for embeddings, the ids that take part in the softmax for
 // targets.
 void check_ids(const int32_t* ids, int64_t N, int64_t vocab, const char* who, const char* what) {
+  if (profiler::shape_only()) return;  // a dry run's step has no token ids
   for (int64_t i = 0; i < N; ++i)
     if (ids[i] < 0 || ids[i] >= vocab)
       throw Error(ExitCode::kInternal, std::string(who) + ": " + what + " " + std::to_string(ids[i]) + " at " +
@@ -43,6 +45,7 @@ int64_t real_columns(int64_t vocab_size, int64_t vocab_start, int64_t V_local) {
 // out (N, C): row i = w[tokens[i] - vocab_start] if the token is in this slice, else zeros.
 void embedding_rows_masked(float* out, const int32_t* tokens, const float* w, int64_t N, int64_t C, int64_t vocab_start,
                            int64_t V_local) {
+  if (profiler::shape_only()) return;
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const int64_t row = static_cast<int64_t>(tokens[i]) - vocab_start;
@@ -60,6 +63,7 @@ void embedding_rows_masked(float* out, const int32_t* tokens, const float* w, in
 // owns a block of columns and walks the tokens in order: no races, same sums for any thread count.
 void embedding_scatter_masked(float* dw, const float* g, const int32_t* tokens, int64_t N, int64_t C,
                               int64_t vocab_start, int64_t V_local) {
+  if (profiler::shape_only()) return;
   const int64_t nblocks = (C + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t blk = 0; blk < nblocks; ++blk) {
@@ -91,8 +95,10 @@ float row_sum_exp(const float* x, float shift, int64_t V) {
 // losses (N) = the global row max over the real columns [0, Vr) of each row (stride V) of every TP rank
 // (all-reduce max; -inf from a slice without real columns).
 void global_row_max(Comm& tp, float* losses, const float* logits, int64_t N, int64_t V, int64_t Vr) {
+  if (!profiler::shape_only()) {  // a dry run's step: the collectives only
 #pragma omp parallel for schedule(static) if (N * V > kParallelMin)
-  for (int64_t i = 0; i < N; ++i) losses[i] = row_max(logits + i * V, Vr);
+    for (int64_t i = 0; i < N; ++i) losses[i] = row_max(logits + i * V, Vr);
+  }
   tp.all_reduce(losses, N, ReduceOp::kMax);
 }
 
@@ -101,19 +107,23 @@ void global_row_max(Comm& tp, float* losses, const float* logits, int64_t N, int
 void ce_forward_fused(Comm& tp, float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                       int64_t V, int64_t Vr, int64_t vocab_start) {
   global_row_max(tp, losses, logits, N, V, Vr);
+  if (!profiler::shape_only()) {  // a dry run's step: the collectives only
 #pragma omp parallel for schedule(static) if (N * V > kParallelMin)
-  for (int64_t i = 0; i < N; ++i) {
-    const float* x = logits + i * V;
-    const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
-    stats[2 * i] = row_sum_exp(x, losses[i], Vr);
-    stats[2 * i + 1] = (t >= 0 && t < V) ? x[t] : 0.0f;
+    for (int64_t i = 0; i < N; ++i) {
+      const float* x = logits + i * V;
+      const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
+      stats[2 * i] = row_sum_exp(x, losses[i], Vr);
+      stats[2 * i + 1] = (t >= 0 && t < V) ? x[t] : 0.0f;
+    }
   }
   tp.all_reduce_sum(stats, 2 * N);
-  for (int64_t i = 0; i < N; ++i) {
-    const float m = losses[i], lse = m + std::log(stats[2 * i]);
-    losses[i] = lse - stats[2 * i + 1];
-    stats[2 * i] = m;
-    stats[2 * i + 1] = lse;
+  if (!profiler::shape_only()) {  // a dry run's step: the collectives only
+    for (int64_t i = 0; i < N; ++i) {
+      const float m = losses[i], lse = m + std::log(stats[2 * i]);
+      losses[i] = lse - stats[2 * i + 1];
+      stats[2 * i] = m;
+      stats[2 * i + 1] = lse;
+    }
   }
 }
 
@@ -127,26 +137,32 @@ void ce_forward_unfused(Comm& tp, float* losses, float* stats, const float* logi
   profiler::Scope step_lsm({profiler::Kind::kOp, profiler::Pass::kForward, "log_softmax"},
                            {profiler::tensor_2d("input", logits, N, V, "float32")});
   global_row_max(tp, losses, logits, N, V, Vr);
+  if (!profiler::shape_only()) {  // a dry run's step: the collectives only
 #pragma omp parallel for schedule(static) if (par)
-  for (int64_t i = 0; i < N; ++i) {
-    const float m = losses[i];
-    for (int64_t j = 0; j < Vr; ++j) logp[i * Vr + j] = logits[i * V + j] - m;
-    if (stats) stats[2 * i] = m;
-    losses[i] = row_sum_exp(logp + i * Vr, 0.0f, Vr);
+    for (int64_t i = 0; i < N; ++i) {
+      const float m = losses[i];
+      for (int64_t j = 0; j < Vr; ++j) logp[i * Vr + j] = logits[i * V + j] - m;
+      if (stats) stats[2 * i] = m;
+      losses[i] = row_sum_exp(logp + i * Vr, 0.0f, Vr);
+    }
   }
   tp.all_reduce_sum(losses, N);
+  if (!profiler::shape_only()) {  // a dry run's step: the collectives only
 #pragma omp parallel for schedule(static) if (par)
-  for (int64_t i = 0; i < N; ++i) {
-    const float log_sum = std::log(losses[i]);
-    for (int64_t j = 0; j < Vr; ++j) logp[i * Vr + j] -= log_sum;
-    if (stats) stats[2 * i + 1] = stats[2 * i] + log_sum;
+    for (int64_t i = 0; i < N; ++i) {
+      const float log_sum = std::log(losses[i]);
+      for (int64_t j = 0; j < Vr; ++j) logp[i * Vr + j] -= log_sum;
+      if (stats) stats[2 * i + 1] = stats[2 * i] + log_sum;
+    }
   }
   step_lsm.end({profiler::tensor_2d("output", logp, N, Vr, "float32")});
   profiler::Scope step_nll({profiler::Kind::kOp, profiler::Pass::kForward, "nll_loss"},
                            {profiler::tensor_2d("input", logp, N, Vr, "float32")});
-  for (int64_t i = 0; i < N; ++i) {
-    const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
-    losses[i] = (t >= 0 && t < Vr) ? -logp[i * Vr + t] : 0.0f;
+  if (!profiler::shape_only()) {  // a dry run's step: the collectives only
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
+      losses[i] = (t >= 0 && t < Vr) ? -logp[i * Vr + t] : 0.0f;
+    }
   }
   tp.all_reduce_sum(losses, N);
   step_nll.end({profiler::tensor_2d("output", losses, N, 1, "float32")});
@@ -160,7 +176,7 @@ void vocab_parallel_embedding_forward(const TpConfig& tp, float* out, float* out
   const int p = group_size(tp);
   const bool sp = tp.sequence_parallel && p > 1;
   check_ids(tokens, N, V_local * p, kWho, "token");
-  if (sp && (out_full == nullptr || N % p != 0))
+  if (sp && ((out_full == nullptr && !profiler::shape_only()) || N % p != 0))
     throw Error(ExitCode::kInternal, std::string(kWho) + ": sequence parallelism needs out_full and N (" +
                                          std::to_string(N) + ") divisible by the TP size");
   float* full = sp ? out_full : out;  // (N, C): this rank's rows, zeros elsewhere
@@ -170,9 +186,9 @@ void vocab_parallel_embedding_forward(const TpConfig& tp, float* out, float* out
   }
   embedding_rows_masked(full, tokens, w, N, C, vocab_start, V_local);
   if (sp)
-    sp_reduce_scatter(*tp.tp, out_full, out, N / p * C);
+    sp_reduce_scatter(*tp.tp, out_full, out, N / p * C, tp.wire);
   else if (p > 1)
-    tp.tp->all_reduce_sum(out, N * C);
+    tp.tp->all_reduce_sum(out, N * C, tp.wire);
 }
 
 void vocab_parallel_embedding_backward(const TpConfig& tp, float* dw, float* dout_full, const float* dout,
@@ -183,10 +199,10 @@ void vocab_parallel_embedding_backward(const TpConfig& tp, float* dw, float* dou
   check_ids(tokens, N, V_local * p, kWho, "token");
   const float* g = dout;  // (N, C): the gradient of every token's embedding
   if (tp.sequence_parallel && p > 1) {
-    if (dout_full == nullptr || N % p != 0)
+    if ((dout_full == nullptr && !profiler::shape_only()) || N % p != 0)
       throw Error(ExitCode::kInternal, std::string(kWho) + ": sequence parallelism needs dout_full and N (" +
                                            std::to_string(N) + ") divisible by the TP size");
-    sp_all_gather(*tp.tp, dout, dout_full, N / p * C);
+    sp_all_gather(*tp.tp, dout, dout_full, N / p * C, tp.wire);
     g = dout_full;
   }
   if (p == 1 && vocab_start == 0)
@@ -204,7 +220,7 @@ void vocab_parallel_cross_entropy_forward(Comm& tp, float* losses, float* stats,
                                          " is outside [1, padded vocabulary " + std::to_string(V_local * tp.size()) +
                                          "]");
   check_ids(targets, N, vocab_size, kWho, "target");
-  if ((fused && stats == nullptr) || (!fused && scratch == nullptr && N * V_local > 0))
+  if (!profiler::shape_only() && ((fused && stats == nullptr) || (!fused && scratch == nullptr && N * V_local > 0)))
     throw Error(ExitCode::kInternal, std::string(kWho) + ": " + (fused ? "stats" : "scratch") + " is null");
   const int64_t Vr = real_columns(vocab_size, vocab_start, V_local);
   if (tp.size() == 1 && vocab_start == 0)
@@ -221,6 +237,7 @@ void vocab_parallel_cross_entropy_backward(float* dlogits, const float* logits, 
   const int64_t V = V_local, Vr = real_columns(vocab_size, vocab_start, V_local);
   const bool par = N * V > kParallelMin;
   check_ids(targets, N, vocab_size, "vocab_parallel_cross_entropy_backward", "target");
+  if (profiler::shape_only()) return;  // no kernel region: nothing to report
   if (fused) {
     // softmax from the logits and the global lse; logit j is read before gradient j is written (may alias).
 #pragma omp parallel for schedule(static) if (par)

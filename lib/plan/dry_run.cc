@@ -6,6 +6,7 @@
 #include "data/tokenizer.h"
 #include "model/model_config.h"
 #include "parallel/parallel_state.h"
+#include "plan/dry_step.h"
 #include "train/rank_build.h"
 #include "train/run.h"
 
@@ -18,13 +19,15 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   device::Device dev(planning_profile, 0);
   const train::TrainerOptions to = train::trainer_options(args);
   const auto model = train::build_rank_model(args, dev, state, to, /*meta=*/true);
-  const train::TrainerSetup setup(args, *model, dev, state, to, /*meta=*/true);
+  train::TrainerSetup setup(args, *model, dev, state, to, /*meta=*/true);
   ClassMemory m;
   m.rank_class = k;
   m.tp_rank = state.coords().tp;
   m.dp_rank = state.coords().dp;
   m.parameters = model->params().count();
   for (int slots : model->config().chunk_slots) m.activation_slots += slots;
+  m.step = run_dry_step(args, *model, setup, state, to);
+  m.group_spans_nodes = grid.groups_spanning_nodes(k.representative, planning_profile.devices_per_node);
   m.stats = dev.stats();
   return m;
 }
@@ -51,7 +54,12 @@ DryRun dry_run(const config::Args& input) {
   r.tp = grid.tp();
   r.pp = grid.pp();
   r.dp = grid.dp();
-  r.model_description = model::describe(train::rank_model_config(args, grid.coords(0)));
+  r.whole_model = train::rank_model_config(args, grid.coords(0));
+  r.model_description = model::describe(r.whole_model);
+  r.chunks = static_cast<int>(r.whole_model.chunk_list().size());
+  r.microbatches = args.num_micro_batches;
+  r.global_batch = args.global_batch_size;
+  r.seq_length = r.whole_model.seq_length;
   // Measure the whole plan even where it does not fit; memory_report judges it.
   device::DeviceProfile planning = r.profile;
   planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;

@@ -2,8 +2,10 @@
 // process. For each rank class (rank_classes.h) it builds the rank's real
 // model, optimizer (with its distributed-optimizer shard) and activation
 // slots through the same construction as a real run (train/rank_build.h),
-// with meta tensors and MetaComm: every byte the real run allocates on the
-// NPU is accounted by the same Device allocator, and no host storage is
+// with meta tensors and MetaComm, then runs one training iteration of the
+// real Trainer on them shape-only (dry_step.h): every byte the real run
+// allocates on the NPU is accounted by the same Device allocator, every
+// kernel and collective of the step is recorded, and no host storage is
 // allocated. No data is read. The simulated device has no capacity limit
 // while planning, so a plan that does not fit is still measured whole and
 // then judged against the profile's HBM (memory_report.h).
@@ -11,11 +13,14 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/args.h"
 #include "device/device.h"
+#include "model/model_config.h"
 #include "plan/rank_classes.h"
+#include "plan/step_record.h"
 
 namespace mtrain::plan {
 
@@ -24,13 +29,19 @@ struct ClassMemory {
   int tp_rank = 0, dp_rank = 0;
   int64_t parameters = 0;     // parameters this rank holds
   int activation_slots = 0;   // micro-batch activation slots the schedule keeps in flight (all chunks)
-  device::MemoryStats stats;  // after construction: allocated == peak, by category
+  device::MemoryStats stats;  // after construction and one training iteration, by category
+  StepRecord step;            // the kernels and collectives of that iteration, in order
+  // Per group name ("tp", "dp", "pp", "world", ...): whether this rank's group spans nodes.
+  std::vector<std::pair<std::string, bool>> group_spans_nodes;
 };
 
 struct DryRun {
   device::DeviceProfile profile;  // the job's device (its real capacity)
   int world_size = 1, tp = 1, pp = 1, dp = 1;
   std::string model_description;
+  model::ModelConfig whole_model;    // rank 0's config: the whole model's shape and dtype
+  int chunks = 1, microbatches = 1;  // model chunks per stage, micro-batches per DP rank
+  int64_t global_batch = 0, seq_length = 0;
   std::vector<ClassMemory> classes;
 };
 

@@ -5,9 +5,12 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/errors.h"
 #include "common/file_system.h"
+#include "config/profile_args.h"
 #include "plan/dry_run.h"
 #include "plan/formula_compare.h"
 #include "plan/memory_report.h"
+#include "plan/sim_trace.h"
+#include "plan/step_time.h"
 #include "train/checkpointing.h"
 
 namespace mtrain::plan {
@@ -28,9 +31,15 @@ static void check_load(const config::Args& args) {
 
 // Flags whose output a dry run cannot give yet are refused, not ignored.
 static void check_dry_run_flags(const config::Args& args) {
-  if (args.profile)
-    throw ConfigError("--profile with --dry_run (a simulated timeline) is not implemented yet",
-                      "drop --profile to get the memory plan, or drop --dry_run to profile a real run");
+  // --profile writes the simulated timeline of the one iteration, every
+  // stage: the choices of a real run's profiler do not apply.
+  const char* real_only = config::profiler_choice_set(args);
+  if (args.profile && real_only)
+    throw ConfigError(
+        fmt::format("--{} with --dry_run: the simulated timeline is one iteration of every pipeline "
+                    "stage, with no steps, ranks or detail levels to choose",
+                    real_only),
+        fmt::format("drop --{} (--profile --dry_run writes <--profile_save_path>/simulated_trace.json)", real_only));
   if (!args.precision_dump_path.empty())
     throw ConfigError("--precision_dump_path with --dry_run: a dry run computes no values to dump",
                       "drop --precision_dump_path or --dry_run");
@@ -40,7 +49,11 @@ int run_dry_run(const config::Args& args, std::ostream& out) {
   check_dry_run_flags(args);
   check_load(args);
   const DryRun r = dry_run(args);
-  out << memory_report(r) << formula_comparison(r, args) << std::flush;
+  const StepTime t = step_time(r);
+  out << memory_report(r) << formula_comparison(r, args) << time_report(r, t);
+  if (args.profile)
+    out << "Simulated timeline (Chrome trace): " << write_simulated_trace(r, t, args.profile_save_path) << "\n";
+  out << std::flush;
   require_fit(r, args);
   return 0;
 }

@@ -14,10 +14,28 @@ namespace mtrain::profiler {
 
 namespace detail {
 extern thread_local int t_compute_dtype_bytes;  // 4 unless set
-}
+extern thread_local bool t_shape_only;          // false unless set
+}  // namespace detail
 // The element size kernels of this thread account bytes at (2 for bf16/fp16).
 inline void set_compute_dtype_bytes(int bytes) { detail::t_compute_dtype_bytes = bytes; }
 inline int compute_dtype_bytes() { return detail::t_compute_dtype_bytes; }
+
+// Shape-only execution (a dry run's training step on meta tensors): every
+// kernel opens its region, so its FLOPs and bytes are reported, and returns
+// before touching memory; code outside kernels that reads or writes tensor
+// data skips that work under the same predicate. One flag per thread rather
+// than "data() == nullptr" because null is also a kernel's "no such output".
+inline bool shape_only() { return detail::t_shape_only; }
+class ShapeOnlyScope {
+ public:
+  ShapeOnlyScope() : old_(detail::t_shape_only) { detail::t_shape_only = true; }
+  ~ShapeOnlyScope() { detail::t_shape_only = old_; }
+  ShapeOnlyScope(const ShapeOnlyScope&) = delete;
+  ShapeOnlyScope& operator=(const ShapeOnlyScope&) = delete;
+
+ private:
+  bool old_;
+};
 
 // C (m, n) = A (m, k) · B (k, n): 2mnk flops, (mk + kn + mn) elements moved.
 inline Region gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k) {

@@ -121,6 +121,7 @@ void add_bias(float* dst, const float* src, const float* bias, int64_t N, int64_
 void bias_swiglu_forward(float* out, const float* inp, const float* bias, int64_t N, int64_t F, bool fused,
                          float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("bias_swiglu_forward", 5.0 * N * F, 8.0 * N * F));
+  if (profiler::shape_only()) return;
   const int64_t n = N * F;
   if (fused) {
     if (bias)
@@ -149,6 +150,7 @@ void bias_swiglu_forward(float* out, const float* inp, const float* bias, int64_
 void bias_swiglu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias, int64_t N,
                           int64_t F, bool fused, float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("bias_swiglu_backward", 7.0 * N * F, 14.0 * N * F));
+  if (profiler::shape_only()) return;
   const int64_t n = N * F;
   if (fused) {
     if (bias)
@@ -187,6 +189,7 @@ void bias_swiglu_backward(float* dinp, float* dbias, const float* dout, const fl
 void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t N, int64_t F, bool fused,
                        float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("bias_gelu_forward", 3.0 * N * F, 10.0 * N * F));
+  if (profiler::shape_only()) return;
   const int64_t n = N * F;
   if (fused) {
     if (bias)
@@ -215,6 +218,7 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t 
 void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias, int64_t N,
                         int64_t F, bool fused, float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("bias_gelu_backward", 4.0 * N * F, 16.0 * N * F));
+  if (profiler::shape_only()) return;
   const int64_t n = N * F;
   if (fused) {
     if (bias)
@@ -244,6 +248,7 @@ void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const floa
 void bias_dropout_add_forward(float* out, const float* inp, const float* bias, const float* residual, int64_t N,
                               int64_t C, float p, uint64_t seed, bool fused, float* scratch, int64_t index_offset) {
   profiler::Scope prof(profiler::elementwise_kernel("bias_dropout_add_forward", 4.0 * N * C, 3.0 * N * C));
+  if (profiler::shape_only()) return;
   const int64_t n = N * C;
   const float keep_scale = detail::dropout_keep_scale(p);
   if (fused) {
@@ -283,12 +288,14 @@ void bias_dropout_add_forward(float* out, const float* inp, const float* bias, c
 void bias_dropout_add_backward(float* dinp, float* dbias, const float* dout, int64_t N, int64_t C, float p,
                                uint64_t seed, int64_t index_offset) {
   profiler::Scope prof(profiler::elementwise_kernel("bias_dropout_add_backward", 3.0 * N * C, 2.0 * N * C));
+  if (profiler::shape_only()) return;
   dropout_backward(dinp, dout, N * C, p, seed, index_offset);
   if (dbias) detail::column_sums_accumulate(dbias, dinp, N, C, C);
 }
 
 void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t index_offset) {
   profiler::Scope prof(profiler::elementwise_kernel("dropout_forward", 2.0 * n, 2.0 * n));
+  if (profiler::shape_only()) return;
   if (p <= 0.0f) {
     if (out != inp)
 #pragma omp parallel for schedule(static) if (n > kParallelMin)

@@ -90,6 +90,7 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
 
 void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t G, int64_t R,
                        int64_t D) {
+  if (profiler::shape_only()) return;  // a dry run's step: no data
   const int64_t H = G * R, W = G * (R + 2) * D;
 #pragma omp parallel for schedule(static) if (B * T * W > kParallelMin)
   for (int64_t bt = 0; bt < B * T; ++bt) {
@@ -106,6 +107,7 @@ void qkv_split_forward(float* q, float* k, float* v, const float* qkv, int64_t B
 
 void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T, int64_t G,
                         int64_t R, int64_t D) {
+  if (profiler::shape_only()) return;  // a dry run's step: no data
   const int64_t H = G * R, W = G * (R + 2) * D;
 #pragma omp parallel for schedule(static) if (B * T * W > kParallelMin)
   for (int64_t bt = 0; bt < B * T; ++bt) {
@@ -121,6 +123,7 @@ void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const flo
 }
 
 void heads_merge_forward(float* out, const float* inp, int64_t B, int64_t H, int64_t T, int64_t D) {
+  if (profiler::shape_only()) return;  // a dry run's step: no data
 #pragma omp parallel for schedule(static) if (B * H * T * D > kParallelMin)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
@@ -130,6 +133,7 @@ void heads_merge_forward(float* out, const float* inp, int64_t B, int64_t H, int
 }
 
 void heads_merge_backward(float* dinp, const float* dout, int64_t B, int64_t H, int64_t T, int64_t D) {
+  if (profiler::shape_only()) return;  // a dry run's step: no data
 #pragma omp parallel for schedule(static) if (B * H * T * D > kParallelMin)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t b = bt / T, t = bt % T;
@@ -144,6 +148,7 @@ void attention_unfused_forward(float* out, float* probs, const float* q, const f
                                int64_t head_offset, int64_t total_heads) {
   profiler::Scope prof(
       profiler::attention_kernel("attention_unfused_forward", B, H, T, D, 2, B * H * T * (4.0 * D + T)));
+  if (profiler::shape_only()) return;
   const int64_t R = H / G;
   const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -179,6 +184,7 @@ void attention_unfused_backward(float* dq, float* dk, float* dv, const float* do
                                 int64_t head_offset, int64_t total_heads) {
   profiler::Scope prof(
       profiler::attention_kernel("attention_unfused_backward", B, H, T, D, 4, B * H * T * (7.0 * D + 2.0 * T)));
+  if (profiler::shape_only()) return;
   (void)doc_ids;  // invisible entries have probs == 0, so the mask is already in probs
   const int64_t R = H / G;
   const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);

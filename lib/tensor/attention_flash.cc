@@ -210,6 +210,7 @@ void attention_flash_forward(float* out, float* lse, const float* q, const float
                              const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
                              float dropout_p, uint64_t seed, float* scratch, int64_t head_offset, int64_t total_heads) {
   profiler::Scope prof(profiler::attention_kernel("attention_flash_forward", B, H, T, D, 2, B * H * T * (4.0 * D + 1)));
+  if (profiler::shape_only()) return;
   const int64_t R = H / G;
   const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -228,6 +229,7 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
                               float* scratch, int64_t head_offset, int64_t total_heads) {
   profiler::Scope prof(
       profiler::attention_kernel("attention_flash_backward", B, H, T, D, 5, B * H * T * (8.0 * D + 1)));
+  if (profiler::shape_only()) return;
   const int64_t R = H / G;
   const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));

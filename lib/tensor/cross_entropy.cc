@@ -71,6 +71,7 @@ void cross_entropy_forward_unfused(float* losses, float* stats, const float* log
 void cross_entropy_forward(float* losses, float* stats, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, int64_t Vr, bool fused, float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("cross_entropy_forward", 1.0 * N * V + 3.0 * N, 4.0 * N * V));
+  if (profiler::shape_only()) return;
   if (fused)
     cross_entropy_forward_fused(losses, stats, logits, targets, N, V, Vr);
   else
@@ -80,6 +81,7 @@ void cross_entropy_forward(float* losses, float* stats, const float* logits, con
 void cross_entropy_backward(float* dlogits, const float* logits, const float* stats, const int32_t* targets,
                             const float* dlosses, int64_t N, int64_t V, int64_t Vr, bool fused, const float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("cross_entropy_backward", 2.0 * N * V + 3.0 * N, 4.0 * N * V));
+  if (profiler::shape_only()) return;
   const bool par = N * V > kParallelMin;
   if (fused) {
     // softmax recomputed from the logits and the saved lse; one write per

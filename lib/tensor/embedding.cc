@@ -9,6 +9,7 @@ namespace mtrain::kernels {
 void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
                        int64_t N, int64_t C) {
   profiler::Scope prof(profiler::elementwise_kernel("embedding_forward", 3.0 * N * C + 2.0 * N, 1.0 * N * C));
+  if (profiler::shape_only()) return;
 #pragma omp parallel for schedule(static) if (N * C > 16384)
   for (int64_t i = 0; i < N; ++i) {
     const float* te = wte + static_cast<int64_t>(tokens[i]) * C;
@@ -25,6 +26,7 @@ void embedding_forward(float* out, const int32_t* tokens, const int32_t* positio
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
                         int64_t N, int64_t C) {
   profiler::Scope prof(profiler::elementwise_kernel("embedding_backward", 4.0 * N * C + 2.0 * N, 2.0 * N * C));
+  if (profiler::shape_only()) return;
   // Each task owns a block of the C columns of every table row and scatters
   // the rows of dout in order: no races, and the same summation order for any
   // thread count (repeated tokens add up in token order).

@@ -4,11 +4,13 @@
 #include <string>
 
 #include "common/errors.h"
+#include "profiler/kernel_region.h"
 
 namespace mtrain::kernels::detail {
 
 void column_sums_accumulate(float* dst, const float* src, int64_t N, int64_t C, int64_t ld) {
-  constexpr int64_t kBlock = 256;  // columns per task: 1 KiB of dst stays in L1
+  if (profiler::shape_only()) return;  // a dry run's step: no data
+  constexpr int64_t kBlock = 256;      // columns per task: 1 KiB of dst stays in L1
   const int64_t nblocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (N * C > 32768)
   for (int64_t blk = 0; blk < nblocks; ++blk) {

@@ -130,6 +130,7 @@ void rmsnorm_backward_unfused(float* dinp, float* dweight, const float* dout, co
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int64_t N, int64_t C, float eps) {
   profiler::Scope prof(profiler::elementwise_kernel("layernorm_forward", 2.0 * N * C + 2.0 * C, 7.0 * N * C));
+  if (profiler::shape_only()) return;
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
@@ -148,6 +149,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
   profiler::Scope prof(profiler::elementwise_kernel("layernorm_backward", 3.0 * N * C + 4.0 * C, 12.0 * N * C));
+  if (profiler::shape_only()) return;
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
@@ -170,6 +172,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps,
                      bool fused, float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("rmsnorm_forward", 2.0 * N * C + C, 4.0 * N * C));
+  if (profiler::shape_only()) return;
   if (fused)
     rmsnorm_forward_fused(out, rstd, inp, weight, N, C, eps);
   else
@@ -179,6 +182,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
                       const float* rstd, int64_t N, int64_t C, bool fused, float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("rmsnorm_backward", 3.0 * N * C + 2.0 * C, 9.0 * N * C));
+  if (profiler::shape_only()) return;
   if (fused)
     rmsnorm_backward_fused(dinp, dweight, dout, inp, weight, rstd, N, C);
   else

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "profiler/kernel_region.h"
+
 namespace mtrain::kernels {
 namespace {
 
@@ -41,6 +43,7 @@ float round_fp16(float x) {
 }
 
 void round_to_dtype(float* x, int64_t n, DType dtype) {
+  if (profiler::shape_only()) return;  // a dry run's step: no data
   if (dtype == DType::kF32) return;
   if (dtype == DType::kBF16) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
@@ -52,6 +55,7 @@ void round_to_dtype(float* x, int64_t n, DType dtype) {
 }
 
 double sum_squares(const float* x, int64_t n) {
+  if (profiler::shape_only()) return 0.0;  // a dry run's step: no data
   // Fixed chunks, each summed in order, then the chunk sums in order: the
   // same bits for any thread count.
   constexpr int64_t kChunk = 1 << 16;
@@ -77,6 +81,7 @@ double sum_squares(const float* x, int64_t n) {
 }
 
 bool all_finite(const float* x, int64_t n) {
+  if (profiler::shape_only()) return true;  // a dry run's step: no data
   int64_t bad = 0;
 #pragma omp parallel for simd schedule(static) reduction(+ : bad) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) bad += (std::bit_cast<uint32_t>(x[i]) & kInfBits) == kInfBits ? 1 : 0;

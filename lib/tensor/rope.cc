@@ -127,6 +127,7 @@ void rope_unfused(float* x, const int32_t* positions, int64_t B, int64_t H, int6
 void rope_forward(float* x, const int32_t* positions, int64_t B, int64_t H, int64_t T, int64_t D, float base,
                   bool fused, float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("rope_forward", 2.0 * B * H * T * D, 3.0 * B * H * T * D));
+  if (profiler::shape_only()) return;
   if (fused)
     rope_fused(x, positions, B, H, T, D, base, 1.0f);
   else
@@ -136,6 +137,7 @@ void rope_forward(float* x, const int32_t* positions, int64_t B, int64_t H, int6
 void rope_backward(float* dx, const int32_t* positions, int64_t B, int64_t H, int64_t T, int64_t D, float base,
                    bool fused, float* scratch) {
   profiler::Scope prof(profiler::elementwise_kernel("rope_backward", 2.0 * B * H * T * D, 3.0 * B * H * T * D));
+  if (profiler::shape_only()) return;
   if (fused)
     rope_fused(dx, positions, B, H, T, D, base, -1.0f);
   else

@@ -4,6 +4,7 @@
 
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
+#include "profiler/kernel_region.h"
 
 namespace mtrain::train {
 
@@ -95,6 +96,10 @@ void GradSync::reduce(float* grads) {
 
 // Packs the listed gradients into one buffer, sums it over `comm`, unpacks.
 static void all_reduce_packed(parallel::Comm& comm, float* grads, const Intervals& list, std::vector<float>& pack) {
+  if (profiler::shape_only()) {  // a dry run's step: the same call, no data
+    comm.all_reduce_sum(static_cast<float*>(nullptr), total(list));
+    return;
+  }
   pack.resize(total(list));
   float* p = pack.data();
   for (const auto& [b, e] : list) p = std::copy(grads + b, grads + e, p);
@@ -119,6 +124,7 @@ void GradSync::reduce_shared_embedding(float* grads) {
 bool GradSync::unscale_and_check(float* grads, float inv_scale) {
   int32_t inf = 0;
   for (const auto& [b, e] : updated_) {
+    if (profiler::shape_only()) break;
     optim::unscale_grads(grads + b, e - b, inv_scale);
     inf |= optim::found_inf(grads + b, e - b) ? 1 : 0;
   }
@@ -126,7 +132,7 @@ bool GradSync::unscale_and_check(float* grads, float inv_scale) {
 }
 
 double GradSync::grad_norm(const float* grads) {
-  double sq = optim::grad_norm_sq_intervals(grads, norm_intervals_);
+  double sq = profiler::shape_only() ? 0.0 : optim::grad_norm_sq_intervals(grads, norm_intervals_);
   // Each DP replica holds the same gradients unless the optimizer is sharded.
   parallel::Comm& group = distributed_ ? state_.world() : state_.model();
   group.all_reduce(&sq, 1, parallel::ReduceOp::kSum);

@@ -30,30 +30,6 @@ ProfilerOptions profiler_options(const config::Args& a) {
   return o;
 }
 
-namespace {
-
-device::Collective collective_of(parallel::CommOp op) {
-  switch (op) {
-    case parallel::CommOp::kAllReduce:
-      return device::Collective::kAllReduce;
-    case parallel::CommOp::kAllGather:
-      return device::Collective::kAllGather;
-    case parallel::CommOp::kReduceScatter:
-      return device::Collective::kReduceScatter;
-    case parallel::CommOp::kBroadcast:
-      return device::Collective::kBroadcast;
-    case parallel::CommOp::kSend:
-    case parallel::CommOp::kRecv:
-    case parallel::CommOp::kSendRecv:
-      return device::Collective::kPointToPoint;
-    case parallel::CommOp::kBarrier:
-      return device::Collective::kBarrier;
-  }
-  return device::Collective::kBarrier;
-}
-
-}  // namespace
-
 ProfilerHook::ProfilerHook(ProfilerOptions opts, const device::Device& dev, parallel::ParallelState* state, int rank,
                            FileSystem& fs)
     : opts_(std::move(opts)), dev_(dev), state_(state), rank_(rank), fs_(fs), cost_(dev.profile()) {
@@ -66,18 +42,7 @@ ProfilerHook::ProfilerHook(ProfilerOptions opts, const device::Device& dev, para
     profiled_ranks_.push_back(rank_);
   profiled_ = std::find(profiled_ranks_.begin(), profiled_ranks_.end(), rank_) != profiled_ranks_.end();
   // Which of this rank's groups span nodes (they use the inter-node link).
-  if (state_) {
-    const int per_node = std::max(1, dev.profile().devices_per_node);
-    const parallel::ProcessGrid& grid = state_->grid();
-    for (int k = 0; k < parallel::kGroupKindCount; ++k) {
-      const auto kind = static_cast<parallel::GroupKind>(k);
-      const auto& members = grid.group_of(kind, rank_);
-      bool spans = false;
-      for (int m : members) spans = spans || m / per_node != rank_ / per_node;
-      inter_node_groups_.emplace_back(parallel::group_kind_name(kind), spans);
-    }
-    inter_node_groups_.emplace_back("world", world > per_node);
-  }
+  if (state_) inter_node_groups_ = state_->grid().groups_spanning_nodes(rank_, dev.profile().devices_per_node);
 }
 
 double ProfilerHook::now_us() const {
@@ -279,8 +244,9 @@ void ProfilerHook::on_comm(const parallel::CommEvent& e) {
   bool inter = false;
   for (const auto& [name, spans] : inter_node_groups_)
     if (name == e.group) inter = spans;
-  const double dur =
-      cost_.comm_seconds(collective_of(e.op), static_cast<double>(e.bytes + e.recv_bytes), e.group_size, inter) * 1e6;
+  const double dur = cost_.comm_seconds(parallel::cost_collective(e.op), static_cast<double>(e.bytes + e.recv_bytes),
+                                        e.group_size, inter) *
+                     1e6;
   // Collectives run on their own stream after the compute issued before them;
   // a blocking one holds the compute stream until it ends, a non-blocking one
   // (an overlapped DP bucket reduction) runs beside the kernels.

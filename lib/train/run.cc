@@ -205,6 +205,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   add_logger(hooks, args, *state, dev);
   hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, *state, dev), args.log_interval));
   if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
+  for (const auto& h : ctx.hooks) hooks.add(h);
   // fault_injection.h: the only reader of these variables; a save fault
   // makes the checkpoint file system a fault-injecting one.
   const std::optional<InjectedFault> fault =

@@ -4,10 +4,14 @@
 // training loop, and the closing sample answers. Returns the exit code.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "config/args.h"
 #include "device/cpu_affinity.h"
 #include "device/device.h"
 #include "parallel/parallel_state.h"
+#include "train/hooks.h"
 
 namespace mtrain::train {
 
@@ -22,6 +26,8 @@ struct RunContext {
   // When set, receives this rank's device accounting at the end of training
   // (the recorded peak a dry run of the same flags must predict).
   device::MemoryStats* memory_out = nullptr;
+  // Extra step hooks (e.g. a recorder a test compares with a dry run).
+  std::vector<std::shared_ptr<TrainHook>> hooks;
 };
 
 int run_training(const config::Args& args, const RunContext& ctx = {});

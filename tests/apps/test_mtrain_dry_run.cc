@@ -2,7 +2,10 @@
 // planned in this one process (no mpirun: the 4 GiB address-space cap of the
 // harness would not even hold a launch), a 7B plan that does not fit ends
 // with exit 6 and the stage, category, shortfall and fix; bad input is found
-// before anything is simulated.
+// before anything is simulated; --profile writes the simulated timeline.
+#include <map>
+#include <nlohmann/json.hpp>
+
 #include "mtrain_runner.h"
 
 namespace mtrain::functional {
@@ -67,11 +70,42 @@ TEST_F(DryRunCli, MissingCheckpointIsAnErrorButAMissingDatasetIsFine) {
   EXPECT_EQ(data.exit_code, 0) << data.describe();
 }
 
-TEST_F(DryRunCli, ProfileIsRefusedNotIgnored) {
-  const RunResult r = run(demo("--profile"), "profile");
+// --profile with --dry_run: the simulated step as a Chrome trace, both
+// stages of a PP 2 plan on one screen; each stage's spans follow one another
+// on its clock, and stage 1's forward of a micro-batch starts only after
+// stage 0's forward of it has ended (the message it waits for).
+TEST_F(DryRunCli, ProfileWritesTheSimulatedTimeline) {
+  const fs::path dir = tmp_ / "prof";
+  const RunResult r = run(demo("--pipeline_model_parallel_size 2 --profile --profile_save_path " + dir.string()),
+                          "profile", world(1, 2));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("Simulated timeline (Chrome trace): " + (dir / "simulated_trace.json").string()),
+            std::string::npos)
+      << r.out;
+  const nlohmann::json doc = nlohmann::json::parse(read_text(dir / "simulated_trace.json"));
+  std::map<std::pair<int, std::string>, std::pair<double, double>> span;  // (stage, name) -> (begin, end)
+  std::map<int, double> stage_clock;
+  int rows = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") ++rows;
+    if (e["ph"] != "X") continue;
+    const int stage = e["tid"];
+    const double b = e["ts"], d = e["dur"];
+    EXPECT_GE(b + 1e-9, stage_clock[stage]) << "stage " << stage << " runs two spans at once";
+    stage_clock[stage] = b + d;
+    span[{stage, e["name"]}] = {b, b + d};
+  }
+  EXPECT_EQ(rows, 2);
+  ASSERT_TRUE(span.count({0, "forward mb 0"}) && span.count({1, "forward mb 0"})) << doc.dump();
+  const auto at = [&](int stage, const char* name) { return span[std::make_pair(stage, std::string(name))]; };
+  EXPECT_GT(at(1, "forward mb 0").first, at(0, "forward mb 0").second);
+  EXPECT_GT(at(0, "backward mb 0").first, at(1, "backward mb 0").second);
+}
+
+TEST_F(DryRunCli, RealRunProfilerChoicesAreRefusedNotIgnored) {
+  const RunResult r = run(demo("--profile --profile_ranks 0"), "profile_ranks");
   EXPECT_EQ(r.exit_code, 3) << r.describe();
-  EXPECT_NE(r.err.find("--profile with --dry_run (a simulated timeline) is not implemented yet"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("--profile_ranks with --dry_run"), std::string::npos) << r.err;
 }
 
 }  // namespace

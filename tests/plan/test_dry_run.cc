@@ -13,11 +13,9 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "config/cli.h"
-#include "parallel/sim_comm.h"
 #include "plan/dry_run.h"
+#include "plan/dry_run_fixture.h"
 #include "plan/memory_report.h"
-#include "plan/plan_test_util.h"
 #include "train/run.h"
 
 namespace mtrain::plan {
@@ -25,28 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using device::MemCategory;
-
-using testing::parse;
-
-class DryRunTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    old_cwd_ = fs::current_path();
-    fs::current_path(MTRAIN_SOURCE_DIR);  // the demo config names files relative to the repository
-    out_ = fs::temp_directory_path() / ("mtrain_dry_run_" + std::to_string(getpid()));
-  }
-  void TearDown() override {
-    fs::current_path(old_cwd_);
-    fs::remove_all(out_);
-  }
-  // The demo SFT job, 2 iterations, no evaluation or sample answers.
-  std::string demo(const std::string& extra) const {
-    return "sft configs/sft_demo.yaml --train_iters 2 --lr_decay_iters 2400 --micro_batch_size 2 --global_batch_size 8 "
-           "--eval_interval 0 --num_generate_samples 0 --num_threads 1 --output_dir " +
-           out_.string() + " " + extra;
-  }
-  fs::path old_cwd_, out_;
-};
 
 struct Layout {
   const char* name;
@@ -61,19 +37,7 @@ class RealAgrees : public DryRunTest, public ::testing::WithParamInterface<Layou
 TEST_P(RealAgrees, PeakMemoryByCategory) {
   const Layout& l = GetParam();
   const config::Args args = parse(demo(l.flags), l.ranks);
-  // The real run: every rank a thread, its device accounting recorded at the end.
-  std::vector<device::MemoryStats> real(l.ranks);
-  parallel::SimWorld world(l.ranks);
-  const parallel::ProcessGrid grid = train::process_grid_from_args(args);
-  world.run([&](int rank) {
-    parallel::ParallelState state = parallel::make_sim_parallel_state(grid, world, rank);
-    train::RunContext ctx;
-    ctx.parallel = &state;
-    ctx.device_index = rank;
-    ctx.local_ranks = l.ranks;
-    ctx.memory_out = &real[rank];
-    train::run_training(args, ctx);
-  });
+  const std::vector<device::MemoryStats> real = run_real(args, l.ranks);
   const DryRun dry = dry_run(args);
   std::vector<bool> covered(l.ranks, false);
   for (const ClassMemory& c : dry.classes) {

@@ -17,17 +17,17 @@
 
 #include "config/cli.h"
 #include "plan/dry_run.h"
+#include "plan/dry_run_fixture.h"
 #include "plan/formula_compare.h"
-#include "plan/plan_test_util.h"
 
 namespace mtrain::plan {
 namespace {
 
 using device::MemCategory;
 
-config::Args parse(const std::string& flags, int world) {
+config::Args parse_from_repo(const std::string& flags, int world) {
   std::filesystem::current_path(MTRAIN_SOURCE_DIR);  // presets are found under configs/
-  return testing::parse(flags, world);
+  return parse(flags, world);
 }
 
 double bytes(const ClassMemory& c, MemCategory k) {
@@ -103,13 +103,13 @@ TEST_P(Table3, WeightsGradsOptimizerEqualMegatronPlusNamedTerms) {
   const Shape& s = GetParam();
   const int world = static_cast<int>(kT * s.p);
   const double params = megatron_shard(s) + mtrain_extra_params(s);
-  const DryRun r = dry_run(parse(gpt_flags(s) + " --global_batch_size " + std::to_string(s.p), world));
+  const DryRun r = dry_run(parse_from_repo(gpt_flags(s) + " --global_batch_size " + std::to_string(s.p), world));
   const ClassMemory& c = r.classes.at(0);
   ASSERT_EQ(c.rank_class.stage, 0);
   EXPECT_NEAR(static_cast<double>(c.parameters), params, 1.0);  // the formula's block/p is fractional
   EXPECT_GE(state_bytes(c), 18 * std::floor(params));
   EXPECT_NEAR(state_bytes(c) / (18 * params), 1.0, 1e-6);  // DP bucket padding only
-  const DryRun d = dry_run(parse(
+  const DryRun d = dry_run(parse_from_repo(
       gpt_flags(s) + " --global_batch_size " + std::to_string(2 * s.p) + " --use_distributed_optimizer", 2 * world));
   for (const ClassMemory& k : d.classes)
     if (k.rank_class.stage == 0) {
@@ -120,8 +120,8 @@ TEST_P(Table3, WeightsGradsOptimizerEqualMegatronPlusNamedTerms) {
 // Activation bytes of one transformer layer (one micro-batch slot), measured
 // as the dry run's difference between L and L - 1 layers at p = 1.
 double layer_activation_bytes(const std::string& flags, int64_t L, int world) {
-  const DryRun full = dry_run(parse(flags + " --num_layers " + std::to_string(L), world));
-  const DryRun less = dry_run(parse(flags + " --num_layers " + std::to_string(L - 1), world));
+  const DryRun full = dry_run(parse_from_repo(flags + " --num_layers " + std::to_string(L), world));
+  const DryRun less = dry_run(parse_from_repo(flags + " --num_layers " + std::to_string(L - 1), world));
   return bytes(full.classes.at(0), MemCategory::kActivations) - bytes(less.classes.at(0), MemCategory::kActivations);
 }
 
@@ -148,7 +148,7 @@ TEST_P(Table3, LayerActivationsEqualKorthikantiPlusNamedTerms) {
 // layer's input and fp32 logits 4sbh(1 + V/h)/t) and mtrain's difference.
 TEST_P(Table3, ReportPrintsTheFormulasAndTheDifference) {
   const Shape& s = GetParam();
-  const config::Args args = parse(gpt_flags(s) + " --global_batch_size " + std::to_string(s.p), kT * s.p);
+  const config::Args args = parse_from_repo(gpt_flags(s) + " --global_batch_size " + std::to_string(s.p), kT * s.p);
   const double sbh = static_cast<double>(kS * s.h), p = static_cast<double>(s.p), L = static_cast<double>(s.L);
   double act = (34 * sbh * L + 8 * kS * p + sbh * p) / kT;
   if (s.p == 1) act += 4 * sbh * (1 + static_cast<double>(kV) / static_cast<double>(s.h)) / kT;

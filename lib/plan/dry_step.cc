@@ -1,0 +1,58 @@
+#include "plan/dry_step.h"
+
+#include <memory>
+
+#include "common/errors.h"
+#include "profiler/kernel_region.h"
+#include "train/trainer.h"
+
+namespace mtrain::plan {
+
+namespace {
+
+// This rank's micro-batches of a global batch with their shape only: a dry
+// run reads no dataset. Every row is the model's full sequence length (what
+// pretraining always feeds; SFT pads to the longest row, at most this).
+class ShapeOnlyBatches : public train::BatchSource {
+ public:
+  ShapeOnlyBatches(int64_t micro_batches, int64_t B, int64_t T, int64_t global_batch)
+      : micro_batches_(micro_batches), B_(B), T_(T), global_batch_(global_batch) {}
+
+  std::vector<data::Batch> next_global_batch() override {
+    std::vector<data::Batch> out(static_cast<size_t>(micro_batches_));
+    for (data::Batch& b : out) {
+      b.B = B_;
+      b.T = T_;
+    }
+    return out;
+  }
+  int64_t global_batch_samples() const override { return global_batch_; }
+  data::DataLoader::State position() const override { return {}; }
+  void set_position(const data::DataLoader::State&) override {
+    throw Error(ExitCode::kInternal, "a dry run's batches have no position to restore");
+  }
+
+ private:
+  int64_t micro_batches_, B_, T_, global_batch_;
+};
+
+}  // namespace
+
+StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
+                        parallel::ParallelState& state, train::TrainerOptions to) {
+  to.train_iters = 1;
+  to.eval_interval = 0;
+  ShapeOnlyBatches batches(args.num_micro_batches, args.micro_batch_size, model.config().seq_length,
+                           args.global_batch_size);
+  const int dtype_bytes = model.config().dtype == DType::kF32 ? 4 : 2;
+  auto recorder = std::make_shared<StepRecorder>(1, dtype_bytes);
+  train::HookList hooks;
+  hooks.add(recorder);
+  profiler::ShapeOnlyScope shape_only;
+  train::Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), batches, nullptr, hooks,
+                         &state);
+  trainer.train();
+  return recorder->record();
+}
+
+}  // namespace mtrain::plan

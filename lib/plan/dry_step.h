@@ -1,0 +1,24 @@
+// One training iteration of a dry run's rank, shape-only: the real Trainer
+// (pipeline schedule, model, TP layers, grad sync, clipping, optimizer) runs
+// under profiler::ShapeOnlyScope on the rank's meta model and MetaComm, fed
+// micro-batches that have a shape (--micro_batch_size x the model's
+// sequence length) but no token ids. Kernels report their regions and
+// return; collectives report and move nothing; the optimizer and the grad
+// norm do no math (the loss and grad norm of this step are not numbers).
+#pragma once
+
+#include "config/args.h"
+#include "model/gpt.h"
+#include "parallel/parallel_state.h"
+#include "plan/step_record.h"
+#include "train/rank_build.h"
+
+namespace mtrain::plan {
+
+// Runs iteration 1 of the rank `state` stands for and returns what it
+// executed, in order. Allocations go through the model's Device as in a real
+// step, so its peak includes the step's transient buffers.
+StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
+                        parallel::ParallelState& state, train::TrainerOptions to);
+
+}  // namespace mtrain::plan

@@ -1,0 +1,61 @@
+#include "plan/sim_trace.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "common/file_system.h"
+
+namespace mtrain::plan {
+
+using nlohmann::json;
+
+// The ranks a stage's classes stand for, for the row's name.
+static std::string stage_ranks(const DryRun& r, int stage) {
+  std::vector<int> ranks;
+  for (const ClassMemory& k : r.classes)
+    if (k.rank_class.stage == stage) ranks.insert(ranks.end(), k.rank_class.ranks.begin(), k.rank_class.ranks.end());
+  std::sort(ranks.begin(), ranks.end());
+  return ranks_text(ranks);
+}
+
+std::string simulated_trace(const DryRun& r, const StepTime& t) {
+  json events = json::array();
+  events.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", 0},
+                    {"args", {{"name", fmt::format("simulated step on {} (cost model)", r.profile.name)}}}});
+  for (int s = 0; s < r.pp; ++s)
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", s},
+                      {"args", {{"name", fmt::format("pipeline stage {} (ranks {})", s, stage_ranks(r, s))}}}});
+  for (const TimelineSpan& sp : t.timeline) {
+    const std::string name = sp.microbatch < 0 ? sp.name
+                             : r.chunks > 1    ? fmt::format("{} mb {} chunk {}", sp.name, sp.microbatch, sp.chunk)
+                                               : fmt::format("{} mb {}", sp.name, sp.microbatch);
+    events.push_back({{"name", name},
+                      {"ph", "X"},
+                      {"pid", 0},
+                      {"tid", sp.stage},
+                      {"ts", sp.begin_s * 1e6},
+                      {"dur", (sp.end_s - sp.begin_s) * 1e6},
+                      {"cat", sp.microbatch < 0 ? "comm" : "compute"}});
+  }
+  json doc{{"traceEvents", std::move(events)},
+           {"displayTimeUnit", "ms"},
+           {"metadata", {{"step_ms", t.step_s * 1e3}, {"clock", "simulated device time (microseconds)"}}}};
+  return doc.dump();
+}
+
+std::string write_simulated_trace(const DryRun& r, const StepTime& t, const std::string& dir) {
+  PosixFileSystem fs;
+  fs.create_dirs(dir);
+  const std::string path = dir + "/simulated_trace.json";
+  write_file_atomic(fs, path, simulated_trace(r, t));
+  return path;
+}
+
+}  // namespace mtrain::plan

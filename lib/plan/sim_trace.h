@@ -1,0 +1,21 @@
+// `--profile` with `--dry_run`: the simulated step as a Chrome trace
+// (chrome://tracing, Perfetto): one row per pipeline stage on one screen,
+// each forward / backward of a micro-batch and chunk where the device clock
+// places it, the gaps between them the bubble, the DP/grad communication
+// after the last backward. Times are the cost model's, not measured.
+#pragma once
+
+#include <string>
+
+#include "plan/dry_run.h"
+#include "plan/step_time.h"
+
+namespace mtrain::plan {
+
+// The trace document (JSON text).
+std::string simulated_trace(const DryRun& r, const StepTime& t);
+
+// Writes it to <dir>/simulated_trace.json (atomically) and returns the path.
+std::string write_simulated_trace(const DryRun& r, const StepTime& t, const std::string& dir);
+
+}  // namespace mtrain::plan

@@ -1,0 +1,164 @@
+// A dry run's shape-only training step executes what a real step executes:
+// for small demo layouts, the kernel regions (name, FLOPs, bytes) and the
+// collectives (op, group, bytes) of a real run's first iteration (ranks as
+// threads of a SimWorld, real data and math) equal, in order, those of the
+// dry run's step of the rank class that stands for each rank; and the
+// device peak, now including the step, equals the real run's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plan/dry_run.h"
+#include "plan/dry_run_fixture.h"
+#include "plan/step_time.h"
+
+namespace mtrain::plan {
+namespace {
+
+struct Layout {
+  const char* name;
+  int ranks;
+  const char* flags;
+};
+
+void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+
+class StepAgrees : public DryRunTest, public ::testing::WithParamInterface<Layout> {
+ protected:
+  // Pretraining on the demo corpus: every row is --seq_length tokens, the
+  // shape a dry run feeds.
+  std::string pretrain(const std::string& extra) const {
+    return "pt --model_preset demo --tokenizer configs/demo/tokenizer.json --dataset configs/demo/pt.txt "
+           "--seq_length 32 --train_iters 1 --lr_warmup_iters 0 --micro_batch_size 2 --global_batch_size 8 "
+           "--eval_interval 0 --num_generate_samples 0 --num_threads 1 --output_dir " +
+           out_.string() + " " + extra;
+  }
+};
+
+std::string show(const PhaseRecord& p) {
+  return p.name + " micro-batch " + std::to_string(p.microbatch) + " chunk " + std::to_string(p.chunk);
+}
+std::string show(const KernelRecord& k) {
+  return k.name + " flops " + std::to_string(k.flops) + " bytes " + std::to_string(k.bytes) + " phase " +
+         std::to_string(k.phase);
+}
+std::string show(const CommRecord& c) {
+  return std::string(parallel::comm_op_name(c.op)) + " " + c.group + "/" + std::to_string(c.group_size) + " bytes " +
+         std::to_string(c.bytes) + "+" + std::to_string(c.recv_bytes);
+}
+
+template <typename T>
+void expect_same_sequence(const std::vector<T>& real, const std::vector<T>& dry, const std::string& what) {
+  EXPECT_EQ(real.size(), dry.size()) << what;
+  for (size_t i = 0; i < std::min(real.size(), dry.size()); ++i) {
+    if (real[i] == dry[i]) continue;
+    ADD_FAILURE() << what << " #" << i << ": real " << show(real[i]) << ", dry " << show(dry[i]);
+    return;  // the first difference says it; the rest follow from it
+  }
+}
+
+// The cost model applied, here, to every kernel and collective a real rank
+// executed (inter-node: the demo worlds fit one node).
+struct Cost {
+  double compute_s = 0, comm_s = 0;
+};
+Cost real_cost(const StepRecord& r, const device::CostModel& cm, bool sixteen) {
+  Cost c;
+  for (const KernelRecord& k : r.kernels) c.compute_s += cm.kernel_seconds(k.flops, k.bytes, sixteen);
+  for (const CommRecord& m : r.comms) {
+    const auto op = m.op == parallel::CommOp::kAllReduce       ? device::Collective::kAllReduce
+                    : m.op == parallel::CommOp::kAllGather     ? device::Collective::kAllGather
+                    : m.op == parallel::CommOp::kReduceScatter ? device::Collective::kReduceScatter
+                    : m.op == parallel::CommOp::kBroadcast     ? device::Collective::kBroadcast
+                    : m.op == parallel::CommOp::kBarrier       ? device::Collective::kBarrier
+                                                               : device::Collective::kPointToPoint;
+    if (m.group != "pp")
+      c.comm_s += cm.comm_seconds(op, static_cast<double>(m.bytes + m.recv_bytes), m.group_size, false);
+  }
+  return c;
+}
+
+// Consistency: each stage's simulated compute is the cost model's time for
+// the kernels a real rank of that stage ran, its communication that of the
+// real rank's collectives; without a pipeline the step time is exactly their
+// sum (nothing overlaps, nothing waits).
+void expect_time_is_the_real_runs_cost(const DryRun& dry, const std::vector<std::shared_ptr<StepRecorder>>& real) {
+  const StepTime t = step_time(dry);
+  const device::CostModel cm(dry.profile);
+  const bool sixteen = dry.whole_model.dtype != DType::kF32;
+  ASSERT_GT(t.step_s, 0);
+  for (const ClassMemory& c : dry.classes) {
+    const StageTime& st = t.stages[c.rank_class.stage];
+    const Cost r = real_cost(real[c.rank_class.representative]->record(), cm, sixteen);
+    const double tol = 1e-12 * (r.compute_s + r.comm_s);  // summation order only
+    EXPECT_NEAR(st.compute_s, r.compute_s, tol) << "stage " << st.stage;
+    EXPECT_NEAR(st.tp_comm_s + st.tail_comm_s, r.comm_s, tol) << "stage " << st.stage;
+    if (dry.pp == 1) {
+      EXPECT_NEAR(t.step_s, r.compute_s + r.comm_s, tol);
+    }
+  }
+}
+
+TEST_P(StepAgrees, KernelsCollectivesAndPeakMemory) {
+  const Layout& l = GetParam();
+  const config::Args args = parse(pretrain(l.flags), l.ranks);
+  const int dtype_bytes = args.bf16 || args.fp16 ? 2 : 4;
+  std::vector<std::shared_ptr<StepRecorder>> recorders;
+  for (int r = 0; r < l.ranks; ++r) recorders.push_back(std::make_shared<StepRecorder>(1, dtype_bytes));
+  const std::vector<device::MemoryStats> real =
+      run_real(args, l.ranks, std::vector<std::shared_ptr<train::TrainHook>>(recorders.begin(), recorders.end()));
+  const DryRun dry = dry_run(args);
+  expect_time_is_the_real_runs_cost(dry, recorders);
+  for (const ClassMemory& c : dry.classes) {
+    ASSERT_FALSE(c.step.kernels.empty()) << "the dry run's step recorded no kernel";
+    for (int rank : c.rank_class.ranks) {
+      const StepRecord& r = recorders[rank]->record();
+      ASSERT_FALSE(r.kernels.empty()) << "rank " << rank << " recorded no kernel";
+      const std::string who = "rank " + std::to_string(rank);
+      expect_same_sequence(r.phases, c.step.phases, who + " phases");
+      expect_same_sequence(r.kernels, c.step.kernels, who + " kernels");
+      expect_same_sequence(r.comms, c.step.comms, who + " collectives");
+      EXPECT_EQ(c.stats.max_allocated, real[rank].max_allocated) << who;
+      EXPECT_EQ(c.stats.max_reserved, real[rank].max_reserved) << who;
+    }
+  }
+}
+
+// A 16-bit model's TP/SP collectives carry 16-bit activations (Megatron's
+// wire), so the cost model prices them at 2 bytes per element: every
+// sequence-parallel all-gather of the hidden states moves B s h x 2 bytes.
+TEST_F(DryRunTest, SixteenBitTensorParallelActivationsTravelAtTwoBytes) {
+  const config::Args args = parse(
+      "pt --model_preset demo --vocab_size 512 --seq_length 32 --train_iters 1 --micro_batch_size 2 "
+      "--global_batch_size 2 --tensor_model_parallel_size 2 --sequence_parallel --bf16 --output_dir " +
+          out_.string(),
+      2);
+  const DryRun dry = dry_run(args);
+  const int64_t hidden_elems = 2 * 32 * dry.whole_model.hidden;
+  int gathers = 0;
+  for (const CommRecord& c : dry.classes.at(0).step.comms) {
+    if (c.group != "tp" || c.op != parallel::CommOp::kAllGather) continue;
+    EXPECT_NE(c.bytes, 4 * hidden_elems) << "an fp32 wire in a bf16 model";
+    gathers += c.bytes == 2 * hidden_elems;
+  }
+  EXPECT_GT(gathers, 0);
+}
+
+// fp16 starts from a loss scale the demo's gradients do not overflow: a real
+// step skipped for overflow has no grad-norm reduction, a dry step never skips.
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, StepAgrees,
+    ::testing::Values(Layout{"single", 1, ""},
+                      Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"},
+                      Layout{"pp2", 2, "--pipeline_model_parallel_size 2"},
+                      Layout{"dp2_distopt_bf16", 2, "--use_distributed_optimizer --bf16"},
+                      Layout{"tp2_pp2_interleaved_fp16", 4,
+                             "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
+                             "--num_layers_per_virtual_pipeline_stage 1 --fp16 --initial_loss_scale 4096"}),
+    [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace mtrain::plan
