@@ -105,6 +105,11 @@ int run_plan_command(const PlanOptions& o, std::ostream& out) {
   const int world = o.nnodes * o.nproc_per_node;
   std::vector<std::string> tokens = {"mtrain", "pt"};
   tokens.insert(tokens.end(), o.model_args.begin(), o.model_args.end());
+  // The plan measures one iteration: a length the user has not chosen yet is not required.
+  bool length = false;
+  for (const std::string& t : o.model_args)
+    for (const char* f : {"--train_iters", "--num_train_epochs", "--max_epochs"}) length = length || t.rfind(f, 0) == 0;
+  if (!length) tokens.insert(tokens.end(), {"--train_iters", "1"});
   std::vector<const char*> argv;
   for (const std::string& t : tokens) argv.push_back(t.c_str());
   config::ParseOptions po;
