@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <nlohmann/json.hpp>
 
 #include "common/errors.h"
 #include "config/cli.h"
@@ -85,20 +86,31 @@ static void print_table(const PlanOptions& o, const SearchSummary& s, std::ostre
   for (size_t i = 0; i < n; ++i) out << fmt::format("{}: {}\n", i + 1, launch_line(o, s.fitting[i]));
 }
 
+// nlohmann::json escapes the strings (a --model path may hold any character).
 static void print_json(const PlanOptions& o, const SearchSummary& s, std::ostream& out) {
+  nlohmann::json rows = nlohmann::json::array();
   const size_t n = std::min<size_t>(o.top, s.fitting.size());
-  out << "[";
   for (size_t i = 0; i < n; ++i) {
     const PlanResult& p = s.fitting[i];
     const Layout& l = p.layout;
-    out << fmt::format(
-        "{}\n  {{\"rank\": {}, \"tp\": {}, \"pp\": {}, \"vpp\": {}, \"dp\": {}, \"mbs\": {}, \"recompute\": \"{}\", "
-        "\"distributed_optimizer\": {}, \"sequence_parallel\": {}, \"peak_bytes\": {}, \"capacity_bytes\": {}, "
-        "\"step_s\": {}, \"tokens_per_s_per_device\": {}, \"mfu\": {}, \"flags\": \"{}\"}}",
-        i ? "," : "", i + 1, l.tp, l.pp, l.vpp, p.dp, l.mbs, l.recompute, l.distopt, l.sp, p.peak_bytes,
-        p.capacity_bytes, p.step_s, p.tokens_per_s_per_device, p.mfu, p.flags);
+    rows.push_back({{"rank", i + 1},
+                    {"tp", l.tp},
+                    {"pp", l.pp},
+                    {"vpp", l.vpp},
+                    {"dp", p.dp},
+                    {"mbs", l.mbs},
+                    {"recompute", l.recompute},
+                    {"distributed_optimizer", l.distopt},
+                    {"sequence_parallel", l.sp},
+                    {"peak_bytes", p.peak_bytes},
+                    {"capacity_bytes", p.capacity_bytes},
+                    {"step_s", p.step_s},
+                    {"tokens_per_s_per_device", p.tokens_per_s_per_device},
+                    {"mfu", p.mfu},
+                    {"flags", p.flags},
+                    {"command", launch_line(o, p)}});
   }
-  out << "\n]\n";
+  out << rows.dump(2) << "\n";
 }
 
 int run_plan_command(const PlanOptions& o, std::ostream& out) {

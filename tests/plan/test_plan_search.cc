@@ -4,6 +4,7 @@
 // nothing fits is exit 6; bad input is a usage error.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -90,9 +91,11 @@ TEST(PlanCommand, TopAndJson) {
   o.json = true;
   std::ostringstream json;
   run_plan_command(o, json);
-  EXPECT_NE(json.str().find("\"rank\": 2"), std::string::npos) << json.str();
-  EXPECT_EQ(json.str().find("\"rank\": 3"), std::string::npos) << json.str();
-  EXPECT_NE(json.str().find("\"flags\": \"--tensor_model_parallel_size"), std::string::npos) << json.str();
+  const nlohmann::json rows = nlohmann::json::parse(json.str());
+  ASSERT_EQ(rows.size(), 2u) << json.str();
+  EXPECT_EQ(rows[1]["rank"], 2);
+  EXPECT_EQ(rows[0]["flags"].get<std::string>().rfind("--tensor_model_parallel_size", 0), 0u) << json.str();
+  EXPECT_GT(rows[0]["tokens_per_s_per_device"].get<double>(), 0);
 }
 
 TEST(PlanCommand, NothingFitsIsExitSixWithTheNearestMiss) {
