@@ -136,7 +136,9 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     return p;
   }
   if (p.inv.command == "plan") {  // one process plans the whole world
-    p.plan_options = mtrain::plan::parse_plan_args(p.inv.passthrough);
+    // NNODES / NPROC_PER_NODE, as for --dry_run, unless --nnodes / --nproc_per_node say otherwise.
+    const mtrain::launch::LaunchRequest request = mtrain::launch::read_launch_request(env);
+    p.plan_options = mtrain::plan::parse_plan_args(p.inv.passthrough, request.nnodes, request.nproc_per_node);
     if (!p.plan_options.help) require_one_process("plan", world);
     return p;
   }

@@ -21,8 +21,10 @@ static int positive(const std::string& name, const std::string& v) {
   return n;
 }
 
-PlanOptions parse_plan_args(const std::vector<std::string>& args) {
+PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes, int nproc_per_node) {
   PlanOptions o;
+  o.nnodes = nnodes;
+  o.nproc_per_node = nproc_per_node;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--help" || a == "-h")

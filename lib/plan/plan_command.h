@@ -14,7 +14,8 @@ struct PlanOptions {
   bool json = false, help = false;
   std::vector<std::string> model_args;  // the rest: parsed as `mtrain pt` flags
 };
-PlanOptions parse_plan_args(const std::vector<std::string>& args);
+// nnodes / nproc_per_node: the world when the flags do not give it (NNODES / NPROC_PER_NODE).
+PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes = 1, int nproc_per_node = 1);
 std::string plan_help();
 int run_plan_command(const PlanOptions& o, std::ostream& out);
 
