@@ -32,6 +32,7 @@
 #include "mtrain/launch/rendezvous.h"
 #include "parallel/mpi_comm.h"
 #include "plan/dry_run_command.h"
+#include "plan/plan_command.h"
 #include "train/export.h"
 #include "train/precision_compare.h"
 #include "train/run.h"
@@ -62,6 +63,11 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
                       {},
                       "compare two precision dumps (--precision_dump_path) and name the first diverging module",
                       /*training_flags=*/false});
+  commands.push_back({"plan",
+                      {},
+                      "search TP/PP/VPP/DP, micro-batch, recompute, distributed optimizer and SP for the fastest "
+                      "layout that fits (dry-run checked)",
+                      /*training_flags=*/false});
   commands.push_back({"preprocess_data",
                       {},
                       "tokenize JSONL into Megatron's indexed .bin/.idx pretraining format (for pt --data_path)",
@@ -79,6 +85,7 @@ struct Prepared {
   mtrain::data::PreprocessCommandOptions preprocess_options;
   mtrain::train::CompareOptions compare_options;
   mtrain::launch::DevicePlacement placement;
+  mtrain::plan::PlanOptions plan_options;
   std::vector<std::string> warnings;
 };
 
@@ -128,6 +135,13 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     if (!p.compare_options.help) require_one_process("compare", world);
     return p;
   }
+  if (p.inv.command == "plan") {  // one process plans the whole world
+    // NNODES / NPROC_PER_NODE, as for --dry_run, unless --nnodes / --nproc_per_node say otherwise.
+    const mtrain::launch::LaunchRequest request = mtrain::launch::read_launch_request(env);
+    p.plan_options = mtrain::plan::parse_plan_args(p.inv.passthrough, request.nnodes, request.nproc_per_node);
+    if (!p.plan_options.help) require_one_process("plan", world);
+    return p;
+  }
   if (p.inv.command == "preprocess_data") {  // one process, no device
     p.preprocess_options = mtrain::data::parse_preprocess_args(p.inv.passthrough);
     if (!p.preprocess_options.help) require_one_process("preprocess_data", world);
@@ -151,6 +165,7 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   }
   if (p.inv.command == "tokenizer") return mtrain::data::run_tokenizer_command(p.tokenizer_options, std::cout);
   if (p.inv.command == "preprocess_data") return mtrain::data::run_preprocess_command(p.preprocess_options, std::cout);
+  if (p.inv.command == "plan") return mtrain::plan::run_plan_command(p.plan_options, std::cout);
   if (p.inv.command == "compare") return mtrain::train::run_compare(p.compare_options, std::cout);
   if (p.inv.command == "export") {
     mtrain::PosixFileSystem fs;
@@ -205,10 +220,11 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
     if (p.tokenizer_options.help) fmt::print("{}", mtrain::data::tokenizer_help());
     if (p.preprocess_options.help) fmt::print("{}", mtrain::data::preprocess_help());
     if (p.compare_options.help) fmt::print("{}", mtrain::train::compare_help());
+    if (p.plan_options.help) fmt::print("{}", mtrain::plan::plan_help());
   }
   int rc = 0;
   const bool help = p.devices.help || p.npu_smi.help || p.export_options.help || p.tokenizer_options.help ||
-                    p.preprocess_options.help || p.compare_options.help;
+                    p.preprocess_options.help || p.compare_options.help || p.plan_options.help;
   if (p.inv.action == mtrain::config::Invocation::Action::kRun && !help) {
     std::optional<mtrain::launch::FailureChannel> failures;
     if (mpi && world.size > 1) failures.emplace(mpi->comm());

@@ -106,6 +106,7 @@ bool wants_relaunch(const LaunchRequest& request, const Env& env, const std::vec
   if (under_mpi(env)) return false;
   if (request.nproc_per_node <= 1 && !request.nnodes_set) return false;
   if (!args.empty() && args[0] == "npu-smi") return false;  // reads the machine's state; one process
+  if (!args.empty() && args[0] == "plan") return false;     // plans the whole world in this process (lib/plan)
   for (const auto& a : args) {
     if (a == "-h" || a == "--help" || a == "--version") return false;
     // A dry run plans the whole world in this one process (lib/plan).

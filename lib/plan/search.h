@@ -1,0 +1,50 @@
+// `mtrain plan`: the layout search. Every combination of TP, PP, VPP, DP,
+// micro-batch, recompute, distributed optimizer and sequence parallelism for
+// a world is checked by the CLI's own validation (config::validate), pruned
+// when a lower bound of its parameter states already exceeds the device, and
+// otherwise dry-run (dry_run.h) for its exact memory and simulated step time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/args.h"
+
+namespace mtrain::plan {
+
+struct Layout {
+  int tp = 1, pp = 1, vpp = 1, mbs = 1;
+  std::string recompute = "none";  // none | selective | full
+  bool distopt = false, sp = false;
+};
+
+// The flags that select `l` on the command line (what the plan prints).
+std::string layout_flags(const Layout& l, int num_layers);
+// `base` with `l` applied (not validated).
+config::Args apply_layout(const config::Args& base, const Layout& l);
+
+struct PlanResult {
+  Layout layout;
+  int dp = 1;
+  int64_t peak_bytes = 0, capacity_bytes = 0;  // the worst rank class
+  double step_s = 0, tokens_per_s_per_device = 0, mfu = 0;
+  bool fits = false;
+  std::string flags;
+};
+
+struct SearchOptions {
+  int nproc_per_node = 1, nnodes = 1;
+  bool prune = true;  // false: dry-run every valid candidate (tests compare)
+};
+
+struct SearchSummary {
+  int candidates = 0, invalid = 0, pruned = 0, dry_run = 0;
+  std::vector<PlanResult> fitting;  // best first: tokens/s/device, then less memory
+  std::vector<PlanResult> misses;   // dry-run, not fitting; smallest shortfall first
+};
+
+// base: validated Args of the user's model and batch (any layout).
+SearchSummary search_layouts(const config::Args& base, const SearchOptions& o);
+
+}  // namespace mtrain::plan

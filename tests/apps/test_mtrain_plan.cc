@@ -1,0 +1,51 @@
+// `mtrain plan` end to end: NNODES / NPROC_PER_NODE set the planned world
+// without a launch (under the harness's 4 GiB address-space cap an mpirun
+// would fail), the printed command re-run with --dry_run fits, nothing
+// fitting is exit 6, bad flags are exit 2.
+#include "mtrain_runner.h"
+
+namespace mtrain::functional {
+namespace {
+
+class PlanCli : public MtrainTest {
+ protected:
+  static RunOptions world(int nproc) {
+    RunOptions o;
+    o.timeout_seconds = 60;
+    o.env = {{"NNODES", "1"}, {"NPROC_PER_NODE", std::to_string(nproc)}};
+    return o;
+  }
+  static std::vector<std::string> qwen7b() {
+    return words("plan --model_preset qwen2.5-7b --global_batch_size 8 --seq_length 1024 --bf16");
+  }
+};
+
+TEST_F(PlanCli, TheBestPlanReRunAsADryRunFits) {
+  const RunResult r = run(concat(qwen7b(), {"--top", "1"}), "plan", world(4));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::string prefix = "1: NNODES=1 NPROC_PER_NODE=4 mtrain ";
+  const size_t at = r.out.find(prefix);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\n2: "), std::string::npos) << r.out;
+  const std::string line = r.out.substr(at + prefix.size(), r.out.find('\n', at) - at - prefix.size());
+  const RunResult dry = run(concat(words(line), {"--train_iters", "1", "--dry_run"}), "dry", world(4));
+  EXPECT_EQ(dry.exit_code, 0) << dry.describe();
+  EXPECT_NE(dry.out.find("FITS"), std::string::npos) << dry.out;
+}
+
+TEST_F(PlanCli, NothingFitsIsExitSix) {
+  const RunResult r = run(concat(qwen7b(), {"--nproc_per_node", "1"}), "one", world(4));
+  EXPECT_EQ(r.exit_code, 6) << r.describe();
+  EXPECT_NE(r.err.find("no layout of 1 ranks fits; the nearest miss"), std::string::npos) << r.err;
+}
+
+TEST_F(PlanCli, BadFlagsAreExitTwo) {
+  const RunResult r = run(concat(qwen7b(), {"--nnodes", "0"}), "nnodes", world(1));
+  EXPECT_EQ(r.exit_code, 2) << r.describe();
+  EXPECT_NE(r.err.find("--nnodes 0: not a positive integer"), std::string::npos) << r.err;
+  const RunResult tp = run(concat(qwen7b(), {"--tensor_model_parallel_size", "2"}), "tp", world(1));
+  EXPECT_EQ(tp.exit_code, 2) << tp.describe();
+}
+
+}  // namespace
+}  // namespace mtrain::functional
