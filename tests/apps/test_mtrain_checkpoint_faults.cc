@@ -30,7 +30,7 @@ namespace mtrain::functional {
 namespace {
 
 constexpr int kCheckpointExit = 5;
-constexpr double kBound = 60;  // seconds a stalled save may take to end the job (timeout 1.8 s + teardown)
+constexpr double kBound = 60;  // seconds a stalled save may take to end the job (timeout 6 s + teardown)
 const std::string kTracker = "latest_checkpointed_iteration.txt";
 
 std::vector<std::string> resume(const fs::path& dir, const std::string& extra = "") {
@@ -202,7 +202,7 @@ TEST_F(SaveErrors, DiskFullWithContinueWarnsOnceAndSavesLater) {
 TEST_F(SaveErrors, AHungSaveEndsTheJobAfterTheSaveTimeout) {
   const fs::path dir = tmp_ / "run";
   const RunResult r =
-      run(checkpoint_job(dir, "--save_interval 5 --save_timeout_minutes 0.03"), "hang", launch(2, "save_hang@10", 1));
+      run(checkpoint_job(dir, "--save_interval 5 --save_timeout_minutes 0.1"), "hang", launch(2, "save_hang@10", 1));
   ASSERT_FALSE(r.timed_out) << r.describe();
   EXPECT_LT(r.seconds, kBound) << r.describe();
   EXPECT_EQ(r.exit_code, kCheckpointExit) << r.describe();
@@ -222,7 +222,7 @@ TEST_F(SaveErrors, AHungSaveEndsTheJobAfterTheSaveTimeout) {
 TEST_F(SaveErrors, AHungSaveEndsASingleProcessRunToo) {
   const fs::path dir = tmp_ / "run";
   const RunResult r =
-      run(checkpoint_job(dir, "--save_interval 5 --save_timeout_minutes 0.03"), "hang", launch(1, "save_hang@10", 0));
+      run(checkpoint_job(dir, "--save_interval 5 --save_timeout_minutes 0.1"), "hang", launch(1, "save_hang@10", 0));
   ASSERT_FALSE(r.timed_out) << r.describe();
   EXPECT_EQ(r.exit_code, kCheckpointExit) << r.describe();
   EXPECT_TRUE(contains(r.err, "during checkpoint save of iteration 10") || contains(r.err, "rank 0: no progress for"))
