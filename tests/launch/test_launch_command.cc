@@ -125,6 +125,10 @@ TEST(LaunchRequest, FlagsOverTheVariables) {
     return std::string("<no error>");
   };
   EXPECT_EQ(message(none, std::nullopt, 0), "--nproc_per_node 0: not a positive integer");
+  LaunchRequest two_nodes = read_launch_request(none);
+  apply_launch_flags(two_nodes, 2, std::nullopt);
+  ASSERT_EQ(two_nodes.warnings.size(), 1u);
+  EXPECT_EQ(two_nodes.warnings[0], "--nnodes > 1 without MASTER_ADDR: using 127.0.0.1 (every node on this machine)");
   EXPECT_EQ(message(Env({{"NNODES", "4"}, {"NODE_RANK", "3"}}), 2, std::nullopt),
             "NODE_RANK=3 is out of range for --nnodes 2");
 }

@@ -6,12 +6,14 @@
 #include <wordexp.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/errors.h"
+#include "common/fs_test_util.h"
 #include "config/cli.h"
 #include "config/json.h"
 #include "config/validate.h"
@@ -236,6 +238,27 @@ TEST(PlanCommand, SftLineIsTheJobPlusTheLayout) {
   EXPECT_EQ(config::args_to_json(printed), config::args_to_json(parse_words(expected_words, 4, "sft")));
   EXPECT_EQ(printed.tensor_model_parallel_size, rows[0]["tp"].get<int>());
   EXPECT_EQ(printed.micro_batch_size, rows[0]["mbs"].get<int>());
+}
+
+// The job's YAML may carry the world: it counts unless plan's own flags say
+// otherwise, and the printed line names the world it was planned for.
+TEST(PlanCommand, TheJobsYamlWorldUnderPlansFlags) {
+  testing::TempDir dir;
+  const std::string job = dir / "job.yaml";
+  std::ofstream(job) << "model_preset: demo\nvocab_size: 1024\nglobal_batch_size: 8\nnproc_per_node: 4\n";
+  std::ostringstream yaml_world;
+  ASSERT_EQ(run_plan_command(parse_plan_args({job, "--top", "1", "--json"}), yaml_world), 0);
+  const nlohmann::json yaml_rows = nlohmann::json::parse(yaml_world.str());
+  ASSERT_EQ(yaml_rows.size(), 1u);
+  EXPECT_NE(yaml_rows[0]["command"].get<std::string>().find("--nnodes 1 --nproc_per_node 4"), std::string::npos)
+      << yaml_rows[0]["command"];
+  EXPECT_EQ(yaml_rows[0]["tp"].get<int>() * yaml_rows[0]["pp"].get<int>() * yaml_rows[0]["dp"].get<int>(), 4);
+  std::ostringstream flag_world;
+  ASSERT_EQ(run_plan_command(parse_plan_args({job, "--nproc_per_node", "2", "--top", "1", "--json"}), flag_world), 0);
+  const nlohmann::json flag_rows = nlohmann::json::parse(flag_world.str());
+  ASSERT_EQ(flag_rows.size(), 1u);
+  EXPECT_NE(flag_rows[0]["command"].get<std::string>().find("--nnodes 1 --nproc_per_node 2"), std::string::npos)
+      << flag_rows[0]["command"];
 }
 
 TEST(PlanCommand, BadInputIsAUsageError) {

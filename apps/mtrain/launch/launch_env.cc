@@ -96,7 +96,8 @@ LaunchRequest read_launch_request(const Env& env) {
       int_var(env, "MTRAIN_OMPI_SERVER_PORT", 0, 65535).value_or(r.master_port < 65535 ? r.master_port + 1 : 0);
   r.rdzv_timeout_s = timeout_var(env);
   r.ifname = env.get("MTRAIN_IFNAME").value_or("");
-  if (r.multi_node() && !env.has("MASTER_ADDR")) {
+  r.master_addr_set = env.has("MASTER_ADDR");
+  if (r.multi_node() && !r.master_addr_set) {
     r.warnings.push_back("NNODES > 1 without MASTER_ADDR: using 127.0.0.1 (every node on this machine)");
   }
   return r;
@@ -119,6 +120,7 @@ void override_with_flag(const char* flag, std::optional<int> value, const char* 
 }  // namespace
 
 void apply_launch_flags(LaunchRequest& r, std::optional<int> nnodes, std::optional<int> nproc_per_node) {
+  const bool was_multi_node = r.multi_node();
   override_with_flag("nproc_per_node", nproc_per_node, "NPROC_PER_NODE",
                      r.nproc_set ? std::optional<int>(r.nproc_per_node) : std::nullopt, r.nproc_per_node, r.warnings);
   override_with_flag("nnodes", nnodes, "NNODES", r.nnodes_set ? std::optional<int>(r.nnodes) : std::nullopt, r.nnodes,
@@ -128,6 +130,8 @@ void apply_launch_flags(LaunchRequest& r, std::optional<int> nnodes, std::option
   if (r.node_rank >= r.nnodes)
     throw UsageError(fmt::format("NODE_RANK={} is out of range for --nnodes {}", r.node_rank, r.nnodes),
                      fmt::format("NODE_RANK counts nodes from 0 to {}", r.nnodes - 1));
+  if (r.multi_node() && !was_multi_node && !r.master_addr_set)
+    r.warnings.push_back("--nnodes > 1 without MASTER_ADDR: using 127.0.0.1 (every node on this machine)");
 }
 
 bool wants_relaunch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args, bool dry_run) {

@@ -53,6 +53,7 @@ struct LaunchRequest {
   int ompi_server_port = kDefaultMasterPort + 1;  // MTRAIN_OMPI_SERVER_PORT, default MASTER_PORT+1; 0 = any
   bool nproc_set = false;
   bool nnodes_set = false;
+  bool master_addr_set = false;       // MASTER_ADDR given (else every node is this machine)
   std::vector<std::string> warnings;  // e.g. NPROC_PER_NODE and NPUS_PER_NODE disagree
 
   bool multi_node() const { return nnodes > 1; }
