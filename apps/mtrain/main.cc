@@ -1,8 +1,9 @@
 // mtrain: the command-line entry point.
 //
-// 1. Launch: with NPROC_PER_NODE (NPUS_PER_NODE) > 1 or NNODES set, and not
-//    already a rank, mtrain re-runs itself under mpirun and propagates its exit
-//    code (launch_run.h; docs/LAUNCH.md).
+// 1. Launch: with NPROC_PER_NODE (NPUS_PER_NODE) > 1 or NNODES set (or the
+//    flags --nproc_per_node / --nnodes, read with the YAML config before the
+//    decision), not a --dry_run and not already a rank, mtrain re-runs itself
+//    under mpirun and propagates its exit code (launch_run.h; docs/LAUNCH.md).
 // 2. Otherwise this process does the work, as the only process or as one rank
 //    (under mpirun: MPI is initialised and, for a multi-node launch, the nodes
 //    are joined into one world, rendezvous.h). Checks every rank makes alike are
@@ -96,25 +97,55 @@ void require_one_process(const char* command, const WorldInfo& world) {
                              "run it without NPROC_PER_NODE / NNODES / mpirun");
 }
 
+// The launch a command line asks for: NNODES / NPROC_PER_NODE with --nnodes /
+// --nproc_per_node over them, and whether it is a dry run. Read from the
+// merged command line and YAML config before any rank exists (config::peek_args),
+// so `dry_run: true` in a YAML file stops the launch like the flag does.
+struct LaunchChoice {
+  mtrain::launch::LaunchRequest request;
+  bool dry_run = false;
+  bool flags = false;  // --nnodes or --nproc_per_node given
+};
+
+LaunchChoice read_launch_choice(int argc, char** argv, const mtrain::launch::Env& env) {
+  LaunchChoice c;
+  c.request = mtrain::launch::read_launch_request(env);
+  mtrain::config::ParseOptions options;
+  options.commands = mtrain_commands();
+  const std::optional<mtrain::config::Args> args = mtrain::config::peek_args(argc, argv, options);
+  if (!args) return c;
+  mtrain::launch::apply_launch_flags(c.request, args->nnodes, args->nproc_per_node);
+  c.dry_run = args->dry_run;
+  c.flags = args->nnodes || args->nproc_per_node;
+  return c;
+}
+
 // The world a command line is validated for: this launch's, or for a dry run
-// outside mpirun the one NNODES x NPROC_PER_NODE would launch (planned, not
-// launched: wants_relaunch lets --dry_run through).
-int validated_world_size(int argc, char** argv, const mtrain::launch::Env& env, const WorldInfo& world) {
-  if (mtrain::launch::under_mpi(env)) return world.size;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--dry_run" || a.rfind("--dry_run=", 0) == 0) return mtrain::launch::read_launch_request(env).world_size();
+// outside mpirun the one the launch choice would start (planned, not launched).
+// Under mpirun, --nnodes x --nproc_per_node must be the world mpirun started.
+int validated_world_size(const LaunchChoice& launch, const mtrain::launch::Env& env, const WorldInfo& world) {
+  if (mtrain::launch::under_mpi(env)) {
+    if (launch.flags && launch.request.world_size() != world.size)
+      throw mtrain::UsageError(
+          fmt::format("--nnodes {} x --nproc_per_node {} is {} ranks, but mpirun started {}", launch.request.nnodes,
+                      launch.request.nproc_per_node, launch.request.world_size(), world.size),
+          "under mpirun the world is mpirun's: drop --nnodes / --nproc_per_node or make them "
+          "agree with -np");
+    return world.size;
   }
-  return world.size;
+  return launch.dry_run ? launch.request.world_size() : world.size;
 }
 
 Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const WorldInfo& world) {
   Prepared p;
   mtrain::config::ParseOptions options;
   options.commands = mtrain_commands();
-  options.world_size = validated_world_size(argc, argv, env, world);
+  const LaunchChoice launch = read_launch_choice(argc, argv, env);
+  options.world_size = validated_world_size(launch, env, world);
   p.inv = mtrain::config::parse_command_line(argc, argv, options);
   p.warnings = p.inv.warnings;
+  if (launch.dry_run && !mtrain::launch::under_mpi(env))  // a launch would have printed them
+    p.warnings.insert(p.warnings.end(), launch.request.warnings.begin(), launch.request.warnings.end());
   if (p.inv.action != mtrain::config::Invocation::Action::kRun) return p;
   if (p.inv.command == "export") {  // one process, no device
     p.export_options = mtrain::train::parse_export_args(p.inv.passthrough);
@@ -175,8 +206,8 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
     if (world.size > 1)
       throw mtrain::UsageError(
           fmt::format("--dry_run plans the whole world in one process, not in {} ranks", world.size),
-          "give --dry_run on the command line (from a YAML file it cannot stop the launch) and not under "
-          "mpirun; NNODES / NPROC_PER_NODE then set the planned world");
+          "run the dry run without mpirun; --nnodes / --nproc_per_node (or NNODES / NPROC_PER_NODE) set "
+          "the planned world");
     return mtrain::plan::run_dry_run(p.inv.args, std::cout);
   }
   mtrain::train::RunContext ctx;
@@ -251,8 +282,9 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   try {
     if (!mtrain::launch::under_mpi(env)) {
-      const auto request = mtrain::launch::read_launch_request(env);
-      if (mtrain::launch::wants_relaunch(request, env, args)) return mtrain::launch::run_launch(request, env, args);
+      const LaunchChoice launch = read_launch_choice(argc, argv, env);
+      if (mtrain::launch::wants_relaunch(launch.request, env, args, launch.dry_run))
+        return mtrain::launch::run_launch(launch.request, env, args);
     }
   } catch (...) {
     const std::exception_ptr error = std::current_exception();

@@ -155,6 +155,10 @@ struct Args {
   int max_new_tokens = 64;
   std::string device_profile = "Ascend910B3";  // configs/devices/<name>.yaml or a path
   bool dry_run = false;                        // lib/plan: memory plan, no training
+  // The launch's world (torchrun's flags), over NNODES / NPROC_PER_NODE; read
+  // by the launcher before any rank exists (apps/mtrain/launch/launch_flags.h).
+  std::optional<int> nnodes;
+  std::optional<int> nproc_per_node;
 
   // ---- checkpointing (output_dir is --save) -------------------------------
   std::optional<std::string> load;  // --mcore_model: resume (or --finetune) from this directory

@@ -153,7 +153,10 @@ std::string command_names(const std::vector<CommandSpec>& commands) {
 
 }  // namespace
 
-Invocation parse_command_line(int argc, const char* const* argv, const ParseOptions& options) {
+namespace {
+
+// parse_command_line up to the merge: the command, help, or unvalidated Args.
+Invocation parse_and_merge(int argc, const char* const* argv, const ParseOptions& options, bool apply_env) {
   std::map<std::string, std::string> original;
   std::vector<std::string> tokens = normalize_tokens(argc, argv, options.commands, original);
 
@@ -216,12 +219,34 @@ Invocation parse_command_line(int argc, const char* const* argv, const ParseOpti
   for (const auto& extra : st->app->remaining()) {
     if (extra.rfind('-', 0) == 0 && extra != "-") throw_unknown_flag(extra, original);
   }
-  detail::MergeInput in{inv.command, st->positionals, st->config_option, st->events, options.config_dir};
+  detail::MergeInput in{inv.command, st->positionals, st->config_option, st->events, options.config_dir, apply_env};
   inv.args = detail::merge_sources(in, inv.warnings);
+  return inv;
+}
+
+// A training command to run (not help, version or a command with its own parser).
+bool runs_training(const Invocation& inv, const std::vector<CommandSpec>& commands) {
+  if (inv.action != Invocation::Action::kRun) return false;
+  for (const CommandSpec& c : commands)
+    if (c.name == inv.command) return c.training_flags;
+  return false;
+}
+
+}  // namespace
+
+Invocation parse_command_line(int argc, const char* const* argv, const ParseOptions& options) {
+  Invocation inv = parse_and_merge(argc, argv, options, /*apply_env=*/true);
+  if (!runs_training(inv, options.commands)) return inv;
   auto warnings = validate(inv.args, options.world_size);
   inv.warnings.insert(inv.warnings.end(), warnings.begin(), warnings.end());
   detail::check_device_profile(inv.args, options.config_dir);
   return inv;
+}
+
+std::optional<Args> peek_args(int argc, const char* const* argv, const ParseOptions& options) {
+  const Invocation inv = parse_and_merge(argc, argv, options, /*apply_env=*/false);
+  if (!runs_training(inv, options.commands)) return std::nullopt;
+  return inv.args;
 }
 
 }  // namespace mtrain::config

@@ -11,6 +11,7 @@
 // are already set are kept, with a warning in Invocation::warnings).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,13 @@ struct Invocation {
 };
 
 Invocation parse_command_line(int argc, const char* const* argv, const ParseOptions& options = {});
+
+// What the launcher must know before it decides to start ranks (--dry_run,
+// --nnodes, --nproc_per_node): a training command's Args merged from the same
+// sources as parse_command_line (preset < YAML < command line, YAML errors
+// with file:line:col) but not validated (the world is not known yet) and
+// without applying the YAML ENV block. nullopt for other commands, help and version.
+std::optional<Args> peek_args(int argc, const char* const* argv, const ParseOptions& options = {});
 
 // `mtrain --help` (commands) or `mtrain <command> --help` (every flag, grouped).
 std::string help_text(const std::string& command = "", const std::vector<CommandSpec>& commands = default_commands());

@@ -283,7 +283,21 @@ std::vector<FlagSpec> logging_flags() {
        .group = L,
        .help = "Plan the job without training: build every rank's model, optimizer and activation slots shape-only "
                "(no data read, nothing allocated on the host) and report peak HBM per pipeline stage by category; "
-               "NNODES/NPROC_PER_NODE set the planned world (no ranks are launched). Exit 6 if it does not fit."},
+               "--nnodes/--nproc_per_node (or NNODES/NPROC_PER_NODE) set the planned world (no ranks are "
+               "launched). Exit 6 if it does not fit."},
+      {.name = "nnodes",
+       .field = &Args::nnodes,
+       .group = L,
+       .help = "Nodes of the launch, as torchrun's --nnodes; over the NNODES variable. Each node runs this same "
+               "command with its NODE_RANK (MASTER_ADDR/MASTER_PORT as for NNODES). With --dry_run: the planned "
+               "world, nothing launched.",
+       .default_text = "NNODES or 1"},
+      {.name = "nproc_per_node",
+       .field = &Args::nproc_per_node,
+       .group = L,
+       .help = "Ranks (NPUs) per node, as torchrun's --nproc_per_node; over NPROC_PER_NODE / NPUS_PER_NODE. "
+               "Above 1 mtrain launches itself under mpirun. With --dry_run: the planned world, nothing launched.",
+       .default_text = "NPROC_PER_NODE or 1"},
   };
 }
 

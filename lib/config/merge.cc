@@ -122,6 +122,7 @@ Args merge_sources(const MergeInput& in, std::vector<std::string>& warnings) {
   args.command = in.command;
   args.config_file = path;
 
+  if (!in.apply_env) return args;
   auto env = preset.env;
   env.insert(env.end(), config.env.begin(), config.env.end());
   apply_env(env, warnings);

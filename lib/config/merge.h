@@ -23,6 +23,7 @@ struct MergeInput {
   std::string config_option;             // --config FILE
   std::vector<CliEvent> events;
   std::string config_dir;  // "" = find_config_dir()
+  bool apply_env = true;   // false: the launcher's look before it decides (peek_args), no setenv
 };
 
 // Reads the YAML config and preset, applies ENV, and returns unvalidated Args.

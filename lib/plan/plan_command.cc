@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 
 #include "common/errors.h"
 #include "config/cli.h"
@@ -21,22 +24,47 @@ static int positive(const std::string& name, const std::string& v) {
   return n;
 }
 
+// "--nproc-per-node=8" -> "--nproc_per_node": the flag's name in either spelling.
+static std::string flag_name(const std::string& token) {
+  std::string name = token.substr(0, token.find('='));
+  if (name.rfind("--", 0) == 0) std::replace(name.begin() + 2, name.end(), '-', '_');
+  return name;
+}
+
+// Flags that choose the layout: the plan chooses it, so a value given would
+// be overridden (or, printed with the plan, contradict it).
+static bool layout_flag(const std::string& name) {
+  for (const char* f : {"--dry_run", "--tensor_model_parallel_size", "--pipeline_model_parallel_size",
+                        "--virtual_pipeline_model_parallel_size", "--num_layers_per_virtual_pipeline_stage",
+                        "--decoder_first_pipeline_num_layers", "--decoder_last_pipeline_num_layers"})
+    if (name == f) return true;
+  return false;
+}
+
 PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes, int nproc_per_node) {
   PlanOptions o;
   o.nnodes = nnodes;
   o.nproc_per_node = nproc_per_node;
-  for (size_t i = 0; i < args.size(); ++i) {
+  size_t first = 0;
+  if (!args.empty() && (args[0] == "sft" || args[0] == "pt" || args[0] == "pretrain")) {
+    o.command = args[0] == "sft" ? "sft" : "pt";
+    first = 1;
+  }
+  for (size_t i = first; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "--help" || a == "-h")
+    const std::string name = flag_name(a);
+    if (a == "--help" || a == "-h") {
       o.help = true;
-    else if (a == "--json")
+    } else if (a == "--json") {
       o.json = true;
-    else if (a == "--nnodes" || a == "--nproc_per_node" || a == "--top") {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value", kUsage);
-      const int n = positive(a, args[++i]);
-      (a == "--nnodes" ? o.nnodes : a == "--top" ? o.top : o.nproc_per_node) = n;
-    } else if (a == "--dry_run" || a.rfind("--tensor_model_parallel_size", 0) == 0 ||
-               a.rfind("--pipeline_model_parallel_size", 0) == 0) {
+    } else if (name == "--nnodes" || name == "--nproc_per_node" || name == "--top") {
+      const size_t eq = a.find('=');
+      if (eq == std::string::npos && i + 1 >= args.size()) throw UsageError(name + " needs a value", kUsage);
+      const int n = positive(name, eq == std::string::npos ? args[++i] : a.substr(eq + 1));
+      (name == "--nnodes" ? o.nnodes : name == "--top" ? o.top : o.nproc_per_node) = n;
+      o.nnodes_given = o.nnodes_given || name == "--nnodes";
+      o.nproc_given = o.nproc_given || name == "--nproc_per_node";
+    } else if (layout_flag(name)) {
       throw UsageError(fmt::format("{} with mtrain plan: the plan chooses the layout itself", a),
                        "drop it; give the model, batch and --nnodes / --nproc_per_node");
     } else {
@@ -47,42 +75,68 @@ PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes, in
 }
 
 std::string plan_help() {
-  return "mtrain plan <model flags: --model_preset NAME | --model DIR | --num_layers ...> --global_batch_size N\n"
-         "            --seq_length N [--bf16] --nnodes N --nproc_per_node N [--top N] [--json]\n"
-         "Searches TP (within a node), PP, VPP, DP, micro-batch, recompute, the distributed optimizer and\n"
-         "sequence parallelism; dry-runs every valid layout and prints the fastest that fit, each with the\n"
-         "flags to paste. Exit 6 when none fits.\n";
+  return "mtrain plan [sft|pt] [JOB.yaml] <the job's flags: --model_preset NAME | --model DIR | --num_layers ...,\n"
+         "            --global_batch_size N, --seq_length N, --bf16, --dataset ..., --lr ...>\n"
+         "            --nnodes N --nproc_per_node N [--top N] [--json]\n"
+         "Searches TP (within a node), PP (with a shorter first/last stage), VPP, DP, micro-batch, recompute,\n"
+         "the distributed optimizer and sequence parallelism; dry-runs every valid layout and prints the\n"
+         "fastest that fit, each as the `mtrain sft|pt` command to paste: the job's flags as given, then the\n"
+         "layout's. The job is pt unless the first argument is sft. Exit 6 when none fits.\n";
 }
 
-static std::string join(const std::vector<std::string>& v) {
+std::string shell_quote(const std::string& token) {
+  static constexpr std::string_view kSafe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+./=:,@%";
+  if (!token.empty() && token.find_first_not_of(kSafe) == std::string::npos) return token;
+  std::string q = "'";
+  for (char c : token) q += c == '\'' ? std::string("'\\''") : std::string(1, c);  // ' -> '\''
+  return q + "'";
+}
+
+static std::string join_quoted(const std::vector<std::string>& v) {
   std::string s;
-  for (const std::string& x : v) s += (s.empty() ? "" : " ") + x;
+  for (const std::string& x : v) {
+    if (!s.empty()) s += ' ';
+    s += shell_quote(x);
+  }
   return s;
 }
 
 static double gib(int64_t b) { return static_cast<double>(b) / (1LL << 30); }
 
+// The job's own arguments as given, the layout, then the world as flags
+// (they win over the variables and over the job's YAML, so the line is the plan).
 static std::string launch_line(const PlanOptions& o, const PlanResult& p) {
-  return fmt::format("NNODES={} NPROC_PER_NODE={} mtrain pt {} {}", o.nnodes, o.nproc_per_node, join(o.model_args),
-                     p.flags);
+  return fmt::format("mtrain {} {} {} --nnodes {} --nproc_per_node {}", o.command, join_quoted(o.model_args), p.flags,
+                     o.nnodes, o.nproc_per_node);
+}
+
+// "-" for an even split, else the layers of the first / last stage ("7/9").
+static std::string edge_layers(const Layout& l, int num_layers) {
+  if (!l.first_stage_layers && !l.last_stage_layers) return "-";
+  const int edges = (l.first_stage_layers ? 1 : 0) + (l.last_stage_layers ? 1 : 0);
+  const int middle = l.pp == edges ? 0 : (num_layers - l.first_stage_layers - l.last_stage_layers) / (l.pp - edges);
+  return fmt::format("{}/{}", l.first_stage_layers ? l.first_stage_layers : middle,
+                     l.last_stage_layers ? l.last_stage_layers : middle);
 }
 
 static void print_table(const PlanOptions& o, const SearchSummary& s, std::ostream& out) {
   out << fmt::format(
       "{} candidates: {} invalid (Megatron's validation), {} pruned (states alone exceed HBM), "
-      "{} dry-run, {} fit\n\n",
-      s.candidates, s.invalid, s.pruned, s.dry_run, s.fitting.size());
-  out << fmt::format("{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>9} {:>7} {:>5} {:>17} {:>9} {:>13} {:>6}\n", "rank", "TP",
-                     "PP", "VPP", "DP", "MBS", "recompute", "distopt", "SP", "peak GiB / cap", "step s", "tokens/s/dev",
-                     "MFU");
+      "{} dry-run, {} fit ({} more had the memory and time of a simpler layout: listed once, as that one)\n\n",
+      s.candidates, s.invalid, s.pruned, s.dry_run, s.fitting.size(), s.same_as_simpler);
+  out << fmt::format("{:>4} {:>3} {:>3} {:>8} {:>3} {:>3} {:>4} {:>9} {:>7} {:>5} {:>17} {:>9} {:>13} {:>6}\n", "rank",
+                     "TP", "PP", "1st/last", "VPP", "DP", "MBS", "recompute", "distopt", "SP", "peak GiB / cap",
+                     "step s", "tokens/s/dev", "MFU");
   const size_t n = std::min<size_t>(o.top, s.fitting.size());
   for (size_t i = 0; i < n; ++i) {
     const PlanResult& p = s.fitting[i];
     const Layout& l = p.layout;
     out << fmt::format(
-        "{:>4} {:>3} {:>3} {:>3} {:>3} {:>4} {:>9} {:>7} {:>5} {:>8.2f} / {:<6.2f} {:>9.3f} {:>13.1f} {:>5.1f}%\n",
-        i + 1, l.tp, l.pp, l.vpp, p.dp, l.mbs, l.recompute, l.distopt ? "on" : "off", l.sp ? "on" : "off",
-        gib(p.peak_bytes), gib(p.capacity_bytes), p.step_s, p.tokens_per_s_per_device, 100 * p.mfu);
+        "{:>4} {:>3} {:>3} {:>8} {:>3} {:>3} {:>4} {:>9} {:>7} {:>5} {:>8.2f} / {:<6.2f} {:>9.3f} {:>13.1f} "
+        "{:>5.1f}%\n",
+        i + 1, l.tp, l.pp, edge_layers(l, p.num_layers), l.vpp, p.dp, l.mbs, l.recompute, l.distopt ? "on" : "off",
+        l.sp ? "on" : "off", gib(p.peak_bytes), gib(p.capacity_bytes), p.step_s, p.tokens_per_s_per_device,
+        100 * p.mfu);
   }
   out << "\n";
   for (size_t i = 0; i < n; ++i) out << fmt::format("{}: {}\n", i + 1, launch_line(o, s.fitting[i]));
@@ -99,6 +153,8 @@ static void print_json(const PlanOptions& o, const SearchSummary& s, std::ostrea
                     {"tp", l.tp},
                     {"pp", l.pp},
                     {"vpp", l.vpp},
+                    {"first_stage_layers", l.first_stage_layers},  // 0: the even share
+                    {"last_stage_layers", l.last_stage_layers},
                     {"dp", p.dp},
                     {"mbs", l.mbs},
                     {"recompute", l.recompute},
@@ -115,17 +171,35 @@ static void print_json(const PlanOptions& o, const SearchSummary& s, std::ostrea
   out << rows.dump(2) << "\n";
 }
 
-int run_plan_command(const PlanOptions& o, std::ostream& out) {
-  const int world = o.nnodes * o.nproc_per_node;
-  std::vector<std::string> tokens = {"mtrain", "pt"};
+// `mtrain <command> <the job's arguments>`, with one iteration when the job
+// has no length yet (the plan measures one; a real run needs one chosen).
+static std::vector<std::string> job_command_line(const PlanOptions& o) {
+  std::vector<std::string> tokens = {"mtrain", o.command};
   tokens.insert(tokens.end(), o.model_args.begin(), o.model_args.end());
-  // The plan measures one iteration: a length the user has not chosen yet is not required.
   bool length = false;
   for (const std::string& t : o.model_args)
     for (const char* f : {"--train_iters", "--num_train_epochs", "--max_epochs"}) length = length || t.rfind(f, 0) == 0;
   if (!length) tokens.insert(tokens.end(), {"--train_iters", "1"});
+  return tokens;
+}
+
+// The job's YAML may set the world (nnodes: / nproc_per_node:): it wins over
+// the variables, plan's own flags win over it (as in a launch).
+static void world_from_job(int argc, const char* const* argv, PlanOptions& o) {
+  const std::optional<config::Args> job = config::peek_args(argc, argv);
+  if (!job) return;
+  if (job->nnodes && !o.nnodes_given) o.nnodes = positive("nnodes (job YAML)", std::to_string(*job->nnodes));
+  if (job->nproc_per_node && !o.nproc_given)
+    o.nproc_per_node = positive("nproc_per_node (job YAML)", std::to_string(*job->nproc_per_node));
+}
+
+int run_plan_command(const PlanOptions& given, std::ostream& out) {
+  PlanOptions o = given;
+  const std::vector<std::string> tokens = job_command_line(o);
   std::vector<const char*> argv;
   for (const std::string& t : tokens) argv.push_back(t.c_str());
+  world_from_job(static_cast<int>(argv.size()), argv.data(), o);
+  const int world = o.nnodes * o.nproc_per_node;
   config::ParseOptions po;
   po.world_size = world;
   const config::Invocation inv = config::parse_command_line(static_cast<int>(argv.size()), argv.data(), po);

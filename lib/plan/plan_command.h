@@ -1,6 +1,7 @@
-// `mtrain plan <model and batch flags> --nnodes N --nproc_per_node N
+// `mtrain plan [sft|pt] <the job's flags or YAML> --nnodes N --nproc_per_node N
 // [--top N] [--json]`: searches the layouts (search.h) and prints the best
-// that fit, each with the flags to paste; nothing fits -> exit 6.
+// that fit, each as the launch command to paste (the job's own flags verbatim,
+// then the layout's); nothing fits -> exit 6.
 #pragma once
 
 #include <ostream>
@@ -11,12 +12,16 @@ namespace mtrain::plan {
 
 struct PlanOptions {
   int nnodes = 1, nproc_per_node = 1, top = 5;
+  bool nnodes_given = false, nproc_given = false;  // by plan's flags (else the variables, or the job's YAML)
   bool json = false, help = false;
-  std::vector<std::string> model_args;  // the rest: parsed as `mtrain pt` flags
+  std::string command = "pt";           // the job planned: sft or pt (first argument; default pt)
+  std::vector<std::string> model_args;  // the rest: parsed as `mtrain <command>` flags
 };
 // nnodes / nproc_per_node: the world when the flags do not give it (NNODES / NPROC_PER_NODE).
 PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes = 1, int nproc_per_node = 1);
 std::string plan_help();
+// `token` as one shell word: unchanged when it holds only safe characters, else single-quoted.
+std::string shell_quote(const std::string& token);
 int run_plan_command(const PlanOptions& o, std::ostream& out);
 
 }  // namespace mtrain::plan

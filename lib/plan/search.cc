@@ -15,6 +15,8 @@ namespace mtrain::plan {
 
 std::string layout_flags(const Layout& l, int num_layers) {
   std::string f = fmt::format("--tensor_model_parallel_size {} --pipeline_model_parallel_size {}", l.tp, l.pp);
+  if (l.first_stage_layers) f += fmt::format(" --decoder_first_pipeline_num_layers {}", l.first_stage_layers);
+  if (l.last_stage_layers) f += fmt::format(" --decoder_last_pipeline_num_layers {}", l.last_stage_layers);
   if (l.vpp > 1) f += fmt::format(" --num_layers_per_virtual_pipeline_stage {}", num_layers / (l.pp * l.vpp));
   f += fmt::format(" --micro_batch_size {} --recompute_granularity {}", l.mbs, l.recompute);
   if (l.recompute == "full") f += " --recompute_method uniform --recompute_num_layers 1";
@@ -26,6 +28,10 @@ config::Args apply_layout(const config::Args& base, const Layout& l) {
   config::Args a = base;
   a.tensor_model_parallel_size = l.tp;
   a.pipeline_model_parallel_size = l.pp;
+  a.decoder_first_pipeline_num_layers.reset();
+  a.decoder_last_pipeline_num_layers.reset();
+  if (l.first_stage_layers) a.decoder_first_pipeline_num_layers = l.first_stage_layers;
+  if (l.last_stage_layers) a.decoder_last_pipeline_num_layers = l.last_stage_layers;
   a.virtual_pipeline_model_parallel_size.reset();
   a.num_layers_per_virtual_pipeline_stage.reset();
   if (l.vpp > 1) a.num_layers_per_virtual_pipeline_stage = base.num_layers / (l.pp * l.vpp);
@@ -50,6 +56,39 @@ static std::vector<int> divisors(int n) {
   return out;
 }
 
+std::vector<std::pair<int, int>> stage_splits(int num_layers, int pp) {
+  std::vector<std::pair<int, int>> out;
+  if (num_layers % pp == 0) out.push_back({0, 0});
+  if (pp == 1) return out;
+  // fewer_first / fewer_last: layers the first / last stage holds below the middle stages' share.
+  for (int fewer_first : {0, 1, 2})
+    for (int fewer_last : {0, 1, 2}) {
+      const int share = (num_layers + fewer_first + fewer_last) / pp;
+      if ((fewer_first == 0 && fewer_last == 0) || (num_layers + fewer_first + fewer_last) % pp != 0) continue;
+      if (share - fewer_first < 1 || share - fewer_last < 1) continue;
+      out.push_back({fewer_first ? share - fewer_first : 0, fewer_last ? share - fewer_last : 0});
+    }
+  return out;
+}
+
+// The settings that do not change the model's split: micro-batch, recompute,
+// distributed optimizer, sequence parallelism.
+static void add_settings(Layout l, int dp, int global_batch, std::vector<Layout>& out) {
+  for (int mbs : divisors(global_batch / dp))
+    for (const char* rc : {"none", "selective", "full"})
+      for (bool distopt : {false, true}) {
+        if (distopt && dp == 1) continue;
+        for (bool sp : {false, true}) {
+          if (sp && l.tp == 1) continue;
+          l.mbs = mbs;
+          l.recompute = rc;
+          l.distopt = distopt;
+          l.sp = sp;
+          out.push_back(l);
+        }
+      }
+}
+
 // Every layout of the loops' cross product that the rules allow;
 // the CLI's validation then rejects what Megatron would (heads % TP, ...).
 static std::vector<Layout> enumerate(const config::Args& base, const SearchOptions& o) {
@@ -57,20 +96,16 @@ static std::vector<Layout> enumerate(const config::Args& base, const SearchOptio
   std::vector<Layout> out;
   for (int tp : divisors(o.nproc_per_node))
     for (int pp : divisors(world / tp)) {
-      if (base.num_layers % pp != 0) continue;
       const int dp = world / (tp * pp);
       if (base.global_batch_size % dp != 0) continue;
-      for (int vpp : divisors(base.num_layers / pp)) {
-        if (vpp > 1 && pp == 1) continue;
-        for (int mbs : divisors(base.global_batch_size / dp))
-          for (const char* rc : {"none", "selective", "full"})
-            for (bool distopt : {false, true}) {
-              if (distopt && dp == 1) continue;
-              for (bool sp : {false, true}) {
-                if (sp && tp == 1) continue;
-                out.push_back({tp, pp, vpp, mbs, rc, distopt, sp});
-              }
-            }
+      for (const auto& [first, last] : stage_splits(base.num_layers, pp)) {
+        const bool even = first == 0 && last == 0;
+        for (int vpp : even ? divisors(base.num_layers / pp) : std::vector<int>{1}) {
+          if (vpp > 1 && pp == 1) continue;
+          Layout l;
+          l.tp = tp, l.pp = pp, l.vpp = vpp, l.first_stage_layers = first, l.last_stage_layers = last;
+          add_settings(l, dp, base.global_batch_size, out);
+        }
       }
     }
   return out;
@@ -84,8 +119,12 @@ static std::vector<Layout> enumerate(const config::Args& base, const SearchOptio
 // device cannot fit (tests compare with the exhaustive search). Without a
 // known vocabulary (the dry run reads it from the tokenizer) one token stands
 // in: the embedding's share of the bound only shrinks.
+// An uneven pipeline's first stage holds --decoder_first_pipeline_num_layers:
+// the bound is taken for that stage (the formula spreads num_layers evenly).
 static bool hopeless(config::Args a, int64_t capacity) {
   if (!a.vocab_size) a.vocab_size = 1;
+  if (a.decoder_first_pipeline_num_layers)
+    a.num_layers = *a.decoder_first_pipeline_num_layers * a.pipeline_model_parallel_size;
   return 0.85 * megatron_formulas(a).states > static_cast<double>(capacity);
 }
 
@@ -95,6 +134,7 @@ static PlanResult measure(const config::Args& a, const Layout& l) {
   PlanResult p;
   p.layout = l;
   p.dp = a.data_parallel_size;
+  p.num_layers = a.num_layers;
   for (const ClassMemory& c : r.classes) p.peak_bytes = std::max(p.peak_bytes, class_peak(c));
   p.capacity_bytes = r.profile.hbm_bytes;
   p.step_s = t.step_s;
@@ -103,6 +143,36 @@ static PlanResult measure(const config::Args& a, const Layout& l) {
   p.fits = plan_fits(r);
   p.flags = layout_flags(l, a.num_layers);
   return p;
+}
+
+// How many settings a layout turns on beyond the plainest (none < selective < full recompute).
+static int complexity(const Layout& l) {
+  return (l.recompute == "selective" ? 1 : l.recompute == "full" ? 2 : 0) + l.distopt + l.sp;
+}
+
+// Same model split and micro-batch; exactly one of recompute, distributed optimizer, SP differs.
+static bool differ_in_one_setting(const Layout& a, const Layout& b) {
+  const bool same_split = a.tp == b.tp && a.pp == b.pp && a.vpp == b.vpp && a.mbs == b.mbs &&
+                          a.first_stage_layers == b.first_stage_layers && a.last_stage_layers == b.last_stage_layers;
+  return same_split && (a.recompute != b.recompute) + (a.distopt != b.distopt) + (a.sp != b.sp) == 1;
+}
+
+// Drops a fitting layout when a simpler one, one setting away, measured the
+// same memory and step time (both are computed by the same code from the dry
+// runs, so "the same" is exact equality): that setting changed nothing.
+static void drop_same_as_simpler(SearchSummary& s) {
+  std::vector<PlanResult> kept;
+  for (const PlanResult& p : s.fitting) {
+    const bool same = std::any_of(s.fitting.begin(), s.fitting.end(), [&](const PlanResult& q) {
+      return complexity(q.layout) < complexity(p.layout) && differ_in_one_setting(p.layout, q.layout) &&
+             q.peak_bytes == p.peak_bytes && q.step_s == p.step_s;
+    });
+    if (same)
+      ++s.same_as_simpler;
+    else
+      kept.push_back(p);
+  }
+  s.fitting = std::move(kept);
 }
 
 SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
@@ -132,6 +202,7 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
       return x.tokens_per_s_per_device > y.tokens_per_s_per_device;
     return x.peak_bytes < y.peak_bytes;
   });
+  drop_same_as_simpler(s);
   std::stable_sort(s.misses.begin(), s.misses.end(),
                    [](const PlanResult& x, const PlanResult& y) { return x.peak_bytes < y.peak_bytes; });
   return s;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/args.h"
@@ -17,7 +18,16 @@ struct Layout {
   int tp = 1, pp = 1, vpp = 1, mbs = 1;
   std::string recompute = "none";  // none | selective | full
   bool distopt = false, sp = false;
+  // An uneven pipeline: layers on the first / last stage (0: the even share),
+  // Megatron's --decoder_first/last_pipeline_num_layers.
+  int first_stage_layers = 0, last_stage_layers = 0;
 };
+
+// The ways to split num_layers over pp stages that the search tries: the even
+// split when num_layers % pp == 0 ({0, 0}), and first / last stages with one or
+// two layers fewer than the middle ones (which hold an equal share), so the
+// embedding and the LM head + loss need not make their stage the bottleneck.
+std::vector<std::pair<int, int>> stage_splits(int num_layers, int pp);
 
 // The flags that select `l` on the command line (what the plan prints).
 std::string layout_flags(const Layout& l, int num_layers);
@@ -26,7 +36,7 @@ config::Args apply_layout(const config::Args& base, const Layout& l);
 
 struct PlanResult {
   Layout layout;
-  int dp = 1;
+  int dp = 1, num_layers = 0;
   int64_t peak_bytes = 0, capacity_bytes = 0;  // the worst rank class
   double step_s = 0, tokens_per_s_per_device = 0, mfu = 0;
   bool fits = false;
@@ -40,6 +50,10 @@ struct SearchOptions {
 
 struct SearchSummary {
   int candidates = 0, invalid = 0, pruned = 0, dry_run = 0;
+  // Fitting layouts with the memory and step time of a simpler one that differs
+  // in one setting (e.g. selective recompute with flash attention keeps and
+  // recomputes nothing more): listed once, as the simpler layout.
+  int same_as_simpler = 0;
   std::vector<PlanResult> fitting;  // best first: tokens/s/device, then less memory
   std::vector<PlanResult> misses;   // dry-run, not fitting; smallest shortfall first
 };

@@ -55,6 +55,52 @@ TEST_F(DryRunCli, TwoNodesArePlannedInOneProcess) {
   EXPECT_NE(r.out.find("The plan FITS on every device."), std::string::npos) << r.out;
 }
 
+// torchrun's flags set the planned world like the variables do, and win over them.
+TEST_F(DryRunCli, FlagsSetThePlannedWorldOverTheVariables) {
+  const std::string layout = "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2";
+  const RunResult vars = run(demo(layout), "vars", world(2, 4));
+  ASSERT_EQ(vars.exit_code, 0) << vars.describe();
+  RunOptions no_vars;
+  no_vars.unset_env = {"NNODES", "NPROC_PER_NODE", "NPUS_PER_NODE"};
+  const RunResult flags = run(demo(layout + " --nnodes 2 --nproc_per_node 4"), "flags", no_vars);
+  ASSERT_EQ(flags.exit_code, 0) << flags.describe();
+  EXPECT_NE(flags.out.find("8 ranks (tensor parallel 2, pipeline parallel 2, data parallel 2)"), std::string::npos)
+      << flags.out;
+  EXPECT_EQ(flags.out, vars.out);
+
+  const RunResult over = run(demo(layout + " --nproc_per_node 4"), "over", world(2, 2));
+  ASSERT_EQ(over.exit_code, 0) << over.describe();
+  EXPECT_EQ(over.out, vars.out);
+  EXPECT_NE(over.err.find("NPROC_PER_NODE=2 and --nproc_per_node 4 disagree; using --nproc_per_node"),
+            std::string::npos)
+      << over.err;
+}
+
+// `dry_run: true` in the YAML config stops the launch like the flag: the
+// launcher reads the config before it decides (a launch would fail here:
+// MTRAIN_MPIRUN names no program), and the plan is the flag's, byte for byte.
+TEST_F(DryRunCli, YamlDryRunPlansTheWorldLikeTheFlag) {
+  RunOptions o = world(1, 4);
+  o.env.push_back({"MTRAIN_MPIRUN", (tmp_ / "no_mpirun_here").string()});
+  const fs::path job = tmp_ / "job.yaml";
+  write_text(job, "include: " + (fs::path(MTRAIN_SOURCE_DIR) / "configs/sft_demo.yaml").string() + "\ndry_run: true\n");
+  const RunResult yaml =
+      run({"sft", job.string(), "--micro_batch_size", "4", "--output_dir", (tmp_ / "out").string()}, "yaml", o);
+  ASSERT_EQ(yaml.exit_code, 0) << yaml.describe();
+  EXPECT_NE(yaml.out.find("4 ranks (tensor parallel 1, pipeline parallel 1, data parallel 4)"), std::string::npos)
+      << yaml.out;
+  const RunResult flag = run(demo("--micro_batch_size 4"), "flag", o);
+  ASSERT_EQ(flag.exit_code, 0) << flag.describe();
+  EXPECT_EQ(yaml.out, flag.out);
+
+  // A mistake in that YAML is found by the launcher, with its file:line:col.
+  write_text(job,
+             "include: " + (fs::path(MTRAIN_SOURCE_DIR) / "configs/sft_demo.yaml").string() + "\ndry_run: perhaps\n");
+  const RunResult bad = run({"sft", job.string()}, "bad", o);
+  EXPECT_EQ(bad.exit_code, 3) << bad.describe();
+  EXPECT_NE(bad.err.find(job.string() + ":2:10: invalid value for 'dry_run'"), std::string::npos) << bad.err;
+}
+
 TEST_F(DryRunCli, ImpossibleLayoutGetsMegatronsMessage) {
   const RunResult r = run(demo("--tensor_model_parallel_size 4"), "layout", world(1, 6));
   EXPECT_EQ(r.exit_code, 3) << r.describe();

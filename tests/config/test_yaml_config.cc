@@ -108,6 +108,39 @@ TEST(YamlConfig, EnvBlockSetsOnlyUnsetVariables) {
   ::unsetenv("MTRAIN_TEST_ENV_OLD");
 }
 
+// What the launcher reads before it decides to start ranks: the YAML's
+// dry_run / nnodes / nproc_per_node under the command line's, no validation
+// (a world of 4 is not known yet), and the ENV block left for the ranks.
+TEST(YamlConfig, PeekArgsReadsTheLaunchSettingsWithoutApplyingEnv) {
+  TempDir dir;
+  ::unsetenv("MTRAIN_TEST_PEEK_ENV");
+  std::string job = dir.write("job.yaml",
+                              "model_preset: demo\n"
+                              "dry_run: true\n"
+                              "nproc_per_node: 4\n"
+                              "nnodes: 2\n"
+                              "ENV:\n"
+                              "  MTRAIN_TEST_PEEK_ENV: 1\n");
+  const std::vector<const char*> argv = {"mtrain", "sft", job.c_str(), "--nnodes", "3"};
+  const std::optional<Args> a = peek_args(static_cast<int>(argv.size()), argv.data());
+  ASSERT_TRUE(a.has_value());
+  EXPECT_TRUE(a->dry_run);
+  EXPECT_EQ(a->nproc_per_node, 4);
+  EXPECT_EQ(a->nnodes, 3);
+  EXPECT_EQ(std::getenv("MTRAIN_TEST_PEEK_ENV"), nullptr);
+  const std::vector<const char*> help = {"mtrain", "sft", job.c_str(), "--help"};
+  EXPECT_FALSE(peek_args(static_cast<int>(help.size()), help.data()).has_value());
+
+  std::string bad = dir.write("bad.yaml", "model_preset: demo\ndry_run: perhaps\n");
+  const std::vector<const char*> bad_argv = {"mtrain", "pt", bad.c_str()};
+  try {
+    peek_args(static_cast<int>(bad_argv.size()), bad_argv.data());
+    FAIL() << "dry_run: perhaps accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad + ":2:10: invalid value for 'dry_run'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(YamlConfig, UnknownKeyNamesLineColumnAndSuggests) {
   TempDir dir;
   std::string job = dir.write("job.yaml",

@@ -77,9 +77,8 @@ TEST(LaunchRequest, RelaunchOnlyWhenAskedAndNotAlreadyARank) {
   EXPECT_TRUE(wants_relaunch(read_launch_request(two), two, {"sft", "job.yaml"}));
   EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"sft", "--help"}));
   EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"--version"}));
-  // A dry run plans the whole world in this one process.
-  EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"sft", "job.yaml", "--dry_run"}));
-  EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"sft", "--dry_run=true"}));
+  // A dry run (flag or YAML, read by the caller) plans the whole world in this one process.
+  EXPECT_FALSE(wants_relaunch(read_launch_request(two), two, {"sft", "job.yaml"}, /*dry_run=*/true));
   const Env one({{"NPROC_PER_NODE", "1"}});
   EXPECT_FALSE(wants_relaunch(read_launch_request(one), one, {"sft"}));
   const Env nnodes({{"NNODES", "1"}});  // NNODES set: launch even with one process per node
@@ -89,6 +88,49 @@ TEST(LaunchRequest, RelaunchOnlyWhenAskedAndNotAlreadyARank) {
     EXPECT_TRUE(under_mpi(rank)) << var;
     EXPECT_FALSE(wants_relaunch(read_launch_request(rank), rank, {"sft"})) << var;
   }
+}
+
+// torchrun's --nnodes / --nproc_per_node win over the variables (with a
+// warning when they disagree) and make the same request the variables would.
+TEST(LaunchRequest, FlagsOverTheVariables) {
+  LaunchRequest r = read_launch_request(Env({{"NPROC_PER_NODE", "2"}, {"NNODES", "2"}, {"NODE_RANK", "1"}}));
+  apply_launch_flags(r, std::nullopt, 4);
+  EXPECT_EQ(r.nproc_per_node, 4);
+  EXPECT_EQ(r.nnodes, 2);
+  EXPECT_EQ(r.world_size(), 8);
+  EXPECT_EQ(r.warnings.back(), "NPROC_PER_NODE=2 and --nproc_per_node 4 disagree; using --nproc_per_node");
+
+  const Env none;
+  LaunchRequest flags = read_launch_request(none);
+  EXPECT_FALSE(wants_relaunch(flags, none, {"sft"}));
+  apply_launch_flags(flags, 1, 2);  // as NNODES=1 NPROC_PER_NODE=2 would
+  const LaunchRequest vars = read_launch_request(Env({{"NNODES", "1"}, {"NPROC_PER_NODE", "2"}}));
+  EXPECT_EQ(flags.nnodes, vars.nnodes);
+  EXPECT_EQ(flags.nproc_per_node, vars.nproc_per_node);
+  EXPECT_EQ(flags.nnodes_set, vars.nnodes_set);
+  EXPECT_TRUE(flags.warnings.empty());
+  EXPECT_TRUE(wants_relaunch(flags, none, {"sft"}));
+  EXPECT_FALSE(wants_relaunch(flags, none, {"sft"}, /*dry_run=*/true));
+
+  LaunchRequest same = read_launch_request(Env({{"NPROC_PER_NODE", "2"}}));
+  apply_launch_flags(same, std::nullopt, 2);
+  EXPECT_TRUE(same.warnings.empty());
+  const auto message = [](const Env& env, std::optional<int> nnodes, std::optional<int> nproc) {
+    LaunchRequest bad = read_launch_request(env);
+    try {
+      apply_launch_flags(bad, nnodes, nproc);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(message(none, std::nullopt, 0), "--nproc_per_node 0: not a positive integer");
+  LaunchRequest two_nodes = read_launch_request(none);
+  apply_launch_flags(two_nodes, 2, std::nullopt);
+  ASSERT_EQ(two_nodes.warnings.size(), 1u);
+  EXPECT_EQ(two_nodes.warnings[0], "--nnodes > 1 without MASTER_ADDR: using 127.0.0.1 (every node on this machine)");
+  EXPECT_EQ(message(Env({{"NNODES", "4"}, {"NODE_RANK", "3"}}), 2, std::nullopt),
+            "NODE_RANK=3 is out of range for --nnodes 2");
 }
 
 TEST(MpirunCommand, RootFewerRanksThanCoresBindsBlocksOfCores) {

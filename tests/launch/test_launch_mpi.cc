@@ -109,6 +109,27 @@ TEST_F(LaunchMpi, ChildExitCodePropagates) {
   EXPECT_EQ(count_of(tp4.err, "world size (2) is not divisible by total_model_size (4)"), 1) << tp4.err;
 }
 
+// torchrun's flags launch like the variables: --nproc_per_node 2 starts two
+// ranks (the world size reaches validation, as in ChildExitCodePropagates);
+// under a direct mpirun they must agree with -np.
+TEST_F(LaunchMpi, FlagsLaunchLikeTheVariables) {
+  const std::string root = MTRAIN_SOURCE_DIR;
+  for (int i = 0; i < loops(); ++i) {
+    const Result r =
+        run({kMtrain, "sft", "configs/sft_demo.yaml", "--nproc_per_node", "2", "--tensor_model_parallel_size", "4"}, {},
+            dir_, "flags", kTimeout, root);
+    EXPECT_EQ(r.exit_code, 3) << r.describe();
+    EXPECT_EQ(count_of(r.out, "run sh: `mpirun -np 2 "), 1) << r.out;
+    EXPECT_EQ(count_of(r.err, "world size (2) is not divisible by total_model_size (4)"), 1) << r.err;
+  }
+  std::vector<std::string> cmd = {"mpirun", "-np", "2", "--oversubscribe", "--mca", "btl", "self,vader"};
+  if (geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  cmd.insert(cmd.end(), {kMtrain, "sft", "configs/sft_demo.yaml", "--nproc_per_node", "4"});
+  const Result d = run(cmd, {}, dir_, "direct_flags", kTimeout, root);
+  EXPECT_EQ(d.exit_code, 2) << d.describe();
+  EXPECT_EQ(count_of(d.err, "--nnodes 1 x --nproc_per_node 4 is 4 ranks, but mpirun started 2"), 1) << d.err;
+}
+
 // The same failure on two nodes: both exit with it, the message appears once,
 // and no launcher stops a mpirun that is already ending (that crashes mpirun).
 TEST_F(LaunchMpi, ChildExitCodePropagatesOnTwoNodes) {

@@ -3,14 +3,20 @@
 // step time it printed; pruning drops no layout that fits; --top / --json;
 // nothing fits is exit 6; bad input is a usage error.
 #include <gtest/gtest.h>
+#include <wordexp.h>
 
+#include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/errors.h"
+#include "common/fs_test_util.h"
 #include "config/cli.h"
+#include "config/json.h"
+#include "config/validate.h"
 #include "plan/dry_run.h"
 #include "plan/memory_report.h"
 #include "plan/plan_command.h"
@@ -23,8 +29,8 @@ namespace {
 const std::vector<std::string> kModel = {"--model_preset", "qwen2.5-7b", "--global_batch_size", "8", "--seq_length",
                                          "1024",           "--bf16",     "--train_iters",       "1"};
 
-config::Args parse_words(std::vector<std::string> words, int world) {
-  words.insert(words.begin(), {"mtrain", "pt"});
+config::Args parse_words(std::vector<std::string> words, int world, const char* command = "pt") {
+  words.insert(words.begin(), {"mtrain", command});
   std::vector<const char*> argv;
   for (const std::string& w : words) argv.push_back(w.c_str());
   config::ParseOptions o;
@@ -80,13 +86,86 @@ TEST(PlanSearch, PruningDropsNothingThatFits) {
   for (size_t i = 0; i < all.fitting.size(); ++i) EXPECT_EQ(pruned.fitting[i].flags, all.fitting[i].flags);
 }
 
+// Megatron's uneven-pipeline rule, independently: the middle stages hold an
+// equal share and the first / last stage one or two layers fewer.
+TEST(PlanSearch, StageSplitsAreMegatronsUnevenPipelines) {
+  using Splits = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(stage_splits(8, 1), (Splits{{0, 0}}));
+  // 8 over 3: share 3 with one fewer on one side (2+3+3, 3+3+2), or share 4 with two fewer on both (2+4+2).
+  EXPECT_EQ(stage_splits(8, 3), (Splits{{0, 2}, {2, 0}, {2, 2}}));
+  // 32 over 4: even, or share 9 with two fewer on both (7+9+9+7).
+  EXPECT_EQ(stage_splits(32, 4), (Splits{{0, 0}, {7, 7}}));
+  for (int pp = 2; pp <= 8; ++pp)  // each passes the CLI's validation (Megatron's rule)
+    for (const auto& [first, last] : stage_splits(30, pp)) {
+      std::vector<std::string> words = {"--model_preset",
+                                        "demo",
+                                        "--vocab_size",
+                                        "1024",
+                                        "--num_layers",
+                                        "30",
+                                        "--pipeline_model_parallel_size",
+                                        std::to_string(pp),
+                                        "--train_iters",
+                                        "1"};
+      if (first) words.insert(words.end(), {"--decoder_first_pipeline_num_layers", std::to_string(first)});
+      if (last) words.insert(words.end(), {"--decoder_last_pipeline_num_layers", std::to_string(last)});
+      EXPECT_NO_THROW(parse_words(words, pp)) << pp << " " << first << "/" << last;
+    }
+}
+
+// 8 layers of the demo model on 3 single-NPU nodes of the 64 MiB tiny_test
+// device: one stage does not hold the model (PP 1 never fits), and 3 does not
+// divide 8, so every plan is uneven; the best, re-run as a dry run of its
+// printed flags, fits with the same memory and step time.
+TEST(PlanSearch, LayersThatTheOnlyFittingPpDoesNotDivideGetAnUnevenPlan) {
+  const std::vector<std::string> model = {
+      "--model_preset", "demo", "--vocab_size",     "1024",      "--num_layers",  "8", "--global_batch_size", "6",
+      "--seq_length",   "128",  "--device_profile", "tiny_test", "--train_iters", "1"};
+  const SearchSummary s = search_layouts(parse_words(model, 3), {1, 3, true});
+  ASSERT_FALSE(s.fitting.empty());
+  for (const PlanResult& p : s.fitting) {
+    EXPECT_EQ(p.layout.pp, 3) << p.flags;
+    EXPECT_TRUE(p.layout.first_stage_layers || p.layout.last_stage_layers) << p.flags;
+  }
+  const bool pp1_tried =
+      std::any_of(s.misses.begin(), s.misses.end(), [](const PlanResult& p) { return p.layout.pp == 1; });
+  EXPECT_TRUE(pp1_tried);
+  const PlanResult& best = s.fitting.front();
+  std::vector<std::string> words = model;
+  for (const std::string& w : split(best.flags)) words.push_back(w);
+  const DryRun r = dry_run(parse_words(words, 3));
+  int64_t peak = 0;
+  for (const ClassMemory& c : r.classes) peak = std::max(peak, class_peak(c));
+  EXPECT_EQ(peak, best.peak_bytes) << best.flags;
+  EXPECT_TRUE(plan_fits(r)) << best.flags;
+  EXPECT_EQ(step_time(r).step_s, best.step_s) << best.flags;
+  EXPECT_NE(best.flags.find("_pipeline_num_layers"), std::string::npos) << best.flags;
+}
+
+// With flash attention, selective recompute keeps and recomputes nothing more
+// in mtrain (the attention probabilities it drops are never stored): each such
+// layout measures exactly as its plain twin and is listed once, as that one.
+// With the unfused attention the probabilities are dropped and recomputed, so
+// selective layouts differ and are listed.
+TEST(PlanSearch, SettingsThatChangeNothingAreListedOnce) {
+  const SearchSummary flash = search_layouts(parse_words(kModel, 4), four_devices(true));
+  EXPECT_GT(flash.same_as_simpler, 0);
+  for (const PlanResult& p : flash.fitting) EXPECT_NE(p.layout.recompute, "selective") << p.flags;
+  std::vector<std::string> unfused_words = kModel;
+  unfused_words.insert(unfused_words.end(), {"--attention_backend", "unfused"});
+  const SearchSummary unfused = search_layouts(parse_words(unfused_words, 4), four_devices(true));
+  const bool selective_listed = std::any_of(unfused.fitting.begin(), unfused.fitting.end(),
+                                            [](const PlanResult& p) { return p.layout.recompute == "selective"; });
+  EXPECT_TRUE(selective_listed);
+}
+
 TEST(PlanCommand, TopAndJson) {
   PlanOptions o = parse_plan_args({"--nproc_per_node", "4", "--top", "2", "--model_preset", "qwen2.5-7b",
                                    "--global_batch_size", "8", "--seq_length", "1024", "--bf16"});
   std::ostringstream table;
   EXPECT_EQ(run_plan_command(o, table), 0);
-  EXPECT_NE(table.str().find("\n2: NNODES=1 NPROC_PER_NODE=4 mtrain pt --model_preset"), std::string::npos)
-      << table.str();
+  EXPECT_NE(table.str().find("\n2: mtrain pt --model_preset"), std::string::npos) << table.str();
+  EXPECT_NE(table.str().find(" --nnodes 1 --nproc_per_node 4\n"), std::string::npos) << table.str();
   EXPECT_EQ(table.str().find("\n3: "), std::string::npos) << table.str();
   o.json = true;
   std::ostringstream json;
@@ -111,11 +190,88 @@ TEST(PlanCommand, NothingFitsIsExitSixWithTheNearestMiss) {
   }
 }
 
+// Splits a printed command as the shell would (quotes included).
+std::vector<std::string> shell_words(const std::string& line) {
+  wordexp_t w;
+  if (wordexp(line.c_str(), &w, WRDE_NOCMD | WRDE_UNDEF) != 0) ADD_FAILURE() << "not one shell command: " << line;
+  std::vector<std::string> out(w.we_wordv, w.we_wordv + w.we_wordc);
+  wordfree(&w);
+  return out;
+}
+
+// `mtrain plan sft ...`: the printed command is the user's sft job, its flags
+// verbatim (a path with a space and a quote survives the shell), plus the layout.
+TEST(PlanCommand, SftLineIsTheJobPlusTheLayout) {
+  const std::vector<std::string> job = {"--model_preset",
+                                        "qwen2.5-7b",
+                                        "--global_batch_size",
+                                        "8",
+                                        "--max_length",
+                                        "1024",
+                                        "--bf16",
+                                        "--lr",
+                                        "2e-5",
+                                        "--template",
+                                        "qwen",
+                                        "--dataset",
+                                        "/data/it's my set.jsonl"};
+  std::vector<std::string> plan_args = {"sft", "--nproc_per_node", "4", "--top", "1", "--json"};
+  plan_args.insert(plan_args.end(), job.begin(), job.end());
+  const PlanOptions o = parse_plan_args(plan_args);
+  EXPECT_EQ(o.command, "sft");
+  std::ostringstream out;
+  ASSERT_EQ(run_plan_command(o, out), 0);
+  const nlohmann::json rows = nlohmann::json::parse(out.str());
+  ASSERT_EQ(rows.size(), 1u);
+  std::vector<std::string> line = shell_words(rows[0]["command"].get<std::string>());
+  ASSERT_GE(line.size(), 2 + job.size());
+  EXPECT_EQ(std::vector<std::string>(line.begin(), line.begin() + 2), (std::vector<std::string>{"mtrain", "sft"}));
+  EXPECT_EQ(std::vector<std::string>(line.begin() + 2, line.begin() + 2 + job.size()), job);
+
+  std::vector<std::string> expected_words = job;
+  for (const std::string& w : split(rows[0]["flags"].get<std::string>())) expected_words.push_back(w);
+  expected_words.insert(expected_words.end(), {"--nnodes", "1", "--nproc_per_node", "4", "--train_iters", "1"});
+  std::vector<std::string> printed_words(line.begin() + 2, line.end());
+  printed_words.insert(printed_words.end(), {"--train_iters", "1"});
+  const config::Args printed = parse_words(printed_words, 4, "sft");
+  EXPECT_EQ(printed.command, "sft");
+  EXPECT_EQ(config::args_to_json(printed), config::args_to_json(parse_words(expected_words, 4, "sft")));
+  EXPECT_EQ(printed.tensor_model_parallel_size, rows[0]["tp"].get<int>());
+  EXPECT_EQ(printed.micro_batch_size, rows[0]["mbs"].get<int>());
+}
+
+// The job's YAML may carry the world: it counts unless plan's own flags say
+// otherwise, and the printed line names the world it was planned for.
+TEST(PlanCommand, TheJobsYamlWorldUnderPlansFlags) {
+  testing::TempDir dir;
+  const std::string job = dir / "job.yaml";
+  std::ofstream(job) << "model_preset: demo\nvocab_size: 1024\nglobal_batch_size: 8\nnproc_per_node: 4\n";
+  std::ostringstream yaml_world;
+  ASSERT_EQ(run_plan_command(parse_plan_args({job, "--top", "1", "--json"}), yaml_world), 0);
+  const nlohmann::json yaml_rows = nlohmann::json::parse(yaml_world.str());
+  ASSERT_EQ(yaml_rows.size(), 1u);
+  EXPECT_NE(yaml_rows[0]["command"].get<std::string>().find("--nnodes 1 --nproc_per_node 4"), std::string::npos)
+      << yaml_rows[0]["command"];
+  EXPECT_EQ(yaml_rows[0]["tp"].get<int>() * yaml_rows[0]["pp"].get<int>() * yaml_rows[0]["dp"].get<int>(), 4);
+  std::ostringstream flag_world;
+  ASSERT_EQ(run_plan_command(parse_plan_args({job, "--nproc_per_node", "2", "--top", "1", "--json"}), flag_world), 0);
+  const nlohmann::json flag_rows = nlohmann::json::parse(flag_world.str());
+  ASSERT_EQ(flag_rows.size(), 1u);
+  EXPECT_NE(flag_rows[0]["command"].get<std::string>().find("--nnodes 1 --nproc_per_node 2"), std::string::npos)
+      << flag_rows[0]["command"];
+}
+
 TEST(PlanCommand, BadInputIsAUsageError) {
   EXPECT_THROW(parse_plan_args({"--nproc_per_node", "0"}), UsageError);
   EXPECT_THROW(parse_plan_args({"--nnodes", "x"}), UsageError);
   EXPECT_THROW(parse_plan_args({"--top"}), UsageError);
   EXPECT_THROW(parse_plan_args({"--tensor_model_parallel_size", "2"}), UsageError);
+  EXPECT_THROW(parse_plan_args({"--decoder-first-pipeline-num-layers=3"}), UsageError);
+  EXPECT_THROW(parse_plan_args({"--nproc-per-node=0"}), UsageError);
+  const PlanOptions eq = parse_plan_args({"pt", "--nproc-per-node=4", "--nnodes=2"});
+  EXPECT_EQ(eq.nproc_per_node, 4);
+  EXPECT_EQ(eq.nnodes, 2);
+  EXPECT_TRUE(eq.model_args.empty());
 }
 
 }  // namespace

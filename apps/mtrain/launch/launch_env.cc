@@ -96,21 +96,51 @@ LaunchRequest read_launch_request(const Env& env) {
       int_var(env, "MTRAIN_OMPI_SERVER_PORT", 0, 65535).value_or(r.master_port < 65535 ? r.master_port + 1 : 0);
   r.rdzv_timeout_s = timeout_var(env);
   r.ifname = env.get("MTRAIN_IFNAME").value_or("");
-  if (r.multi_node() && !env.has("MASTER_ADDR")) {
+  r.master_addr_set = env.has("MASTER_ADDR");
+  if (r.multi_node() && !r.master_addr_set) {
     r.warnings.push_back("NNODES > 1 without MASTER_ADDR: using 127.0.0.1 (every node on this machine)");
   }
   return r;
 }
 
-bool wants_relaunch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args) {
-  if (under_mpi(env)) return false;
+namespace {
+
+// One flag over its variable; `var_value`: the variable's value when it was set.
+void override_with_flag(const char* flag, std::optional<int> value, const char* var, std::optional<int> var_value,
+                        int& field, std::vector<std::string>& warnings) {
+  if (!value) return;
+  if (*value < 1)
+    throw UsageError(fmt::format("--{} {}: not a positive integer", flag, *value),
+                     fmt::format("give --{} 1 or more (or drop it and set {})", flag, var));
+  if (var_value && *var_value != *value)
+    warnings.push_back(fmt::format("{}={} and --{} {} disagree; using --{}", var, *var_value, flag, *value, flag));
+  field = *value;
+}
+
+}  // namespace
+
+void apply_launch_flags(LaunchRequest& r, std::optional<int> nnodes, std::optional<int> nproc_per_node) {
+  const bool was_multi_node = r.multi_node();
+  override_with_flag("nproc_per_node", nproc_per_node, "NPROC_PER_NODE",
+                     r.nproc_set ? std::optional<int>(r.nproc_per_node) : std::nullopt, r.nproc_per_node, r.warnings);
+  override_with_flag("nnodes", nnodes, "NNODES", r.nnodes_set ? std::optional<int>(r.nnodes) : std::nullopt, r.nnodes,
+                     r.warnings);
+  r.nproc_set = r.nproc_set || nproc_per_node.has_value();
+  r.nnodes_set = r.nnodes_set || nnodes.has_value();
+  if (r.node_rank >= r.nnodes)
+    throw UsageError(fmt::format("NODE_RANK={} is out of range for --nnodes {}", r.node_rank, r.nnodes),
+                     fmt::format("NODE_RANK counts nodes from 0 to {}", r.nnodes - 1));
+  if (r.multi_node() && !was_multi_node && !r.master_addr_set)
+    r.warnings.push_back("--nnodes > 1 without MASTER_ADDR: using 127.0.0.1 (every node on this machine)");
+}
+
+bool wants_relaunch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args, bool dry_run) {
+  if (under_mpi(env) || dry_run) return false;
   if (request.nproc_per_node <= 1 && !request.nnodes_set) return false;
   if (!args.empty() && args[0] == "npu-smi") return false;  // reads the machine's state; one process
   if (!args.empty() && args[0] == "plan") return false;     // plans the whole world in this process (lib/plan)
   for (const auto& a : args) {
     if (a == "-h" || a == "--help" || a == "--version") return false;
-    // A dry run plans the whole world in this one process (lib/plan).
-    if (a == "--dry_run" || a.rfind("--dry_run=", 0) == 0) return false;
   }
   return true;
 }

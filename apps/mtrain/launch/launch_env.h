@@ -53,6 +53,7 @@ struct LaunchRequest {
   int ompi_server_port = kDefaultMasterPort + 1;  // MTRAIN_OMPI_SERVER_PORT, default MASTER_PORT+1; 0 = any
   bool nproc_set = false;
   bool nnodes_set = false;
+  bool master_addr_set = false;       // MASTER_ADDR given (else every node is this machine)
   std::vector<std::string> warnings;  // e.g. NPROC_PER_NODE and NPUS_PER_NODE disagree
 
   bool multi_node() const { return nnodes > 1; }
@@ -62,10 +63,18 @@ struct LaunchRequest {
 // Throws UsageError naming the variable for a malformed or out-of-range value.
 LaunchRequest read_launch_request(const Env& env);
 
-// Re-launch under mpirun? Only when not already a rank, when the variables ask
-// for it (NPROC_PER_NODE > 1 or NNODES set), and when the command line is not
-// a request for help or the version (those print locally).
-bool wants_relaunch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args);
+// torchrun's flags --nnodes / --nproc_per_node (command line or YAML config)
+// win over NNODES / NPROC_PER_NODE, as a flag over the environment does in
+// torchrun; a disagreement adds a warning. UsageError for a value below 1 or a
+// NODE_RANK outside the new node count.
+void apply_launch_flags(LaunchRequest& request, std::optional<int> nnodes, std::optional<int> nproc_per_node);
+
+// Re-launch under mpirun? Only when not already a rank, when the request asks
+// for it (NPROC_PER_NODE > 1 or NNODES set), not for a dry run (it plans the
+// whole world in one process, lib/plan), and when the command line is not a
+// request for help or the version (those print locally).
+bool wants_relaunch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args,
+                    bool dry_run = false);
 
 // Variables the launcher hands to its ranks (set by mtrain, read in rendezvous.cc).
 inline constexpr const char* kEnvNnodes = "MTRAIN_NNODES";
