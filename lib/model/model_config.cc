@@ -12,6 +12,25 @@ int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
+static lora::LoraConfig lora_config_from_args(const config::Args& a) {
+  lora::LoraConfig l;
+  l.enabled = a.train_type == "lora";
+  if (!l.enabled) return l;
+  l.rank = a.lora_rank;
+  l.alpha = a.lora_alpha;
+  l.dropout = static_cast<float>(a.lora_dropout);
+  l.rslora = a.use_rslora;
+  l.bias_all = a.lora_bias == "all";
+  if (a.target_regex) {
+    lora::check_target_regex(*a.target_regex);
+    l.target_regex = *a.target_regex;
+  } else {
+    l.target_modules = lora::resolve_target_modules(a.target_modules);
+  }
+  l.modules_to_save = lora::resolve_modules_to_save(a.modules_to_save);
+  return l;
+}
+
 ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   ModelConfig c;
   c.num_layers = a.num_layers;
@@ -38,6 +57,7 @@ ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   c.attention_dropout = static_cast<float>(a.attention_dropout);
   c.init_std = static_cast<float>(a.init_method_std);
   c.seed = static_cast<uint64_t>(a.seed);
+  c.lora = lora_config_from_args(a);
   c.dtype = a.bf16 ? DType::kBF16 : (a.fp16 ? DType::kF16 : DType::kF32);
   c.fusions.masked_softmax = a.masked_softmax_fusion;
   c.fusions.bias_dropout = a.bias_dropout_fusion;
