@@ -15,10 +15,16 @@ constexpr int64_t kParallelMin = 32768;  // elements below which an OpenMP regio
 
 int ld(int64_t n) { return static_cast<int>(std::max<int64_t>(1, n)); }
 
-// The dropout multiplier of element (n, j): 0 if dropped, 1/(1-p) if kept
-// (the rule of the other dropouts, tensor/kernel_util.h).
-inline float keep(const DropoutSite& d, int64_t n, int64_t j, float keep_scale) {
-  const uint64_t index = static_cast<uint64_t>((d.row0 + n) * d.row_stride + d.col0 + j);
+// The counter of element (n, 0) of the block.
+inline uint64_t row_index(const DropoutSite& d, int64_t n) {
+  const int64_t g = d.row0 + n;
+  const int64_t token = d.seq > 0 ? (g / d.seq) * d.seq_pitch + g % d.seq : g;
+  return static_cast<uint64_t>(token * d.row_stride + d.col0);
+}
+
+// The dropout multiplier of the element at counter `index`: 0 if dropped,
+// 1/(1-p) if kept (the rule of the other dropouts, tensor/kernel_util.h).
+inline float keep(const DropoutSite& d, uint64_t index, float keep_scale) {
   return uniform01(d.seed, index) >= d.p ? keep_scale : 0.0f;
 }
 
@@ -28,8 +34,10 @@ float keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 void apply_mask(float* out, const float* x, int64_t N, int64_t IN, const DropoutSite& d) {
   const float ks = keep_scale(d.p);
 #pragma omp parallel for schedule(static) if (N * IN > kParallelMin)
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < IN; ++j) out[n * IN + j] = x[n * IN + j] * keep(d, n, j, ks);
+  for (int64_t n = 0; n < N; ++n) {
+    const uint64_t base = row_index(d, n);
+    for (int64_t j = 0; j < IN; ++j) out[n * IN + j] = x[n * IN + j] * keep(d, base + j, ks);
+  }
 }
 
 }  // namespace
@@ -91,8 +99,10 @@ void lora_down_backward(float* dx, float* dA, const float* dh, const float* x, c
               1.0f, dh, ld(r), A, ld(IN), 0.0f, scratch, ld(IN));
   const float ks = keep_scale(d.p);
 #pragma omp parallel for schedule(static) if (N * IN > kParallelMin)
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t j = 0; j < IN; ++j) dx[n * IN + j] += scratch[n * IN + j] * keep(d, n, j, ks);
+  for (int64_t n = 0; n < N; ++n) {
+    const uint64_t base = row_index(d, n);
+    for (int64_t j = 0; j < IN; ++j) dx[n * IN + j] += scratch[n * IN + j] * keep(d, base + j, ks);
+  }
 }
 
 }  // namespace mtrain::lora

@@ -4,9 +4,12 @@
 //   y (N, OUT) += scale · h · B (OUT, r)^T                 lora_up_forward
 // PEFT's lora_B(lora_A(dropout(x))) * scaling. The dropout mask is
 // counter-based (common/rng.h): element (n, j) of x keeps with the draw at
-// index (row0 + n) * row_stride + col0 + j of `seed`, so a token or column
-// shard of x draws exactly its part of the unsharded mask, and backward
-// regenerates it instead of storing it. GEMMs through OpenBLAS.
+// index token(row0 + n) * row_stride + col0 + j of `seed`, so a token or
+// column shard of x draws exactly its part of the unsharded mask, and
+// backward regenerates it instead of storing it. token(g) numbers token t of
+// sequence b as b * seq_pitch + t (g = b * seq + t): the mask of a token does
+// not depend on how far the batch was padded (sequence parallelism pads
+// every sequence to a multiple of TP). GEMMs through OpenBLAS.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,8 @@ struct DropoutSite {
   int64_t row0 = 0;        // first token of the block
   int64_t row_stride = 0;  // in-features of the unsharded input
   int64_t col0 = 0;        // first in-feature of the block
+  int64_t seq = 0;         // tokens per sequence in this batch (0: g itself numbers the token)
+  int64_t seq_pitch = 0;   // tokens per sequence in the numbering (the longest a batch may be)
 };
 
 // h (N, r) OVERWRITTEN = dropout(x) · A^T. scratch (N, IN) holds dropout(x)

@@ -112,8 +112,8 @@ void allocate_lora_workspace(Workspace& w, const ModelConfig& c, device::Device&
 
 namespace {
 
-lora::AdapterWeights weights(const ModelConfig& c, ParamStore& ps, const LayerParams& lp, LinearSite s, uint64_t seed,
-                             bool training) {
+lora::AdapterWeights weights(const ModelConfig& c, ParamStore& ps, const LayerParams& lp, LinearSite s, int64_t T,
+                             uint64_t seed, bool training) {
   lora::AdapterWeights a;
   a.A = ps.param(lp.lora_a[s]);
   a.B = ps.param(lp.lora_b[s]);
@@ -123,6 +123,8 @@ lora::AdapterWeights weights(const ModelConfig& c, ParamStore& ps, const LayerPa
   a.scale = c.lora.scaling();
   a.dropout = training ? c.lora.dropout : 0.f;
   a.seed = stream_seed(seed, kSiteLoraDropout + s);
+  a.seq = T;  // masks numbered per (sequence, position): padding T (sequence parallel) keeps them
+  a.seq_pitch = std::max(T, c.seq_length);
   return a;
 }
 
@@ -133,10 +135,10 @@ lora::AdapterBuffers buffers(LayerActs& a, Workspace& w, LinearSite s) {
 }  // namespace
 
 void adapter_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
-                     LayerActs& a, Workspace& w, LinearSite site, float* y, const float* x, int64_t N, uint64_t seed,
-                     bool training) {
+                     LayerActs& a, Workspace& w, LinearSite site, float* y, const float* x, int64_t N, int64_t T,
+                     uint64_t seed, bool training) {
   if (lp.lora_a[site] < 0) return;
-  const lora::AdapterWeights aw = weights(c, ps, lp, site, seed, training);
+  const lora::AdapterWeights aw = weights(c, ps, lp, site, T, seed, training);
   const int64_t in = in_features(c, site), out = out_features(c, site);
   if (column_parallel(site))
     lora::column_adapter_forward(tp, y, buffers(a, w, site), x, aw, N, in, out / c.tp);
@@ -146,9 +148,9 @@ void adapter_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSt
 
 void adapter_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
                       LayerActs& a, Workspace& w, LinearSite site, float* dx, const float* dy, const float* x,
-                      int64_t N, uint64_t seed, bool training) {
+                      int64_t N, int64_t T, uint64_t seed, bool training) {
   if (lp.lora_a[site] < 0) return;
-  const lora::AdapterWeights aw = weights(c, ps, lp, site, seed, training);
+  const lora::AdapterWeights aw = weights(c, ps, lp, site, T, seed, training);
   const int64_t in = in_features(c, site), out = out_features(c, site);
   if (column_parallel(site))
     lora::column_adapter_backward(tp, dx, buffers(a, w, site), dy, x, aw, N, in, out / c.tp);

@@ -33,16 +33,16 @@ void allocate_lora_acts(LayerActs& a, const ModelConfig& c, device::Device& dev,
 void allocate_lora_workspace(Workspace& w, const ModelConfig& c, device::Device& dev, bool meta);
 
 // Adds the adapter of `site` (if the layer has one) to the base linear's
-// output y: column-parallel sites (qkv, fc1) take x_full (N, C); row-parallel
+// output y (N = B*T tokens, T per sequence): column-parallel sites (qkv, fc1) take x_full (N, C); row-parallel
 // ones (proj, fc2) take x (N, IN_local) and add to the reduced y.
 void adapter_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
-                     LayerActs& a, Workspace& w, LinearSite site, float* y, const float* x, int64_t N, uint64_t seed,
-                     bool training);
+                     LayerActs& a, Workspace& w, LinearSite site, float* y, const float* x, int64_t N, int64_t T,
+                     uint64_t seed, bool training);
 // Adds the adapter's input gradient to the base's dx (column: reduced, row:
 // (N, IN_local)) and accumulates dA, dB. dy: column (N, OUT_local); row the
 // output gradient of every token (the base's gathered buffer under SP).
 void adapter_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
                       LayerActs& a, Workspace& w, LinearSite site, float* dx, const float* dy, const float* x,
-                      int64_t N, uint64_t seed, bool training);
+                      int64_t N, int64_t T, uint64_t seed, bool training);
 
 }  // namespace mtrain::model

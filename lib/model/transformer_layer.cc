@@ -210,7 +210,8 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     pf::Scope m(pr.module("linear_qkv"), {pr.tokens("input", a.ln1.data())});
     parallel::column_parallel_linear_forward(tp, w.qkv.data(), full_input(c, w, a.ln1.data()), a.ln1.data(),
                                              ps.param(lp.qkv_w), opt(ps, lp.qkv_b), d.N, d.C, d.QKV);
-    adapter_forward(c, tp, ps, lp, a, w, kSiteQkv, w.qkv.data(), full_input(c, w, a.ln1.data()), d.N, seed, training);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteQkv, w.qkv.data(), full_input(c, w, a.ln1.data()), d.N, d.T, seed,
+                    training);
     round_act(c, w.qkv.data(), d.N * d.QKV);
     m.end({pr.cols("output", w.qkv.data(), d.QKV)});
   }
@@ -244,7 +245,7 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     pf::Scope m(pr.module("linear_proj"), {pr.cols("input", a.merged.data(), d.H * d.D)});
     parallel::row_parallel_linear_forward(tp, w.d_proj.data(), w.full_out.data(), a.merged.data(), ps.param(lp.proj_w),
                                           d.N, d.H * d.D, d.C);
-    adapter_forward(c, tp, ps, lp, a, w, kSiteProj, w.d_proj.data(), a.merged.data(), d.N, seed, training);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteProj, w.d_proj.data(), a.merged.data(), d.N, d.T, seed, training);
     round_act(c, w.d_proj.data(), d.Nl * d.C);
     m.end({pr.tokens("output", w.d_proj.data())});
   }
@@ -269,7 +270,8 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     pf::Scope m(pr.module("linear_fc1"), {pr.tokens("input", a.ln2.data())});
     parallel::column_parallel_linear_forward(tp, a.fc1.data(), full_input(c, w, a.ln2.data()), a.ln2.data(),
                                              ps.param(lp.fc1_w), nullptr, d.N, d.C, d.FC1);
-    adapter_forward(c, tp, ps, lp, a, w, kSiteFc1, a.fc1.data(), full_input(c, w, a.ln2.data()), d.N, seed, training);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteFc1, a.fc1.data(), full_input(c, w, a.ln2.data()), d.N, d.T, seed,
+                    training);
     round_act(c, a.fc1.data(), d.N * d.FC1);
     m.end({pr.cols("output", a.fc1.data(), d.FC1)});
   }
@@ -288,7 +290,7 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     pf::Scope m(pr.module("linear_fc2"), {pr.cols("input", a.act.data(), d.F)});
     parallel::row_parallel_linear_forward(tp, w.d_proj.data(), w.full_out.data(), a.act.data(), ps.param(lp.fc2_w), d.N,
                                           d.F, d.C);
-    adapter_forward(c, tp, ps, lp, a, w, kSiteFc2, w.d_proj.data(), a.act.data(), d.N, seed, training);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteFc2, w.d_proj.data(), a.act.data(), d.N, d.T, seed, training);
     round_act(c, w.d_proj.data(), d.Nl * d.C);
     m.end({pr.tokens("output", w.d_proj.data())});
   }
@@ -320,7 +322,7 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
     parallel::row_parallel_linear_backward(tp, w.d_act.data(), ps.grad(lp.fc2_w), w.full_out.data(), w.d_proj.data(),
                                            a.act.data(), ps.param(lp.fc2_w), d.N, d.F, d.C, ga, scratch);
     adapter_backward(c, tp, ps, lp, a, w, kSiteFc2, w.d_act.data(), gathered_grad(c, w, w.d_proj.data()), a.act.data(),
-                     d.N, seed, training);
+                     d.N, d.T, seed, training);
     round_act(c, w.d_act.data(), d.N * d.F);
     m.end({pr.cols("grad_input", w.d_act.data(), d.F)});
   }
@@ -345,7 +347,7 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
                                               w.d_fc1.data(), full_input(c, w, a.ln2.data()), ps.param(lp.fc1_w), d.N,
                                               d.C, d.FC1, ga, scratch);
     adapter_backward(c, tp, ps, lp, a, w, kSiteFc1, w.d_ln.data(), w.d_fc1.data(), full_input(c, w, a.ln2.data()), d.N,
-                     seed, training);
+                     d.T, seed, training);
     round_act(c, w.d_ln.data(), d.Nl * d.C);
     m.end({pr.tokens("grad_input", w.d_ln.data())});
   }
@@ -383,7 +385,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
                                            w.d_proj.data(), a.merged.data(), ps.param(lp.proj_w), d.N, d.H * d.D, d.C,
                                            ga, scratch);
     adapter_backward(c, tp, ps, lp, a, w, kSiteProj, w.d_merged.data(), gathered_grad(c, w, w.d_proj.data()),
-                     a.merged.data(), d.N, seed, training);
+                     a.merged.data(), d.N, d.T, seed, training);
     round_act(c, w.d_merged.data(), d.N * d.H * d.D);
     m.end({pr.cols("grad_input", w.d_merged.data(), d.H * d.D)});
   }
@@ -428,7 +430,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
                                               opt_grad(ps, lp.qkv_b), w.qkv.data(), full_input(c, w, a.ln1.data()),
                                               ps.param(lp.qkv_w), d.N, d.C, d.QKV, ga, scratch);
     adapter_backward(c, tp, ps, lp, a, w, kSiteQkv, w.d_ln.data(), w.qkv.data(), full_input(c, w, a.ln1.data()), d.N,
-                     seed, training);
+                     d.T, seed, training);
     round_act(c, w.d_ln.data(), d.Nl * d.C);
     m.end({pr.tokens("grad_input", w.d_ln.data())});
   }

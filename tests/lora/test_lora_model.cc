@@ -22,6 +22,7 @@ using model::ModelConfig;
 using model::ParamInfo;
 using model::ParamStore;
 using model::TokenBatch;
+using model::testing::all_fused;
 using model::testing::random_batch;
 using model::testing::RandomBatch;
 
@@ -37,12 +38,6 @@ struct Case {
   ModelConfig config;
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-void all_fused(ModelConfig& c, bool on) {
-  c.fusions.masked_softmax = c.fusions.bias_dropout = c.fusions.bias_activation = on;
-  c.fusions.cross_entropy = c.fusions.rope = c.fusions.rmsnorm = c.fusions.grad_accumulation = on;
-  c.fusions.flash_attention = on;
-}
 
 std::vector<Case> cases() {
   std::vector<Case> out;
