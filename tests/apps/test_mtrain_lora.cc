@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -97,6 +99,66 @@ TEST_P(LoraTraining, MatchesSingleDeviceAndLeavesTheBaseFrozen) {
   const std::string b0 = "decoder.layers.0.self_attention.linear_qkv.lora_B.weight";
   ASSERT_TRUE(r20.has(b0));
   EXPECT_NE(tensor(r10, b0), tensor(r20, b0)) << "the adapters train";
+}
+
+// Checkpoints of a LoRA run hold everything for now (frozen base included;
+// optimizer state for the adapters only): 2 + resume 2 == 4, bit for bit.
+class LoraCheckpoint : public MtrainTest {};
+
+TEST_F(LoraCheckpoint, ResumeContinuesExactly) {
+  auto args = [&](const std::string& out) {
+    return concat(words("sft configs/sft_demo.yaml --train_type lora --train_iters 4 --lr_warmup_iters 1 "
+                        "--micro_batch_size 2 --global_batch_size 8 --eval_interval 20 --eval_iters 1 --log_interval 1 "
+                        "--num_threads 1 --num_generate_samples 0 --save_interval 2"),
+                  {"--output_dir", (tmp_ / out).string()});
+  };
+  const RunResult a = run(args("a"), "a");
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  const RunResult b = run(concat(args("b"), {"--load", (tmp_ / "a").string(), "--ckpt_step", "2"}), "b");
+  ASSERT_EQ(b.exit_code, 0) << b.describe();
+  const auto ra = train_rows(tmp_ / "a"), rb = train_rows(tmp_ / "b");
+  ASSERT_EQ(ra.size(), 4u);
+  ASSERT_EQ(rb.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(ra[i + 2].at("loss").get<double>(), rb[i].at("loss").get<double>()) << "iteration " << i + 3;
+    EXPECT_EQ(ra[i + 2].at("grad_norm").get<double>(), rb[i].at("grad_norm").get<double>()) << "iteration " << i + 3;
+  }
+}
+
+// issue 14's planning case: a 7B LoRA job fits one 910B3 (64 GiB) where full
+// fine-tuning does not. Llama-2-7B in bf16: the frozen base is 2 bytes per
+// parameter (12.6 GiB); full training adds fp32 grads and Adam m, v and
+// master (16 bytes per parameter, 100 GiB more), LoRA adds them for the
+// adapters only (r 8 on every linear: 20 M parameters, 0.3 GiB).
+class LoraPlan : public MtrainTest {
+ protected:
+  RunResult plan(const std::string& train_type) {
+    return run(words("sft --model_preset llama2-7b --bf16 --seq_length 2048 --micro_batch_size 1 "
+                     "--global_batch_size 16 --train_iters 1 --lr_warmup_iters 0 --recompute_granularity full "
+                     "--recompute_method uniform --recompute_num_layers 1 --dry_run --train_type " +
+                     train_type + " --output_dir " + (tmp_ / train_type).string()),
+               train_type);
+  }
+};
+
+TEST_F(LoraPlan, SevenBillionLoraFitsOneDeviceWhereFullFineTuningDoesNot) {
+  const RunResult full = plan("full");
+  EXPECT_EQ(full.exit_code, 6) << full.describe();
+  EXPECT_NE(full.out.find("DOES NOT FIT"), std::string::npos) << full.out;
+  const RunResult lora = plan("lora");
+  ASSERT_EQ(lora.exit_code, 0) << lora.describe();
+  EXPECT_NE(lora.out.find("The plan FITS on every device."), std::string::npos) << lora.out;
+  // The device's accounting: bf16 base weights; adapter grads (fp32) and
+  // Adam m, v and master (3 x fp32) for r (in + out) per linear and layer.
+  const double h = 4096, ffn = 11008, L = 32, r = 8;
+  const double adapters = L * r * ((h + 3 * h) + (h + h) + (h + 2 * ffn) + (ffn + h));
+  const std::regex row(R"(  (gradients|optimizer states) +([0-9.]+) GiB)");
+  std::map<std::string, double> gib;
+  for (std::sregex_iterator it(lora.out.begin(), lora.out.end(), row), end; it != end; ++it)
+    gib[(*it)[1]] = std::stod((*it)[2]);
+  // The report rounds to 0.01 GiB.
+  EXPECT_NEAR(gib.at("gradients"), 4 * adapters / (1 << 30), 0.006) << lora.out;
+  EXPECT_NEAR(gib.at("optimizer states"), 12 * adapters / (1 << 30), 0.006) << lora.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(
