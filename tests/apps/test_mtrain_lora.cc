@@ -125,6 +125,32 @@ TEST_F(LoraCheckpoint, ResumeContinuesExactly) {
   }
 }
 
+// A Hugging Face directory is the frozen base (`--model`): the adapters are
+// not in it and start as PEFT does, so iteration 1's loss is the full
+// fine-tune's from the same directory, bit for bit.
+TEST_F(LoraCheckpoint, HuggingFaceModelIsTheFrozenBase) {
+  auto sft = [&](const std::string& out, const std::string& extra) {
+    return concat(words("sft configs/sft_demo.yaml --train_iters 1 --lr_warmup_iters 0 --micro_batch_size 2 "
+                        "--global_batch_size 8 --eval_interval 20 --eval_iters 1 --log_interval 1 --num_threads 1 "
+                        "--num_generate_samples 0 " +
+                        extra),
+                  {"--output_dir", (tmp_ / out).string()});
+  };
+  ASSERT_EQ(run(sft("trained", ""), "trained").exit_code, 0);
+  const RunResult e =
+      run({"export", "--to_hf", "--load", (tmp_ / "trained").string(), "--output_dir", (tmp_ / "hf").string()}, "hf");
+  ASSERT_EQ(e.exit_code, 0) << e.describe();
+  const std::string model = "--model " + (tmp_ / "hf").string();
+  const RunResult full = run(sft("full", model), "full");
+  ASSERT_EQ(full.exit_code, 0) << full.describe();
+  const RunResult lora = run(sft("lora", model + " --train_type lora"), "lora");
+  ASSERT_EQ(lora.exit_code, 0) << lora.describe();
+  const auto a = train_rows(tmp_ / "full"), b = train_rows(tmp_ / "lora");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(a[0].at("loss").get<double>(), b[0].at("loss").get<double>());
+}
+
 // issue 14's planning case: a 7B LoRA job fits one 910B3 (64 GiB) where full
 // fine-tuning does not. Llama-2-7B in bf16: the frozen base is 2 bytes per
 // parameter (12.6 GiB); full training adds fp32 grads and Adam m, v and
