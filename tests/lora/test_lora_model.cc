@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/errors.h"
 #include "lora_test_util.h"
 #include "optim/optimizer.h"
 #include "train/trainer.h"
@@ -200,6 +201,28 @@ TEST(LoraModel, ModulesToSaveAndBiasesTrain) {
   for (const ParamInfo& p : m.params().infos()) {
     const bool want = !p.in_base || p.name.ends_with(".bias") || p.name == "embedding.word_embeddings.weight";
     EXPECT_EQ(p.trainable, want) << p.name;
+  }
+}
+
+// --target_regex selects modules by whole name; one that selects nothing is refused (exit 3) before training.
+TEST(LoraModel, TargetRegexSelectsModulesAndMustMatchOne) {
+  ModelConfig c = testing::tiny_lora();
+  c.lora.target_modules.clear();
+  c.lora.target_regex = R"(decoder\.layers\.1\.mlp\.linear_fc2)";
+  device::Device dev(device::DeviceProfile{}, 0);
+  GptModel m(c, dev);
+  std::vector<std::string> adapters;
+  for (const ParamInfo& p : m.params().infos())
+    if (!p.in_base) adapters.push_back(p.name);
+  EXPECT_EQ(adapters, (std::vector<std::string>{"decoder.layers.1.mlp.linear_fc2.lora_A.weight",
+                                                "decoder.layers.1.mlp.linear_fc2.lora_B.weight"}));
+  c.lora.target_regex = "linear_qkv";  // not the whole name
+  try {
+    GptModel none(c, dev);
+    ADD_FAILURE() << "a regex matching no module was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kConfig);
+    EXPECT_STREQ(e.what(), "--target_regex 'linear_qkv' matches no linear layer of this model");
   }
 }
 
