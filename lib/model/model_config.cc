@@ -1,6 +1,7 @@
 #include "model/model_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/errors.h"
 #include "config/args.h"
@@ -129,13 +130,23 @@ double train_flops(const ModelConfig& c, int64_t tokens, int64_t T) {
   return dense + attn;
 }
 
+// ", LoRA r 8 alpha 32 (scale 4) on linear_fc1 linear_fc2 ...", or "" for full training.
+static std::string describe_lora(const lora::LoraConfig& l) {
+  if (!l.enabled) return "";
+  const std::string targets =
+      l.target_regex.empty() ? fmt::format("{}", fmt::join(l.target_modules, " ")) : "/" + l.target_regex + "/";
+  return fmt::format(", LoRA r {} alpha {} (scale {:g}) on {}{}", l.rank, l.alpha, l.scaling(), targets,
+                     l.modules_to_save.empty() ? "" : fmt::format(", training {}", fmt::join(l.modules_to_save, " ")));
+}
+
 std::string describe(const ModelConfig& c) {
   return fmt::format(
-      "GPT: {} layers, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {} (padded {}), {} {} {} "
-      "{}, dtype {}",
-      c.num_layers, c.hidden, c.ffn, c.heads, c.groups, c.head_dim, c.vocab, c.padded_vocab,
-      c.rmsnorm ? "RMSNorm" : "LayerNorm", c.swiglu ? "SwiGLU" : "GELU", c.rope ? "RoPE" : "learned positions",
-      c.untie ? "untied" : "tied", dtype_name(c.dtype));
+             "GPT: {} layers, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {} (padded {}), {} {} "
+             "{} {}, dtype {}",
+             c.num_layers, c.hidden, c.ffn, c.heads, c.groups, c.head_dim, c.vocab, c.padded_vocab,
+             c.rmsnorm ? "RMSNorm" : "LayerNorm", c.swiglu ? "SwiGLU" : "GELU", c.rope ? "RoPE" : "learned positions",
+             c.untie ? "untied" : "tied", dtype_name(c.dtype)) +
+         describe_lora(c.lora);
 }
 
 }  // namespace mtrain::model
