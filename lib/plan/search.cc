@@ -85,6 +85,7 @@ static std::vector<Layout> enumerate(const config::Args& base, const SearchOptio
 // known vocabulary (the dry run reads it from the tokenizer) one token stands
 // in: the embedding's share of the bound only shrinks.
 static bool hopeless(config::Args a, int64_t capacity) {
+  if (a.train_type == "lora") return false;  // the formula counts states for every weight; LoRA trains few
   if (!a.vocab_size) a.vocab_size = 1;
   return 0.85 * megatron_formulas(a).states > static_cast<double>(capacity);
 }
