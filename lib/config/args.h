@@ -88,7 +88,7 @@ struct Args {
   int global_batch_size = 16;
   std::optional<int> train_iters;       // one of train_iters / num_train_epochs is required
   std::optional<int> num_train_epochs;  // v3 max_epochs
-  std::optional<double> lr;             // derived: 1e-5 (full)
+  std::optional<double> lr;             // derived: 1e-5 (full), 1e-4 (lora)
   double min_lr = 0.0;
   std::string lr_decay_style = "cosine";  // constant | linear | cosine | inverse-square-root | WSD
   std::optional<int> lr_decay_iters;      // derived: train_iters
@@ -118,7 +118,24 @@ struct Args {
   bool check_for_nan_in_loss_and_grad = true;
   std::string on_nonfinite = "abort";  // abort | skip
   int max_consecutive_nonfinite_skips = 5;
-  std::string train_type = "full";  // v4 tuner_type; lora is rejected for now
+  std::string train_type = "full";  // v4 tuner_type: full | lora
+
+  // ---- LoRA (--train_type lora; Megatron-SWIFT names and defaults) ----------
+  int lora_rank = 8;
+  int lora_alpha = 32;
+  double lora_dropout = 0.05;
+  std::string lora_bias = "none";  // none | all (every bias of the base trains)
+  bool use_rslora = false;
+  std::vector<std::string> target_modules = {"all-linear"};
+  std::optional<std::string> target_regex;  // overrides target_modules
+  std::vector<std::string> modules_to_save;
+  // Accepted by name and refused (not implemented yet): unsupported.cc.
+  std::optional<std::string> adapter_load;  // v4 mcore_adapter
+  bool merge_lora = false;
+  std::optional<std::string> lora_dtype;
+  bool use_dora = false;
+  std::optional<double> lorap_lr_ratio;
+  std::string init_weights = "true";
 
   // ---- data ----------------------------------------------------------------
   std::vector<std::string> dataset;

@@ -35,7 +35,7 @@ std::vector<FlagSpec> training_flags() {
        .group = T,
        .help = "Peak learning rate.",
        .aliases = {"learning_rate"},
-       .default_text = "1e-05 (full)"},
+       .default_text = "1e-05 (full), 1e-04 (lora)"},
       {.name = "min_lr", .field = &Args::min_lr, .group = T, .help = "Learning rate at the end of the decay."},
       {.name = "lr_decay_style",
        .field = &Args::lr_decay_style,
@@ -110,7 +110,7 @@ std::vector<FlagSpec> training_flags() {
       {.name = "train_type",
        .field = &Args::train_type,
        .group = T,
-       .help = "full fine-tuning or lora (LoRA is not supported yet).",
+       .help = "full fine-tuning, or lora: adapters on the targeted linears, the base frozen (see the LoRA flags).",
        .aliases = {"tuner_type"},
        .choices = {"full", "lora"}},
   };

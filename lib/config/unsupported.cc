@@ -23,7 +23,21 @@ struct Unsupported {
 
 const std::vector<Unsupported>& unsupported_settings() {
   static const std::vector<Unsupported> list = {
-      {"train_type", {"full"}, "LoRA is not supported yet", "use --train_type full (--tuner_type full)"},
+      {"adapter_load",
+       {},
+       "loading a LoRA adapter (--adapter_load / --mcore_adapter) is not supported yet",
+       "train a new adapter (leave --adapter_load unset); adapter checkpoints and PEFT import come later"},
+      {"merge_lora",
+       {"false"},
+       "merging LoRA into the base weights (--merge_lora) is not supported yet",
+       "leave --merge_lora false"},
+      {"lora_dtype", {}, "--lora_dtype is not supported: adapters train in fp32 master precision", "leave it unset"},
+      {"use_dora", {"false"}, "DoRA is not supported", "use plain LoRA (--use_dora false)"},
+      {"lorap_lr_ratio", {}, "LoRA+ (--lorap_lr_ratio) is not supported", "leave it unset"},
+      {"init_weights",
+       {"true"},
+       "only PEFT's default LoRA init (A Kaiming-uniform, B zero) is supported",
+       "use --init_weights true"},
       {"position_embedding_type",
        {"learned_absolute", "rope"},
        "this position embedding is not supported",

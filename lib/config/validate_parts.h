@@ -10,6 +10,8 @@ namespace mtrain::config::detail {
 
 void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings);
 void check_training(Args& a, std::vector<std::string>& warnings);
+// --train_type lora: ranges, names, and the LoRA learning-rate default (before check_training).
+void check_lora(Args& a);
 // Derives lr_decay_iters from train_iters and checks warmup/WSD lengths against it.
 void check_schedule_lengths(Args& a);
 

@@ -4,6 +4,7 @@
 #include "model/gpt.h"
 
 #include "common/errors.h"
+#include "model/lora_layer.h"
 #include "parallel/local_comm.h"
 #include "tensor/precision.h"
 
@@ -31,8 +32,11 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Com
   if (c.heads % c.tp != 0 || c.groups % c.tp != 0 || c.ffn % c.tp != 0 || c.padded_vocab % c.tp != 0)
     throw Error(ExitCode::kInternal, "GptModel: heads, query groups, FFN and padded vocabulary must split over TP");
   for (const ModelChunk& spec : c.chunk_list()) chunks_.push_back(Chunk{spec, {}, {}});
+  count_adapted_linears(c);  // refuses a LoRA target that matches nothing
   build_params();
+  mark_trainable(params_, c);
   check_grad_coverage();
+  params_.layout();
   params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_.unpadded_numel()) : 0);
   params_.initialize(c.seed, c.init_std, c.num_layers, c.dtype);
   allocate_chunks(meta);
@@ -78,6 +82,7 @@ void GptModel::build_params() {
         lp.fc1_b = params_.add(p + "mlp.linear_fc1.bias", {c.fc1_width()}, false, Init::kZeros, gate_up);
       lp.fc2_w = params_.add(p + "mlp.linear_fc2.weight", {C, c.ffn}, true, Init::kScaledNormal, cols);
       if (c.add_bias_linear) lp.fc2_b = replicated(p + "mlp.linear_fc2.bias", {C}, false, Init::kZeros);
+      if (c.lora.enabled) add_layer_adapters(params_, c, p, lp);
       ch.layer_index.push_back(static_cast<int>(layers_.size()));
       layers_.push_back(lp);
       layer_param_span_.emplace_back(first, static_cast<int>(params_.infos().size()) - 1);
@@ -161,25 +166,31 @@ void GptModel::check_grad_coverage() const {
                                            " is not zeroed by backward(zero_grads = true)");
 }
 
-// [begin, end) of the gradients of parameters first..last plus the
-// alignment padding after them (up to the next parameter, or the end of the
-// parameters), so the spans of all parameters tile the flat buffer.
+// [begin, end) of the gradients of the trainable parameters among
+// first..last plus the alignment padding after them (up to the next
+// trainable parameter, or the end of the trainable ones), so the spans of all
+// parameters tile the flat gradient buffer; empty when all are frozen.
 std::pair<int64_t, int64_t> GptModel::grad_span(int first, int last) const {
-  const int64_t end =
-      last + 1 < static_cast<int>(params_.infos().size()) ? params_.info(last + 1).offset : params_.unpadded_numel();
-  return {params_.info(first).offset, end};
+  const int n = static_cast<int>(params_.infos().size());
+  int lo = first;
+  while (lo <= last && !params_.info(lo).trainable) ++lo;
+  if (lo > last) return {0, 0};
+  int next = last + 1;
+  while (next < n && !params_.info(next).trainable) ++next;
+  const int64_t end = next < n ? params_.info(next).offset : params_.unpadded_numel();
+  return {params_.info(lo).offset, end};
 }
 
 void GptModel::zero_grads_of(int first, int last) {
   if (first < 0 || params_.grads().is_meta()) return;
   const auto [begin, end] = grad_span(first, last);
-  zero_floats(params_.grads().data() + begin, end - begin);
+  if (end > begin) zero_floats(params_.grads().data() + begin, end - begin);
 }
 
 void GptModel::report_ready(int first, int last) {
   if (!grad_ready_ || first < 0) return;
   const auto [begin, end] = grad_span(first, last);
-  grad_ready_(begin, end);
+  if (end > begin) grad_ready_(begin, end);
 }
 
 }  // namespace mtrain::model

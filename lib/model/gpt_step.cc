@@ -164,7 +164,7 @@ void GptModel::embed_backward(const TokenBatch& b, float* dout, uint64_t seed, b
     if (wte_ != out_w_) zero_grad(wte_);
     zero_grad(wpe_);
   }
-  if (wpe_ >= 0 && dout) {
+  if (wpe_ >= 0 && dout && params_.info(wpe_).trainable) {
     // Position rows as "tokens" of the position table.
     k::embedding_backward(params_.grad(wpe_), nullptr, dout, b.positions + token_offset(c, N), nullptr, Nl, C);
   }

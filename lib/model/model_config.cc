@@ -1,6 +1,7 @@
 #include "model/model_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/errors.h"
 #include "config/args.h"
@@ -10,6 +11,25 @@ namespace mtrain::model {
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp) {
   const int64_t multiple = std::max<int64_t>(1, divisible_by * tp);
   return (vocab + multiple - 1) / multiple * multiple;
+}
+
+static lora::LoraConfig lora_config_from_args(const config::Args& a) {
+  lora::LoraConfig l;
+  l.enabled = a.train_type == "lora";
+  if (!l.enabled) return l;
+  l.rank = a.lora_rank;
+  l.alpha = a.lora_alpha;
+  l.dropout = static_cast<float>(a.lora_dropout);
+  l.rslora = a.use_rslora;
+  l.bias_all = a.lora_bias == "all";
+  if (a.target_regex) {
+    lora::check_target_regex(*a.target_regex);
+    l.target_regex = *a.target_regex;
+  } else {
+    l.target_modules = lora::resolve_target_modules(a.target_modules);
+  }
+  l.modules_to_save = lora::resolve_modules_to_save(a.modules_to_save);
+  return l;
 }
 
 ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
@@ -38,6 +58,7 @@ ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   c.attention_dropout = static_cast<float>(a.attention_dropout);
   c.init_std = static_cast<float>(a.init_method_std);
   c.seed = static_cast<uint64_t>(a.seed);
+  c.lora = lora_config_from_args(a);
   c.dtype = a.bf16 ? DType::kBF16 : (a.fp16 ? DType::kF16 : DType::kF32);
   c.fusions.masked_softmax = a.masked_softmax_fusion;
   c.fusions.bias_dropout = a.bias_dropout_fusion;
@@ -109,13 +130,23 @@ double train_flops(const ModelConfig& c, int64_t tokens, int64_t T) {
   return dense + attn;
 }
 
+// ", LoRA r 8 alpha 32 (scale 4) on linear_fc1 linear_fc2 ...", or "" for full training.
+static std::string describe_lora(const lora::LoraConfig& l) {
+  if (!l.enabled) return "";
+  const std::string targets =
+      l.target_regex.empty() ? fmt::format("{}", fmt::join(l.target_modules, " ")) : "/" + l.target_regex + "/";
+  return fmt::format(", LoRA r {} alpha {} (scale {:g}) on {}{}", l.rank, l.alpha, l.scaling(), targets,
+                     l.modules_to_save.empty() ? "" : fmt::format(", training {}", fmt::join(l.modules_to_save, " ")));
+}
+
 std::string describe(const ModelConfig& c) {
   return fmt::format(
-      "GPT: {} layers, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {} (padded {}), {} {} {} "
-      "{}, dtype {}",
-      c.num_layers, c.hidden, c.ffn, c.heads, c.groups, c.head_dim, c.vocab, c.padded_vocab,
-      c.rmsnorm ? "RMSNorm" : "LayerNorm", c.swiglu ? "SwiGLU" : "GELU", c.rope ? "RoPE" : "learned positions",
-      c.untie ? "untied" : "tied", dtype_name(c.dtype));
+             "GPT: {} layers, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {} (padded {}), {} {} "
+             "{} {}, dtype {}",
+             c.num_layers, c.hidden, c.ffn, c.heads, c.groups, c.head_dim, c.vocab, c.padded_vocab,
+             c.rmsnorm ? "RMSNorm" : "LayerNorm", c.swiglu ? "SwiGLU" : "GELU", c.rope ? "RoPE" : "learned positions",
+             c.untie ? "untied" : "tied", dtype_name(c.dtype)) +
+         describe_lora(c.lora);
 }
 
 }  // namespace mtrain::model

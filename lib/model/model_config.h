@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lora/lora_config.h"
 #include "tensor/tensor.h"
 
 namespace mtrain::config {
@@ -69,6 +70,9 @@ struct ModelConfig {
   DType dtype = DType::kF32;
   Fusions fusions;
   Recompute recompute = Recompute::kNone;
+  // --train_type lora: adapters on the targeted linears, everything else
+  // frozen except modules_to_save (and biases with --lora_bias all).
+  lora::LoraConfig lora;
   // With kFull: --recompute_method block recomputes only the first
   // recompute_num_layers layers; uniform recomputes every layer (each from its
   // own saved input; Megatron's uniform chunks of n > 1 layers compute the

@@ -46,9 +46,43 @@ int64_t ParamStore::count() const {
   return n;
 }
 
+int64_t ParamStore::trainable_count() const {
+  int64_t n = 0;
+  for (const ParamInfo& p : infos_)
+    if (p.trainable) n += p.numel;
+  return n;
+}
+
+int64_t ParamStore::layout() {
+  // Trainable first, in registration order: a layer's trainable parameters
+  // stay contiguous, so its gradient span is one range.
+  int64_t at = 0;
+  for (ParamInfo& p : infos_) {
+    if (!p.trainable) continue;
+    p.offset = (at + 15) / 16 * 16;  // 16-float aligned: vector loops never straddle two
+    at = p.offset + p.numel;
+  }
+  used_ = total_ = at;
+  place_frozen();
+  laid_out_ = true;
+  return used_;
+}
+
+void ParamStore::place_frozen() {
+  int64_t at = total_;
+  for (ParamInfo& p : infos_) {
+    if (p.trainable) continue;
+    p.offset = (at + 15) / 16 * 16;
+    at = p.offset + p.numel;
+  }
+  frozen_ = at - total_;
+}
+
 void ParamStore::finalize(device::Device& dev, DType dtype, bool meta, int64_t min_numel) {
+  if (!laid_out_) layout();
   total_ = std::max(total_, min_numel);
-  params_ = Tensor(dev, {total_}, dtype, device::MemCategory::kWeights, "model parameters", meta);
+  place_frozen();  // behind the padded trainable part
+  params_ = Tensor(dev, {total_ + frozen_}, dtype, device::MemCategory::kWeights, "model parameters", meta);
   grads_ = Tensor(dev, {total_}, DType::kF32, device::MemCategory::kGrads, "gradient buffer (fp32 main grads)", meta);
   if (!meta) grads_.zero();
 }
@@ -59,10 +93,11 @@ static uint64_t name_hash(const std::string& s) {
   return h;
 }
 
-// Element e of the full tensor is the normal drawn at stream position 2e
-// (Rng::normal takes two draws), so a shard seeks to each of its row
-// segments instead of generating the whole tensor.
-static void fill_normal_shard(float* w, const ParamInfo& p, uint64_t stream, float std) {
+// Element e of the full tensor is drawn at stream position draws*e
+// (Rng::normal takes two draws, Rng::uniform one), so a shard seeks to each
+// of its row segments instead of generating the whole tensor.
+template <class Draw>
+static void fill_shard(float* w, const ParamInfo& p, uint64_t stream, uint64_t draws, Draw draw) {
   const int64_t full_rows = p.full_shape.empty() ? 1 : p.full_shape[0];
   const int64_t full_cols = shape_numel(p.full_shape) / std::max<int64_t>(full_rows, 1);
   const int64_t rows = p.shape.empty() ? 1 : p.shape[0];
@@ -78,8 +113,8 @@ static void fill_normal_shard(float* w, const ParamInfo& p, uint64_t stream, flo
     } else if (split) {
       col0 = s.rank * cols;
     }
-    rng.set_state(stream + 2 * static_cast<uint64_t>(full_row * full_cols + col0));
-    for (int64_t j = 0; j < cols; ++j) w[i * cols + j] = static_cast<float>(rng.normal()) * std;
+    rng.set_state(stream + draws * static_cast<uint64_t>(full_row * full_cols + col0));
+    for (int64_t j = 0; j < cols; ++j) w[i * cols + j] = draw(rng);
   }
 }
 
@@ -94,10 +129,17 @@ void ParamStore::initialize(uint64_t seed, float std, int64_t num_layers, DType 
     if (p.init == Init::kOnes) {
       for (int64_t j = 0; j < p.numel; ++j) w[j] = 1.0f;
     } else if (p.init == Init::kNormal || p.init == Init::kScaledNormal) {
-      fill_normal_shard(w, p, stream_seed(seed, name_hash(p.init_name)), p.init == Init::kNormal ? std : scaled);
+      const float s = p.init == Init::kNormal ? std : scaled;
+      fill_shard(w, p, stream_seed(seed, name_hash(p.init_name)), 2,
+                 [s](Rng& r) { return static_cast<float>(r.normal()) * s; });
+    } else if (p.init == Init::kKaimingUniform) {
+      const int64_t fan_in = p.full_shape.size() < 2 ? 1 : p.full_shape[1];
+      const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+      fill_shard(w, p, stream_seed(seed, name_hash(p.init_name)), 1,
+                 [bound](Rng& r) { return static_cast<float>((2.0 * r.uniform() - 1.0) * bound); });
     }
   }
-  kernels::round_to_dtype(params_.data(), total_, dtype);
+  kernels::round_to_dtype(params_.data(), total_ + frozen_, dtype);
 }
 
 int ParamStore::find(const std::string& name) const {

@@ -4,6 +4,11 @@
 // the grad norm one reduction, and (later) DP all-reduce a few big buckets.
 // Names follow Megatron-core's state-dict keys so checkpoints and HF export
 // can map them.
+//
+// Frozen parameters (a LoRA job's base weights) have no gradient and no
+// optimizer state: finalize() lays the trainable parameters out first, so
+// the flat gradient buffer, the optimizer and the DP buckets span only
+// [0, numel()), and the frozen weights follow them in the parameter buffer.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +20,9 @@
 
 namespace mtrain::model {
 
-enum class Init { kNormal, kScaledNormal, kZeros, kOnes };
+// kKaimingUniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in the full
+// tensor's columns, PyTorch's kaiming_uniform_(a=sqrt(5)) as PEFT initialises lora_A.
+enum class Init { kNormal, kScaledNormal, kZeros, kOnes, kKaimingUniform };
 
 // How a tensor is split over the tensor-parallel ranks (Megatron's
 // partition_dim). kRows: rank r holds rows [r*R/tp, (r+1)*R/tp) of each of
@@ -52,6 +59,11 @@ struct ParamInfo {
   // The last stage's copy of tied word embeddings: its gradient is summed
   // with the first stage's over the embedding group.
   bool shared_embedding = false;
+  // False: frozen (no gradient, no optimizer state); grad() is null.
+  bool trainable = true;
+  // False for a parameter the base model does not have (a LoRA adapter):
+  // weight sources (--model, --load of a base) are not asked for it.
+  bool in_base = true;
 };
 
 class ParamStore {
@@ -60,9 +72,13 @@ class ParamStore {
   // this rank holds `shard`; returns its index. Call finalize() after the last one.
   int add(std::string name, Shape full_shape, bool weight_decay, Init init, TpShard shard = {});
   ParamInfo& mutable_info(int i) { return infos_[i]; }
-  // Allocates params (emulated dtype, kWeights) and fp32 grads (kGrads) on the
-  // device, padded to at least `min_numel` elements (the DP buckets' padding);
-  // padding is zero and stays zero.
+  // Lays out the trainable parameters first, then the frozen ones (set
+  // `trainable` before). Returns the trainable flat size before padding.
+  int64_t layout();
+  // Allocates params (emulated dtype, kWeights: trainable then frozen) and
+  // fp32 grads (kGrads, trainable only) on the device; the trainable part is
+  // padded to at least `min_numel` elements (the DP buckets' padding); padding
+  // is zero and stays zero. Calls layout() if needed.
   void finalize(device::Device& dev, DType dtype, bool meta, int64_t min_numel = 0);
   // Deterministic init: element j of parameter i is element j of its own
   // stream seeded by (seed, init_name), so the same tensor comes out whatever
@@ -70,21 +86,28 @@ class ParamStore {
   void initialize(uint64_t seed, float std, int64_t num_layers, DType dtype);
 
   float* param(int i) { return params_.data() + infos_[i].offset; }
-  float* grad(int i) { return grads_.data() + infos_[i].offset; }
+  float* grad(int i) { return infos_[i].trainable ? grads_.data() + infos_[i].offset : nullptr; }
   const ParamInfo& info(int i) const { return infos_[i]; }
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int find(const std::string& name) const;  // -1 if absent
 
   Tensor& params() { return params_; }
   Tensor& grads() { return grads_; }
-  int64_t numel() const { return total_; }  // flat buffer size incl. alignment and padding
-  int64_t count() const;                    // parameters this rank holds
+  // Trainable flat size incl. alignment and padding: the gradient buffer, the
+  // optimizer's span; params() holds numel() + frozen_numel() elements.
+  int64_t numel() const { return total_; }
+  int64_t frozen_numel() const { return frozen_; }
+  int64_t count() const;            // parameters this rank holds
+  int64_t trainable_count() const;  // of which trainable
   int64_t unpadded_numel() const { return used_; }
 
  private:
   std::vector<ParamInfo> infos_;
   int64_t total_ = 0;
   int64_t used_ = 0;
+  int64_t frozen_ = 0;  // frozen elements (with alignment) behind the trainable part
+  bool laid_out_ = false;
+  void place_frozen();
   Tensor params_;
   Tensor grads_;
 };

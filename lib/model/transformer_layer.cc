@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/rng.h"
+#include "model/lora_layer.h"
 #include "profiler/probe.h"
 #include "tensor/activation.h"
 #include "tensor/attention.h"
@@ -66,6 +67,7 @@ void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev
   if (!c.rmsnorm) a.ln2_mean = act_tensor(dev, {d.Nl}, DType::kF32, p + "pre-mlp norm mean", meta);
   a.fc1 = act_tensor(dev, {d.N, d.FC1}, t, p + "fc1 output", meta);
   a.act = act_tensor(dev, {d.N, d.F}, t, p + "activation output", meta);
+  allocate_lora_acts(a, c, dev, meta, p);
 }
 
 static int64_t scratch_floats(const ModelConfig& c) {
@@ -107,6 +109,7 @@ void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev,
     w.full_out = act_tensor(dev, {d.N, d.C}, t, "sequence-parallel reduce-scatter buffer", meta);
   }
   w.scratch = act_tensor(dev, {std::max<int64_t>(scratch_floats(c), 1)}, DType::kF32, "kernel scratch", meta);
+  allocate_lora_workspace(w, c, dev, meta);
 }
 
 namespace {
@@ -145,6 +148,12 @@ int64_t mask_offset(const ModelConfig& c, int64_t N) {
 // The column-parallel input: the norm output itself, or under sequence
 // parallelism the gathered (N, C) buffer.
 float* full_input(const ModelConfig& c, Workspace& w, float* ln) { return c.sequence_parallel ? w.full_in.data() : ln; }
+
+// A row-parallel output gradient of every token: dy itself, or under sequence
+// parallelism the buffer the base's backward all-gathered it into.
+const float* gathered_grad(const ModelConfig& c, Workspace& w, const float* dy) {
+  return c.sequence_parallel ? w.full_out.data() : dy;
+}
 
 namespace pf = profiler;
 using pf::Kind;
@@ -201,6 +210,8 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     pf::Scope m(pr.module("linear_qkv"), {pr.tokens("input", a.ln1.data())});
     parallel::column_parallel_linear_forward(tp, w.qkv.data(), full_input(c, w, a.ln1.data()), a.ln1.data(),
                                              ps.param(lp.qkv_w), opt(ps, lp.qkv_b), d.N, d.C, d.QKV);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteQkv, w.qkv.data(), full_input(c, w, a.ln1.data()), d.N, d.T, seed,
+                    training);
     round_act(c, w.qkv.data(), d.N * d.QKV);
     m.end({pr.cols("output", w.qkv.data(), d.QKV)});
   }
@@ -234,6 +245,7 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     pf::Scope m(pr.module("linear_proj"), {pr.cols("input", a.merged.data(), d.H * d.D)});
     parallel::row_parallel_linear_forward(tp, w.d_proj.data(), w.full_out.data(), a.merged.data(), ps.param(lp.proj_w),
                                           d.N, d.H * d.D, d.C);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteProj, w.d_proj.data(), a.merged.data(), d.N, d.T, seed, training);
     round_act(c, w.d_proj.data(), d.Nl * d.C);
     m.end({pr.tokens("output", w.d_proj.data())});
   }
@@ -258,6 +270,8 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     pf::Scope m(pr.module("linear_fc1"), {pr.tokens("input", a.ln2.data())});
     parallel::column_parallel_linear_forward(tp, a.fc1.data(), full_input(c, w, a.ln2.data()), a.ln2.data(),
                                              ps.param(lp.fc1_w), nullptr, d.N, d.C, d.FC1);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteFc1, a.fc1.data(), full_input(c, w, a.ln2.data()), d.N, d.T, seed,
+                    training);
     round_act(c, a.fc1.data(), d.N * d.FC1);
     m.end({pr.cols("output", a.fc1.data(), d.FC1)});
   }
@@ -276,6 +290,7 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     pf::Scope m(pr.module("linear_fc2"), {pr.cols("input", a.act.data(), d.F)});
     parallel::row_parallel_linear_forward(tp, w.d_proj.data(), w.full_out.data(), a.act.data(), ps.param(lp.fc2_w), d.N,
                                           d.F, d.C);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteFc2, w.d_proj.data(), a.act.data(), d.N, d.T, seed, training);
     round_act(c, w.d_proj.data(), d.Nl * d.C);
     m.end({pr.tokens("output", w.d_proj.data())});
   }
@@ -306,6 +321,8 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
     pf::Scope m(pr.module("linear_fc2"), {pr.tokens("grad_output", w.d_proj.data())});
     parallel::row_parallel_linear_backward(tp, w.d_act.data(), ps.grad(lp.fc2_w), w.full_out.data(), w.d_proj.data(),
                                            a.act.data(), ps.param(lp.fc2_w), d.N, d.F, d.C, ga, scratch);
+    adapter_backward(c, tp, ps, lp, a, w, kSiteFc2, w.d_act.data(), gathered_grad(c, w, w.d_proj.data()), a.act.data(),
+                     d.N, d.T, seed, training);
     round_act(c, w.d_act.data(), d.N * d.F);
     m.end({pr.cols("grad_input", w.d_act.data(), d.F)});
   }
@@ -329,6 +346,8 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
     parallel::column_parallel_linear_backward(tp, w.d_ln.data(), w.full_out.data(), ps.grad(lp.fc1_w), nullptr,
                                               w.d_fc1.data(), full_input(c, w, a.ln2.data()), ps.param(lp.fc1_w), d.N,
                                               d.C, d.FC1, ga, scratch);
+    adapter_backward(c, tp, ps, lp, a, w, kSiteFc1, w.d_ln.data(), w.d_fc1.data(), full_input(c, w, a.ln2.data()), d.N,
+                     d.T, seed, training);
     round_act(c, w.d_ln.data(), d.Nl * d.C);
     m.end({pr.tokens("grad_input", w.d_ln.data())});
   }
@@ -365,6 +384,8 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
     parallel::row_parallel_linear_backward(tp, w.d_merged.data(), ps.grad(lp.proj_w), w.full_out.data(),
                                            w.d_proj.data(), a.merged.data(), ps.param(lp.proj_w), d.N, d.H * d.D, d.C,
                                            ga, scratch);
+    adapter_backward(c, tp, ps, lp, a, w, kSiteProj, w.d_merged.data(), gathered_grad(c, w, w.d_proj.data()),
+                     a.merged.data(), d.N, d.T, seed, training);
     round_act(c, w.d_merged.data(), d.N * d.H * d.D);
     m.end({pr.cols("grad_input", w.d_merged.data(), d.H * d.D)});
   }
@@ -408,6 +429,8 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
     parallel::column_parallel_linear_backward(tp, w.d_ln.data(), w.full_out.data(), ps.grad(lp.qkv_w),
                                               opt_grad(ps, lp.qkv_b), w.qkv.data(), full_input(c, w, a.ln1.data()),
                                               ps.param(lp.qkv_w), d.N, d.C, d.QKV, ga, scratch);
+    adapter_backward(c, tp, ps, lp, a, w, kSiteQkv, w.d_ln.data(), w.qkv.data(), full_input(c, w, a.ln1.data()), d.N,
+                     d.T, seed, training);
     round_act(c, w.d_ln.data(), d.Nl * d.C);
     m.end({pr.tokens("grad_input", w.d_ln.data())});
   }

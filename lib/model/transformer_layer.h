@@ -28,10 +28,16 @@ struct TokenBatch {
   const int32_t* doc_ids = nullptr;    // may be null: plain causal mask
 };
 
+// The layer's four linears, in lora::linear_layer_names() order.
+enum LinearSite : int { kSiteQkv = 0, kSiteProj = 1, kSiteFc1 = 2, kSiteFc2 = 3, kNumLinearSites = 4 };
+
 // Parameter indices of one layer in the ParamStore (-1 = absent).
 struct LayerParams {
   int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+  // LoRA adapters per linear (lora_layer.h)
+  int lora_a[kNumLinearSites] = {-1, -1, -1, -1};
+  int lora_b[kNumLinearSites] = {-1, -1, -1, -1};
 };
 
 // Saved activations of one layer; shapes in comments, N = B*T, H, G, F and
@@ -49,6 +55,8 @@ struct LayerActs {
   Tensor ln2_mean, ln2_rstd;  // (N_loc)
   Tensor fc1;                 // (N, F or 2F) pre-activation
   Tensor act;                 // (N, F)
+  // LoRA: (N, r) adapter activation A dropout(x) per linear
+  Tensor lora_h[kNumLinearSites];
 };
 
 // Temporaries shared by all layers (forward and backward).
@@ -66,6 +74,9 @@ struct Workspace {
   Tensor full_in;   // sequence parallel: (N, C) all-gathered norm output (column-parallel input)
   Tensor full_out;  // sequence parallel: (N, C) buffer of reduce-scatters and gathered gradients
   Tensor scratch;   // kernel scratch for unfused paths, attention tiles
+  // LoRA: (N, r) adapter gradient; (N, max(C, H*D, F)) dropout(x) / d(x) of an adapter
+  Tensor lora_dh;
+  Tensor lora_scratch;
 };
 
 void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot);

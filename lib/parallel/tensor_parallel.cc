@@ -44,7 +44,7 @@ void accumulate(float* dw, const float* src, int64_t n) {
 // straight into dw or through scratch (OC*C floats) and an add (--no-gradient-accumulation-fusion).
 void linear_backward_accumulate(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                                 int64_t N, int64_t C, int64_t OC, bool fused, float* scratch, const char* who) {
-  if (fused) {
+  if (fused || dw == nullptr) {  // dw null: a frozen weight, only dinp (and db)
     kernels::linear_backward(dinp, dw, db, dout, inp, w, N, C, OC);
     return;
   }

@@ -48,7 +48,7 @@ struct TpConfig {
 // sp_all_gather) for the backward.
 void column_parallel_linear_forward(const TpConfig& tp, float* y, float* x_full, const float* x, const float* w,
                                     const float* b, int64_t N, int64_t C, int64_t OC_local);
-// dw (OC_local, C) and db (OC_local, may be null) ACCUMULATED; dx OVERWRITTEN:
+// dw (OC_local, C; null: a frozen weight) and db (OC_local, may be null) ACCUMULATED; dx OVERWRITTEN:
 // no SP: dx (N, C) = dy (N, OC_local) · w summed over TP (all-reduce); dx_full unused (may be null).
 // SP: the (N, C) sum is reduce-scattered into this rank's shard dx (N/tp, C); dx_full (N, C) is the buffer.
 // x_full: the forward's full (N, C) input. fused_grad_accumulation: the weight-gradient GEMM accumulates into dw
@@ -87,8 +87,8 @@ void sp_reduce_scatter(Comm& tp, const float* full, float* shard, int64_t shard_
 void vocab_parallel_embedding_forward(const TpConfig& tp, float* out, float* out_full, const int32_t* tokens,
                                       const float* w, int64_t N, int64_t C, int64_t vocab_start, int64_t V_local);
 // dout: (N, C) no SP (dout_full unused); SP: the token shard (N/tp, C), all-gathered into dout_full (N, C).
-// dw (V_local, C) ACCUMULATED for the tokens in range, repeated tokens in token order (the same bits for any
-// thread count).
+// dw (V_local, C) ACCUMULATED for the tokens in range (null: a frozen table, nothing runs), repeated tokens in token
+// order (the same bits for any thread count).
 void vocab_parallel_embedding_backward(const TpConfig& tp, float* dw, float* dout_full, const float* dout,
                                        const int32_t* tokens, int64_t N, int64_t C, int64_t vocab_start,
                                        int64_t V_local);

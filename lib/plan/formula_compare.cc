@@ -82,10 +82,13 @@ std::string formula_comparison(const DryRun& r, const config::Args& a) {
   auto cat = [&](MemCategory k) { return static_cast<double>(c->stats.by_category[static_cast<int>(k)]); };
   const double states = cat(MemCategory::kWeights) + cat(MemCategory::kGrads) + cat(MemCategory::kOptimizer);
   std::string s = "\nvs Megatron's formulas (pipeline stage 0):\n";
-  s += fmt::format(
-      "  weights+grads+optimizer {:.2f} GiB, theoretical_memory_usage {:.2f} GiB: {:+.2f} GiB (norm weights whole "
-      "on every TP rank, linear biases, position embeddings, final norm on the last stage, DP bucket padding)\n",
-      gib(states), gib(f.states), gib(states - f.states));
+  if (a.train_type == "lora")  // the formula assumes every weight trains
+    s += "  weights+grads+optimizer: Megatron's formula is for full training (LoRA: frozen base, no states)\n";
+  else
+    s += fmt::format(
+        "  weights+grads+optimizer {:.2f} GiB, theoretical_memory_usage {:.2f} GiB: {:+.2f} GiB (norm weights whole "
+        "on every TP rank, linear biases, position embeddings, final norm on the last stage, DP bucket padding)\n",
+        gib(states), gib(f.states), gib(states - f.states));
   if (f.activations == 0)
     return s + "  activations: Megatron's formula needs --sequence_parallel and selective recompute\n";
   const double act = cat(MemCategory::kActivations);

@@ -122,6 +122,7 @@ static std::vector<Layout> enumerate(const config::Args& base, const SearchOptio
 // An uneven pipeline's first stage holds --decoder_first_pipeline_num_layers:
 // the bound is taken for that stage (the formula spreads num_layers evenly).
 static bool hopeless(config::Args a, int64_t capacity) {
+  if (a.train_type == "lora") return false;  // the formula counts states for every weight; LoRA trains few
   if (!a.vocab_size) a.vocab_size = 1;
   if (a.decoder_first_pipeline_num_layers)
     a.num_layers = *a.decoder_first_pipeline_num_layers * a.pipeline_model_parallel_size;

@@ -23,6 +23,7 @@ float row_sum(const float* x, int64_t C) {
 // thread, rows in order: deterministic for any thread count.
 void norm_param_grads(float* dweight, float* dbias, const float* dout, const float* inp, const float* mean,
                       const float* rstd, int64_t N, int64_t C) {
+  if (dweight == nullptr && dbias == nullptr) return;  // frozen norm (LoRA): no parameter gradient
   constexpr int64_t kBlock = 256;
   const int64_t nblocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (N * C > kParallelMin)
@@ -39,7 +40,8 @@ void norm_param_grads(float* dweight, float* dbias, const float* dout, const flo
         gb[j] += dy[j];
       }
     }
-    for (int64_t j = 0; j < nc; ++j) dweight[c0 + j] += gw[j];
+    if (dweight)
+      for (int64_t j = 0; j < nc; ++j) dweight[c0 + j] += gw[j];
     if (dbias)
       for (int64_t j = 0; j < nc; ++j) dbias[c0 + j] += gb[j];
   }
@@ -109,7 +111,7 @@ void rmsnorm_backward_unfused(float* dinp, float* dweight, const float* dout, co
       g[i * C + j] = dout[i * C + j] * weight[j];
       t[i * C + j] = dout[i * C + j] * (inp[i * C + j] * rstd[i]);
     }
-  detail::column_sums_accumulate(dweight, t, N, C, C);
+  if (dweight) detail::column_sums_accumulate(dweight, t, N, C, C);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t e = 0; e < n; ++e) t[e] = g[e] * inp[e];
 #pragma omp parallel for schedule(static) if (n > kParallelMin)

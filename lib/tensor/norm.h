@@ -1,7 +1,8 @@
 // LayerNorm and RMSNorm over the last dimension C of N rows.
 // Backward ACCUMULATES into dinp (the input is always the residual stream,
 // whose gradient also arrives through the skip connection) and into
-// dweight/dbias (gradient accumulation).
+// dweight/dbias (gradient accumulation); a null dweight/dbias (a frozen
+// parameter) is skipped.
 #pragma once
 
 #include <cstdint>

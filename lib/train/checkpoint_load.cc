@@ -46,11 +46,21 @@ bool vocab_rows(const model::ParamInfo& p, const model::ModelConfig& c) {
          p.full_shape[0] == c.padded_vocab;
 }
 
+// Whether `p` is read from `src` under `prefix` ("" = the weights): a frozen
+// parameter has no optimizer state; a parameter the base model lacks (a LoRA
+// adapter) is read when the source holds it (resume) and keeps its initial
+// value otherwise (a base model: --model, or --load of a full checkpoint).
+bool read_from_source(const checkpoint::WeightSource& src, const model::ParamInfo& p, const std::string& prefix) {
+  if (!prefix.empty() && !p.trainable) return false;
+  return p.in_base || src.has(prefix + detail::source_name(p));
+}
+
 // Refuses, naming the tensor, a parameter the source lacks or holds in
 // another shape. Returns the source's vocabulary rows (0: none read).
 int64_t check_weights(const checkpoint::WeightSource& src, model::GptModel& m, const std::string& prefix) {
   int64_t rows = 0;
   for (const model::ParamInfo& p : m.params().infos()) {
+    if (!read_from_source(src, p, prefix)) continue;
     const std::string name = prefix + detail::source_name(p);
     if (!src.has(name))
       throw CheckpointError(fmt::format("{}: tensor {} is missing", src.describe(), name),
@@ -85,6 +95,7 @@ std::vector<detail::ParamBlock> source_blocks(const model::ParamInfo& p, const m
 // cover this rank's blocks (a rank's file missing from the manifest).
 void check_coverage(const checkpoint::CheckpointReader& r, model::GptModel& m, const std::string& prefix) {
   for (const model::ParamInfo& p : m.params().infos()) {
+    if (!read_from_source(r, p, prefix)) continue;
     const std::string name = prefix + detail::source_name(p);
     for (const detail::ParamBlock& b : source_blocks(p, m.config(), r.global_shape(name).at(0)))
       r.check_block(name, b.offsets, b.shape);
@@ -95,6 +106,7 @@ void check_coverage(const checkpoint::CheckpointReader& r, model::GptModel& m, c
 // layout). Vocabulary rows past the source's are left as they are.
 void read_params(const checkpoint::WeightSource& src, model::GptModel& m, const std::string& prefix, float* flat) {
   for (const model::ParamInfo& p : m.params().infos()) {
+    if (!read_from_source(src, p, prefix)) continue;
     const std::string name = prefix + detail::source_name(p);
     for (const detail::ParamBlock& b : source_blocks(p, m.config(), src.global_shape(name).at(0)))
       src.read_block(name, b.offsets, b.shape, flat + p.offset + b.local_offset);
@@ -196,7 +208,7 @@ void apply_model_weights(const checkpoint::WeightSource& src, TrainingState& t) 
   read_params(src, t.model, "", ps.params().data());
   // The fp32 master starts from the loaded values; a bf16/fp16 model holds them rounded.
   t.optimizer.init_master_from(ps.params().data());
-  kernels::round_to_dtype(ps.params().data(), ps.numel(), t.model.config().dtype);
+  kernels::round_to_dtype(ps.params().data(), ps.params().numel(), t.model.config().dtype);  // frozen ones too
 }
 
 }  // namespace

@@ -108,6 +108,7 @@ void add_blocks(std::vector<checkpoint::ShardedTensor>& out, const model::ParamS
   for (size_t i = 0; i < ps.infos().size(); ++i) {
     const model::ParamInfo& p = ps.infos()[i];
     if (!detail::saved_under_own_name(p)) continue;
+    if (!prefix.empty() && !p.trainable) continue;  // a frozen parameter has no optimizer state
     const bool writer = detail::writes_param(p, static_cast<int>(i), rc, dp);
     for (const detail::ParamBlock& b : detail::param_blocks(p)) {
       out.push_back({prefix + p.name, p.full_shape, b.offsets, b.shape, data + p.offset + b.local_offset, writer});

@@ -58,6 +58,7 @@ GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, 
   }
   Intervals counted;
   for (const model::ParamInfo& p : ps.infos()) {
+    if (!p.trainable) continue;  // frozen: no gradient
     const std::pair<int64_t, int64_t> iv{p.offset, p.offset + p.numel};
     if (p.sequence_parallel_grad) sp_params_.push_back(iv);
     if (p.shared_embedding && state.grid().pp() > 1) shared_embedding_.push_back(iv);

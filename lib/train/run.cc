@@ -194,6 +194,10 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   if (rc.dp == 0)
     fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}\n", rc.tp, rc.pp,
                model.params().count());
+  if (rc.dp == 0 && model.params().trainable_count() != model.params().count())  // LoRA: the base is frozen
+    fmt::print(" > of which trainable on (tensor, pipeline) model parallel rank ({}, {}): {} ({:.4f}%)\n", rc.tp, rc.pp,
+               model.params().trainable_count(),
+               100.0 * static_cast<double>(model.params().trainable_count()) / model.params().count());
   if (first_rank)
     fmt::print(" > {} on {} with {} threads per rank; tensor parallel {}{}, pipeline parallel {}{}, data parallel {}\n",
                model::describe(mc), dev.name(), threads, mc.tp, mc.sequence_parallel ? " (sequence parallel)" : "",

@@ -29,7 +29,8 @@ model::TokenBatch token_batch(const data::Batch& b) {
 
 std::vector<optim::ParamRange> optimizer_ranges(const model::ParamStore& ps) {
   std::vector<optim::ParamRange> r;
-  for (const model::ParamInfo& p : ps.infos()) r.push_back({p.name, p.offset, p.numel, p.weight_decay});
+  for (const model::ParamInfo& p : ps.infos())
+    if (p.trainable) r.push_back({p.name, p.offset, p.numel, p.weight_decay});  // frozen: no optimizer state
   return r;
 }
 

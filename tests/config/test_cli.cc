@@ -133,8 +133,9 @@ TEST(Cli, CheckpointFlagsUnderEverySpelling) {
 }
 
 TEST(Cli, NotYetImplementedSettingsAreRejectedUnderEverySpelling) {
-  for (std::string flag : {"--train_type", "--tuner_type"}) {
-    EXPECT_EQ(config_error(sft_with({flag, "lora"})), "--train_type lora: LoRA is not supported yet");
+  for (std::string flag : {"--adapter_load", "--mcore_adapter"}) {
+    EXPECT_EQ(config_error(sft_with({"--train_type", "lora", flag, "a"})),
+              "--adapter_load a: loading a LoRA adapter (--adapter_load / --mcore_adapter) is not supported yet");
   }
   // --dry_run is implemented (lib/plan); it parses and validates like any run.
   EXPECT_TRUE(parse_sft({"--dry_run"}).dry_run);

@@ -348,7 +348,8 @@ TEST(Validate, CheckpointSettings) {
 
 TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
   const std::vector<std::pair<std::function<void(Args&)>, std::string>> cases = {
-      {[](Args& a) { a.train_type = "lora"; }, "--train_type lora: LoRA is not supported yet"},
+      {[](Args& a) { a.train_type = "lora", a.merge_lora = true; },
+       "--merge_lora true: merging LoRA into the base weights (--merge_lora) is not supported yet"},
       {[](Args& a) { a.position_embedding_type = "mrope"; },
        "--position_embedding_type mrope: this position embedding is not supported"},
       {[](Args& a) { a.position_embedding_type = "relative"; },

@@ -60,6 +60,28 @@ inline ModelConfig tiny_gpt2() {
 // by 1e-2 or more.
 inline const double kPathRtol = 2 * 50 * mtrain::testing::fp32_gamma(32);  // 1.9e-4
 
+// Flat index into the full tensor of element (i, j) of this rank's TP shard of `p`.
+inline int64_t full_index(const ParamInfo& p, int64_t i, int64_t j) {
+  const int64_t full_rows = p.full_shape[0];
+  const int64_t full_cols = p.full_shape.size() > 1 ? p.full_shape[1] : 1;
+  const int64_t rows = p.shape[0], cols = p.numel / rows;
+  int64_t r = i, c = j;
+  if (p.shard.split == TpSplit::kRows && p.shard.tp > 1) {
+    const int64_t block = rows / p.shard.parts;
+    r = (i / block) * (full_rows / p.shard.parts) + p.shard.rank * block + i % block;
+  } else if (p.shard.split == TpSplit::kCols && p.shard.tp > 1) {
+    c = p.shard.rank * cols + j;
+  }
+  return r * full_cols + c;
+}
+
+// Every fusion flag on (the fused kernels) or off (the unfused op sequences).
+inline void all_fused(ModelConfig& c, bool on) {
+  c.fusions.masked_softmax = c.fusions.bias_dropout = c.fusions.bias_activation = on;
+  c.fusions.cross_entropy = c.fusions.rope = c.fusions.rmsnorm = c.fusions.grad_accumulation = on;
+  c.fusions.flash_attention = on;
+}
+
 struct RandomBatch {
   std::vector<int32_t> tokens, targets, positions, doc_ids;
   std::vector<float> weights;

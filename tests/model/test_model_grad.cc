@@ -13,6 +13,7 @@
 namespace mtrain::model {
 namespace {
 
+using testing::all_fused;
 using testing::random_batch;
 using testing::RandomBatch;
 
@@ -28,12 +29,6 @@ struct Case {
   ModelConfig config;
   bool docs = false;
 };
-
-void all_fused(ModelConfig& c, bool on) {
-  c.fusions.masked_softmax = c.fusions.bias_dropout = c.fusions.bias_activation = on;
-  c.fusions.cross_entropy = c.fusions.rope = c.fusions.rmsnorm = c.fusions.grad_accumulation = on;
-  c.fusions.flash_attention = on;
-}
 
 std::vector<Case> cases() {
   std::vector<Case> out;

@@ -27,17 +27,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Element (i, j) of this rank's shard of `p`, read from the full tensor.
 float full_value(const std::vector<float>& full, const ParamInfo& p, int64_t i, int64_t j) {
-  const int64_t full_rows = p.full_shape[0];
-  const int64_t full_cols = p.full_shape.size() > 1 ? p.full_shape[1] : 1;
-  const int64_t rows = p.shape[0], cols = p.numel / rows;
-  int64_t r = i, c = j;
-  if (p.shard.split == TpSplit::kRows && p.shard.tp > 1) {
-    const int64_t block = rows / p.shard.parts;
-    r = (i / block) * (full_rows / p.shard.parts) + p.shard.rank * block + i % block;
-  } else if (p.shard.split == TpSplit::kCols && p.shard.tp > 1) {
-    c = p.shard.rank * cols + j;
-  }
-  return full[r * full_cols + c];
+  return full[testing::full_index(p, i, j)];
 }
 
 struct Reference {
