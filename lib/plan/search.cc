@@ -19,6 +19,8 @@ std::string layout_flags(const Layout& l, int num_layers) {
   f += fmt::format(" --micro_batch_size {} --recompute_granularity {}", l.mbs, l.recompute);
   if (l.recompute == "full") f += " --recompute_method uniform --recompute_num_layers 1";
   f += fmt::format(" --use_distributed_optimizer {} --sequence_parallel {}", l.distopt, l.sp);
+  if (l.overlap_grad_reduce) f += " --overlap_grad_reduce";
+  if (l.overlap_param_gather) f += " --overlap_param_gather";
   return f;
 }
 
@@ -40,6 +42,8 @@ config::Args apply_layout(const config::Args& base, const Layout& l) {
   }
   a.use_distributed_optimizer = l.distopt;
   a.sequence_parallel = l.sp;
+  a.overlap_grad_reduce = l.overlap_grad_reduce;
+  a.overlap_param_gather = l.overlap_param_gather;
   return a;
 }
 
@@ -68,7 +72,7 @@ static std::vector<Layout> enumerate(const config::Args& base, const SearchOptio
               if (distopt && dp == 1) continue;
               for (bool sp : {false, true}) {
                 if (sp && tp == 1) continue;
-                out.push_back({tp, pp, vpp, mbs, rc, distopt, sp});
+                out.push_back({tp, pp, vpp, mbs, rc, distopt, sp, dp > 1, distopt && dp > 1});
               }
             }
       }

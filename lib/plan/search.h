@@ -1,6 +1,8 @@
 // `mtrain plan`: the layout search. Every combination of TP, PP, VPP, DP,
 // micro-batch, recompute, distributed optimizer and sequence parallelism for
-// a world is checked by the CLI's own validation (config::validate), pruned
+// a world (with --overlap_grad_reduce whenever DP > 1, and
+// --overlap_param_gather with the distributed optimizer) is checked by the
+// CLI's own validation (config::validate), pruned
 // when a lower bound of its parameter states already exceeds the device, and
 // otherwise dry-run (dry_run.h) for its exact memory and simulated step time.
 #pragma once
@@ -17,6 +19,9 @@ struct Layout {
   int tp = 1, pp = 1, vpp = 1, mbs = 1;
   std::string recompute = "none";  // none | selective | full
   bool distopt = false, sp = false;
+  // Not searched: on whenever they apply, as Megatron users run (DP > 1;
+  // the parameter gather with the distributed optimizer).
+  bool overlap_grad_reduce = false, overlap_param_gather = false;
 };
 
 // The flags that select `l` on the command line (what the plan prints).
