@@ -272,7 +272,7 @@ StepTime step_time(const DryRun& r) {
     st.dp_exposed_s = dp_blocking + exposed[s] + gather_delay;
     const double tail_begin = clocks[s].first + exposed[s];
     if (st.tail_comm_s > 0)
-      t.timeline.push_back({s, "DP/grad communication", -1, 0, tail_begin, tail_begin + st.tail_comm_s});
+      t.timeline.push_back({s, "communication after backward", -1, 0, tail_begin, tail_begin + st.tail_comm_s});
     st.end_s = clocks[s].first;
     st.busy_s = clocks[s].second;
     t.step_s = std::max(t.step_s, tail_begin + st.tail_comm_s);
@@ -304,7 +304,8 @@ std::string time_report(const DryRun& r, const StepTime& t) {
     const double other = s.tail_comm_s - (s.dp_comm_s - s.overlapped_s);
     out += fmt::format(
         "  pipeline stage {}: compute {:.1f} ms, TP communication {:.1f} ms, DP communication {:.1f} ms "
-        "({:.1f} ms exposed, {:.1f} ms overlapped), other communication after backward {:.1f} ms, bubble {:.1f}%\n",
+        "({:.1f} ms exposed, {:.1f} ms hidden behind compute), other communication after backward {:.1f} ms, bubble "
+        "{:.1f}%\n",
         s.stage, s.compute_s * 1e3, s.tp_comm_s * 1e3, s.dp_comm_s * 1e3, s.dp_exposed_s * 1e3,
         std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3, 100.0 * s.bubble);
   }

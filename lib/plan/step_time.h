@@ -89,7 +89,7 @@ struct StageTime {
 // One span of the simulated timeline (--profile with --dry_run).
 struct TimelineSpan {
   int stage = 0;
-  std::string name;  // "forward" / "backward" / "DP/grad communication" / "DP grad reduce bucket" / ...
+  std::string name;  // "forward", "backward", "communication after backward", "DP grad reduce bucket", ...
   int microbatch = -1, chunk = 0;
   double begin_s = 0, end_s = 0;
   bool comm_stream = false;  // on the stage's DP communication stream (overlapped)

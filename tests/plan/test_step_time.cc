@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "plan/dry_run.h"
+#include "plan/sim_trace.h"
 #include "plan/step_time.h"
 
 namespace mtrain::plan {
@@ -153,9 +155,25 @@ TEST(OverlappedGradReduce, ExposedIsWhatRunsPastTheLastBackward) {
   EXPECT_NEAR(t.stages[0].dp_exposed_s, exposed, 1e-12 * end1);
   EXPECT_NEAR(t.stages[0].dp_comm_s, c.d0 + c.d1, 1e-12 * end1);
   EXPECT_NEAR(t.step_s, backward_end + exposed, 1e-12 * end1);
+  // The trace: bucket 0 on the stage's DP communication row (tid pp + stage),
+  // beside the backward it overlaps (tid stage).
+  const nlohmann::json doc = nlohmann::json::parse(simulated_trace(c.r, t));
+  double backward_begin = -1, backward_end_us = -1, bucket_begin = -1;
   int comm_spans = 0;
-  for (const TimelineSpan& sp : t.timeline) comm_spans += sp.comm_stream;
+  bool comm_row_named = false;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e.contains("tid") && e["tid"] == 1)
+      comm_row_named = e["args"]["name"] == "pipeline stage 0 DP communication (overlapped)";
+    if (e["ph"] != "X") continue;
+    const double b = e["ts"], d = e["dur"];
+    if (e["tid"] == 0 && e["name"] == "backward mb 0") backward_begin = b, backward_end_us = b + d;
+    if (e["tid"] == 1) comm_spans += 1;
+    if (e["tid"] == 1 && bucket_begin < 0) bucket_begin = b;
+  }
+  EXPECT_TRUE(comm_row_named) << doc.dump();
   EXPECT_EQ(comm_spans, 2) << "each bucket on the stage's DP communication row";
+  EXPECT_GT(bucket_begin, backward_begin);
+  EXPECT_LT(bucket_begin, backward_end_us) << "bucket 0 starts while the backward runs";
 }
 
 TEST(OverlappedGradReduce, BlockingExposesAllOfIt) {
