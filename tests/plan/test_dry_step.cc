@@ -117,6 +117,10 @@ TEST_P(StepAgrees, KernelsCollectivesAndPeakMemory) {
   expect_time_is_the_real_runs_cost(dry, recorders);
   for (const ClassMemory& c : dry.classes) {
     ASSERT_FALSE(c.step.kernels.empty()) << "the dry run's step recorded no kernel";
+    // With the overlap flags the DP buckets are recorded where they started, op and bytes filled in.
+    int overlapped = 0;
+    for (const CommRecord& m : c.step.comms) overlapped += m.overlapped && m.group == "dp" && m.bytes > 0;
+    EXPECT_EQ(overlapped > 0, std::string(l.flags).find("--overlap_grad_reduce") != std::string::npos);
     for (int rank : c.rank_class.ranks) {
       const StepRecord& r = recorders[rank]->record();
       ASSERT_FALSE(r.kernels.empty()) << "rank " << rank << " recorded no kernel";
@@ -185,6 +189,9 @@ INSTANTIATE_TEST_SUITE_P(
                              "--use_distributed_optimizer false --overlap_grad_reduce --ddp_bucket_size 20000"},
                       Layout{"pp2dp2_overlap_both_bf16", 4,
                              "--pipeline_model_parallel_size 2 --use_distributed_optimizer --bf16 "
+                             "--overlap_grad_reduce --overlap_param_gather --ddp_bucket_size 20000"},
+                      Layout{"pp2dp2_interleaved_overlap_both", 4,
+                             "--pipeline_model_parallel_size 2 --num_layers_per_virtual_pipeline_stage 1 "
                              "--overlap_grad_reduce --overlap_param_gather --ddp_bucket_size 20000"},
                       Layout{"tp2_pp2_interleaved_fp16", 4,
                              "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
