@@ -67,7 +67,8 @@ struct Args {
   std::optional<int> num_layers_per_virtual_pipeline_stage;
   std::optional<int> virtual_pipeline_model_parallel_size;  // derived from the above; None when 1
   bool overlap_grad_reduce = false;
-  std::optional<int> ddp_bucket_size;                              // None: Megatron's max(40M, 1M * DP)
+  bool overlap_param_gather = false;   // needs the distributed optimizer and overlap_grad_reduce
+  std::optional<int> ddp_bucket_size;  // None: Megatron's max(40M, 1M * DP)
   std::optional<std::string> recompute_granularity = "selective";  // full | selective; "none" -> None
   std::optional<std::string> recompute_method;                     // uniform | block (full only)
   std::optional<int> recompute_num_layers;

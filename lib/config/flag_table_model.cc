@@ -196,6 +196,13 @@ std::vector<FlagSpec> parallel_flags() {
        .help = "Start each data-parallel gradient bucket's reduction as soon as the last micro-batch's backward has "
                "produced all its gradients, overlapping it with the rest of backward. The results are "
                "bit-identical to the reduction after backward."},
+      {.name = "overlap_param_gather",
+       .field = &Args::overlap_param_gather,
+       .group = P,
+       .help = "With the distributed optimizer: start each bucket's parameter all-gather after the optimizer step "
+               "without waiting, and wait for it just before the next forward of the model chunk that reads it. "
+               "Needs --use_distributed_optimizer and --overlap_grad_reduce (Megatron-LM). The results are "
+               "bit-identical to the gather in the optimizer step; a checkpoint save waits for it first."},
       {.name = "ddp_bucket_size",
        .field = &Args::ddp_bucket_size,
        .group = P,

@@ -185,6 +185,12 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
   }
   check_recompute(a);
   if (a.ddp_bucket_size) require_positive(*a.ddp_bucket_size, "ddp_bucket_size");
+  // Megatron-LM's checks and messages (arguments.py).
+  if (a.overlap_param_gather && !a.use_distributed_optimizer)
+    throw ConfigError("--overlap-param-gather only supported with distributed optimizer",
+                      "add --use_distributed_optimizer true, or drop --overlap_param_gather");
+  if (a.overlap_param_gather && !a.overlap_grad_reduce)
+    throw ConfigError("Must use --overlap-param-gather with --overlap-grad-reduce", "add --overlap_grad_reduce");
   if (!(a.distributed_timeout_minutes > 0) || !std::isfinite(a.distributed_timeout_minutes)) {
     throw ConfigError(
         fmt::format("--distributed_timeout_minutes must be a number > 0, got {}", a.distributed_timeout_minutes),

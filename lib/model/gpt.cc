@@ -187,6 +187,24 @@ void GptModel::zero_grads_of(int first, int last) {
   if (end > begin) zero_floats(params_.grads().data() + begin, end - begin);
 }
 
+std::vector<std::pair<int64_t, int64_t>> GptModel::chunk_param_spans(int c) const {
+  const Chunk& ch = chunks_[c];
+  std::vector<std::pair<int64_t, int64_t>> out;
+  auto add = [&](int first, int last) {
+    if (first >= 0) out.push_back(grad_span(first, last));
+  };
+  if (ch.spec.pre) {
+    add(wte_, wte_);
+    add(wpe_, wpe_);
+  }
+  for (int l : ch.layer_index) add(layer_param_span_[l].first, layer_param_span_[l].second);
+  if (ch.spec.post) {
+    add(lnf_w_, lnf_b_ >= 0 ? lnf_b_ : lnf_w_);
+    add(out_w_, out_w_);
+  }
+  return out;
+}
+
 void GptModel::report_ready(int first, int last) {
   if (!grad_ready_ || first < 0) return;
   const auto [begin, end] = grad_span(first, last);

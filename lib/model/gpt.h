@@ -81,6 +81,11 @@ class GptModel {
   // theirs), so the trainer can start reducing it. Null: no reports.
   void set_grad_ready(std::function<void(int64_t begin, int64_t end)> ready) { grad_ready_ = std::move(ready); }
 
+  // The flat parameter ranges [begin, end) chunk c's forward reads (its
+  // embedding, layers, final norm and output layer): what an overlapped
+  // parameter all-gather must have delivered before that forward starts.
+  std::vector<std::pair<int64_t, int64_t>> chunk_param_spans(int c) const;
+
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
   parallel::Comm& tp_comm() { return *tp_; }

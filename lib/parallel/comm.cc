@@ -262,6 +262,17 @@ CollectiveRequest Comm::run_start_reduce_scatter(const void* in, void* out, int6
   return CollectiveRequest(*this, std::move(pending), e);
 }
 
+CollectiveRequest Comm::run_start_all_gather(const void* in, void* out, int64_t chunk, ScalarType t, Wire wire) {
+  check_count("start_all_gather", chunk, in);
+  check_count("start_all_gather", chunk, out);
+  const double t0 = now_seconds();
+  std::unique_ptr<detail::PendingCollective> pending = do_start_all_gather(in, out, chunk, t);
+  const int64_t n = chunk * size();
+  CommEvent e{.op = CommOp::kAllGather, .type = t, .elements = n, .bytes = wire_bytes(n, t, wire), .nonblocking = true};
+  e.seconds = now_seconds() - t0;
+  return CollectiveRequest(*this, std::move(pending), e);
+}
+
 void Comm::barrier() {
   const double t0 = now_seconds();
   do_barrier();

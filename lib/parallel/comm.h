@@ -20,8 +20,9 @@
 //   returns at once; it matches recv like send (same FIFO per pair and tag).
 //   Its request completes once the message is delivered (synchronous
 //   SimComm: received) or handed to the transport (MPI); wait for it.
-// - start_all_reduce / start_reduce_scatter are the non-blocking forms of the
-//   reductions, with the same bits as the blocking calls. Every rank starts
+// - start_all_reduce / start_reduce_scatter / start_all_gather are the
+//   non-blocking forms of those collectives, with the same bits as the
+//   blocking calls. Every rank starts
 //   the same collectives (blocking or not) in the same order; requests may be
 //   waited in any order, on each rank independently, with blocking calls in
 //   between. The buffers belong to the collective until its request completes.
@@ -241,6 +242,12 @@ class Comm {
   void all_gather(const T* in, T* out, int64_t chunk, Wire wire = {}) {
     run_all_gather(in, out, chunk, scalar_type_of<T>(), wire);
   }
+  // Non-blocking all_gather (same aliasing rule): `out` must not be read,
+  // nor `in` written, until the request completes.
+  template <CommScalar T>
+  [[nodiscard]] CollectiveRequest start_all_gather(const T* in, T* out, int64_t chunk, Wire wire = {}) {
+    return run_start_all_gather(in, out, chunk, scalar_type_of<T>(), wire);
+  }
   // data (n) of group rank `root` is copied to every rank.
   template <CommScalar T>
   void broadcast(T* data, int64_t n, int root, Wire wire = {}) {
@@ -296,6 +303,8 @@ class Comm {
                                                                          ReduceOp op) = 0;
   virtual std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void* in, void* out, int64_t chunk,
                                                                              ScalarType t, ReduceOp op) = 0;
+  virtual std::unique_ptr<detail::PendingCollective> do_start_all_gather(const void* in, void* out, int64_t chunk,
+                                                                         ScalarType t) = 0;
 
  private:
   friend class CollectiveRequest;
@@ -309,6 +318,7 @@ class Comm {
   CollectiveRequest run_start_all_reduce(void* data, int64_t n, ScalarType t, ReduceOp op, Wire wire);
   CollectiveRequest run_start_reduce_scatter(const void* in, void* out, int64_t chunk, ScalarType t, ReduceOp op,
                                              Wire wire);
+  CollectiveRequest run_start_all_gather(const void* in, void* out, int64_t chunk, ScalarType t, Wire wire);
   void run_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                      ScalarType t, int tag, Wire wire);
 

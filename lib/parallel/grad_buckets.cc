@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/errors.h"
+#include "profiler/probe.h"
 
 namespace mtrain::parallel {
 
@@ -144,8 +145,8 @@ void OverlappedReduction::mark_ready(int64_t begin, int64_t end) {
     throw Error(ExitCode::kInternal, fmt::format("overlapped grad reduction: mark_ready [{}, {}) outside [0, {})",
                                                  begin, end, buckets_.padded_numel()));
   }
-  end = std::min(end, buckets_.numel());            // the padding is final from the start
-  for (CollectiveRequest& r : requests_) r.done();  // progress on the buckets in flight
+  end = std::min(end, buckets_.numel());  // the padding is final from the start
+  progress();
   if (begin >= end) return;
   mark_once(begin, end);
   // Buckets run from the end of the buffer: bucket k covers lower offsets than bucket k - 1.
@@ -163,7 +164,14 @@ void OverlappedReduction::mark_ready(int64_t begin, int64_t end) {
   }
 }
 
+// Completes the buckets in flight in start order, so every rank (and the
+// shape-only step) reports them in the same order.
+void OverlappedReduction::progress() {
+  while (completed_ < start_order_.size() && requests_[start_order_[completed_]].done()) ++completed_;
+}
+
 void OverlappedReduction::start(size_t k) {
+  profiler::Scope mark({profiler::Kind::kOp, profiler::Pass::kNone, kStartGradReduce, static_cast<int64_t>(k)});
   const Interval& b = buckets_.buckets()[k];
   float* bucket = at(grads_, b.begin);
   if (scatter_) {
@@ -173,6 +181,7 @@ void OverlappedReduction::start(size_t k) {
     requests_[k] = dp_.start_all_reduce_sum(bucket, b.size(), wire_);
   }
   is_started_[k] = true;
+  start_order_.push_back(k);
   ++started_;
 }
 
@@ -182,7 +191,7 @@ void OverlappedReduction::finish() {
   for (size_t k = 0; k < requests_.size(); ++k) {
     if (!is_started_[k]) start(k);
   }
-  for (CollectiveRequest& r : requests_) r.wait();
+  for (; completed_ < start_order_.size(); ++completed_) requests_[start_order_[completed_]].wait();
 }
 
 }  // namespace mtrain::parallel

@@ -24,6 +24,9 @@
 // OverlappedReduction (Megatron's overlap_grad_reduce): the same reductions,
 // each bucket started with a non-blocking collective as soon as backward has
 // produced all of its gradients, and waited for at the end of backward.
+// Each start is marked by a profiler region kStartGradReduce (index: the
+// bucket), so a step record knows where in backward it began; the requests
+// complete (and are reported) in start order.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +50,11 @@ struct Interval {
 std::vector<std::pair<int64_t, int64_t>> interval_pairs(const std::vector<Interval>& intervals);
 
 class OverlappedReduction;
+
+// Profiler regions (Kind::kOp) that mark where a bucket's non-blocking
+// collective starts; the StepRecorder pairs each with the collective's report.
+inline constexpr const char* kStartGradReduce = "start_grad_bucket_reduce";
+inline constexpr const char* kStartParamGather = "start_param_bucket_gather";
 
 class GradBuckets {
  public:
@@ -82,6 +90,7 @@ class GradBuckets {
 
  private:
   friend class OverlappedReduction;
+  friend class OverlappedParamGather;
   void check_comm(const Comm& dp, const char* what) const;
 
   int64_t numel_ = 0;
@@ -120,6 +129,7 @@ class OverlappedReduction {
 
  private:
   void start(size_t bucket);
+  void progress();
   void mark_once(int64_t begin, int64_t end);
 
   const GradBuckets& buckets_;
@@ -130,6 +140,8 @@ class OverlappedReduction {
   std::vector<int64_t> outstanding_;         // (buckets) elements not yet marked
   std::vector<CollectiveRequest> requests_;  // (buckets) default (complete) until started
   std::vector<bool> is_started_;             // (buckets)
+  std::vector<size_t> start_order_;          // bucket indices as started
+  size_t completed_ = 0;                     // of start_order_, completed in that order
   std::vector<size_t> ready_;                // buckets completed by the current mark
   std::map<int64_t, int64_t> marked_;        // begin -> end of the marked ranges, merged when adjacent
   int started_ = 0;

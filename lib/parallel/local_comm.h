@@ -41,6 +41,11 @@ class SelfComm final : public Comm {
     do_reduce_scatter(in, out, chunk, t, op);
     return nullptr;
   }
+  std::unique_ptr<detail::PendingCollective> do_start_all_gather(const void* in, void* out, int64_t chunk,
+                                                                 ScalarType t) override {
+    do_all_gather(in, out, chunk, t);
+    return nullptr;
+  }
 };
 
 class MetaComm final : public Comm {
@@ -67,6 +72,9 @@ class MetaComm final : public Comm {
   }
   std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void*, void*, int64_t, ScalarType,
                                                                      ReduceOp) override {
+    return nullptr;
+  }
+  std::unique_ptr<detail::PendingCollective> do_start_all_gather(const void*, void*, int64_t, ScalarType) override {
     return nullptr;
   }
 

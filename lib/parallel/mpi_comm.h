@@ -18,7 +18,8 @@
 // completes the first halves in flight so that MPI's progress rules hold).
 // The second halves run on a duplicate communicator, started in the order the
 // collectives were started whatever order they are waited in, so MPI matches
-// them on every rank. start_reduce_scatter is one MPI_Ialltoall + the fold.
+// them on every rank. start_reduce_scatter is one MPI_Ialltoall + the fold;
+// start_all_gather one MPI_Iallgather.
 #pragma once
 
 #ifndef OMPI_SKIP_MPICXX
@@ -81,6 +82,8 @@ class MpiComm final : public Comm {
                                                                  ReduceOp op) override;
   std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void* in, void* out, int64_t chunk,
                                                                      ScalarType t, ReduceOp op) override;
+  std::unique_ptr<detail::PendingCollective> do_start_all_gather(const void* in, void* out, int64_t chunk,
+                                                                 ScalarType t) override;
 
  private:
   // An abandoned isend still in flight: its payload must outlive the transfer.

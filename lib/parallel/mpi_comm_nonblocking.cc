@@ -14,10 +14,11 @@ namespace detail {
 //   every buffer to rank k → fold in rank order (MpiComm::advance, in start
 //   order) → MPI_Iallgatherv of the reduced chunks on the second-half comm;
 // - kScatter (reduce_scatter): MPI_Ialltoall → fold into the output;
-// - kExact (integer all_reduce, exact in any order): MPI_Iallreduce.
+// - kExact (integer all_reduce, exact in any order): MPI_Iallreduce;
+// - kGather (all_gather, nothing to fold): MPI_Iallgather.
 class MpiPendingCollective final : public PendingCollective {
  public:
-  enum class Kind { kTwoHalves, kScatter, kExact };
+  enum class Kind { kTwoHalves, kScatter, kExact, kGather };
   MpiPendingCollective(MpiComm& comm, Kind kind, void* out, int64_t n, ScalarType t, ReduceOp op)
       : comm_(&comm), kind_(kind), out_(out), n_(n), type_(t), op_(op) {}
   ~MpiPendingCollective() override;
@@ -202,6 +203,25 @@ std::unique_ptr<detail::PendingCollective> MpiComm::do_start_reduce_scatter(cons
   const int c = count(chunk, "start_reduce_scatter");
   check(MPI_Ialltoall(in, c, mpi_type(t), p->buffers().scratch.data(), c, mpi_type(t), comm_, p->request()),
         "MPI_Ialltoall");
+  return p;
+}
+
+std::unique_ptr<detail::PendingCollective> MpiComm::do_start_all_gather(const void* in, void* out, int64_t chunk,
+                                                                        ScalarType t) {
+  advance(nullptr);
+  const size_t bytes = static_cast<size_t>(chunk) * scalar_bytes(t);
+  const bool in_place = in == static_cast<std::byte*>(out) + rank_ * bytes;
+  if (size_ == 1) {
+    if (!in_place && bytes) std::memmove(out, in, bytes);
+    return nullptr;
+  }
+  if (chunk == 0) return nullptr;
+  auto p =
+      std::make_unique<MpiPendingCollective>(*this, MpiPendingCollective::Kind::kGather, out, chunk, t, ReduceOp::kSum);
+  const int c = count(chunk, "start_all_gather");
+  check(MPI_Iallgather(in_place ? MPI_IN_PLACE : in, in_place ? 0 : c, in_place ? MPI_DATATYPE_NULL : mpi_type(t), out,
+                       c, mpi_type(t), comm_, p->request()),
+        "MPI_Iallgather");
   return p;
 }
 

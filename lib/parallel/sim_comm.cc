@@ -57,11 +57,12 @@ class SimPendingCollective final : public detail::PendingCollective {
 
  private:
   void finish(std::unique_lock<std::mutex>& lk);
+  void fold(int size);  // a reduction's result from the deposits
 
   SimComm* comm_;
   std::shared_ptr<CollectiveSlot> slot_;
   Post post_;
-  void* out_;  // all_reduce: the data; reduce_scatter: the output chunk
+  void* out_;  // all_reduce: the data; reduce_scatter: the output chunk; all_gather: the output
   bool done_ = false;
 };
 
@@ -152,6 +153,11 @@ class SimComm final : public Comm {
   std::unique_ptr<detail::PendingCollective> do_start_reduce_scatter(const void* in, void* out, int64_t chunk,
                                                                      ScalarType t, ReduceOp op) override {
     return start(Post{CommOp::kReduceScatter, t, op, chunk, -1, in}, out);
+  }
+
+  std::unique_ptr<detail::PendingCollective> do_start_all_gather(const void* in, void* out, int64_t chunk,
+                                                                 ScalarType t) override {
+    return start(Post{CommOp::kAllGather, t, ReduceOp::kSum, chunk, -1, in}, out);
   }
 
  private:
@@ -376,14 +382,24 @@ void SimPendingCollective::finish(std::unique_lock<std::mutex>& lk) {
   if (!slot_->error.empty()) throw DistributedError(slot_->error);
   lk.unlock();
   const int size = comm_->size();
+  if (post_.op == CommOp::kAllGather) {  // rank k's deposit is chunk k of the output
+    const size_t bytes = static_cast<size_t>(post_.n) * scalar_bytes(post_.type);
+    for (int k = 0; k < size; ++k)
+      if (bytes) std::memcpy(static_cast<std::byte*>(out_) + k * bytes, slot_->deposits[k].data(), bytes);
+  } else {
+    fold(size);
+  }
+  lk.lock();
+  if (++slot_->collected == size) comm_->group_->slots.erase(post_.seq);
+  done_ = true;
+}
+
+void SimPendingCollective::fold(int size) {
   const size_t offset =
       post_.op == CommOp::kReduceScatter ? static_cast<size_t>(comm_->rank_ * post_.n * scalar_bytes(post_.type)) : 0;
   std::vector<const void*> inputs(size);
   for (int k = 0; k < size; ++k) inputs[k] = slot_->deposits[k].data() + offset;
   detail::reduce_in_rank_order(out_, inputs.data(), size, post_.n, post_.type, post_.reduce);
-  lk.lock();
-  if (++slot_->collected == size) comm_->group_->slots.erase(post_.seq);
-  done_ = true;
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "plan/dry_step.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "common/errors.h"
+#include "parallel/param_gather.h"
 #include "profiler/kernel_region.h"
 #include "train/trainer.h"
 
@@ -36,6 +38,23 @@ class ShapeOnlyBatches : public train::BatchSource {
   int64_t micro_batches_, B_, T_, global_batch_;
 };
 
+// --overlap_param_gather: which of the gathers started after the optimizer
+// step each chunk's next forward waits for (the trainer's wait, from the
+// same bucket layout as the rank's GradSync).
+std::vector<int> gathers_before_chunk(model::GptModel& model, const parallel::ParallelState& state,
+                                      const train::TrainerOptions& to) {
+  std::vector<int> out;
+  const int dp = state.grid().dp();
+  if (!to.overlap_param_gather || !to.distributed_optimizer || dp == 1) return out;
+  const parallel::GradBuckets buckets(model.params().unpadded_numel(), to.bucket_elems, dp);
+  for (int c = 0; c < model.num_chunks(); ++c) {
+    size_t n = 0;
+    for (const auto& [b, e] : model.chunk_param_spans(c)) n = std::max(n, parallel::param_gather_prefix(buckets, b, e));
+    out.push_back(static_cast<int>(n));
+  }
+  return out;
+}
+
 }  // namespace
 
 StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
@@ -52,7 +71,9 @@ StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train:
   train::Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), batches, nullptr, hooks,
                          &state);
   trainer.train();
-  return recorder->record();
+  StepRecord r = recorder->record();
+  r.gathers_before_chunk = gathers_before_chunk(model, state, to);
+  return r;
 }
 
 }  // namespace mtrain::plan

@@ -21,6 +21,8 @@ std::string layout_flags(const Layout& l, int num_layers) {
   f += fmt::format(" --micro_batch_size {} --recompute_granularity {}", l.mbs, l.recompute);
   if (l.recompute == "full") f += " --recompute_method uniform --recompute_num_layers 1";
   f += fmt::format(" --use_distributed_optimizer {} --sequence_parallel {}", l.distopt, l.sp);
+  if (l.overlap_grad_reduce) f += " --overlap_grad_reduce";
+  if (l.overlap_param_gather) f += " --overlap_param_gather";
   return f;
 }
 
@@ -46,6 +48,8 @@ config::Args apply_layout(const config::Args& base, const Layout& l) {
   }
   a.use_distributed_optimizer = l.distopt;
   a.sequence_parallel = l.sp;
+  a.overlap_grad_reduce = l.overlap_grad_reduce;
+  a.overlap_param_gather = l.overlap_param_gather;
   return a;
 }
 
@@ -84,6 +88,8 @@ static void add_settings(Layout l, int dp, int global_batch, std::vector<Layout>
           l.recompute = rc;
           l.distopt = distopt;
           l.sp = sp;
+          l.overlap_grad_reduce = dp > 1;
+          l.overlap_param_gather = distopt && dp > 1;
           out.push_back(l);
         }
       }

@@ -1,6 +1,8 @@
 // `mtrain plan`: the layout search. Every combination of TP, PP, VPP, DP,
 // micro-batch, recompute, distributed optimizer and sequence parallelism for
-// a world is checked by the CLI's own validation (config::validate), pruned
+// a world (with --overlap_grad_reduce whenever DP > 1, and
+// --overlap_param_gather with the distributed optimizer) is checked by the
+// CLI's own validation (config::validate), pruned
 // when a lower bound of its parameter states already exceeds the device, and
 // otherwise dry-run (dry_run.h) for its exact memory and simulated step time.
 #pragma once
@@ -21,6 +23,9 @@ struct Layout {
   // An uneven pipeline: layers on the first / last stage (0: the even share),
   // Megatron's --decoder_first/last_pipeline_num_layers.
   int first_stage_layers = 0, last_stage_layers = 0;
+  // Not searched: on whenever they apply, as Megatron users run (DP > 1;
+  // the parameter gather with the distributed optimizer).
+  bool overlap_grad_reduce = false, overlap_param_gather = false;
 };
 
 // The ways to split num_layers over pp stages that the search tries: the even

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/atomic_file.h"
 #include "common/file_system.h"
@@ -26,12 +27,24 @@ std::string simulated_trace(const DryRun& r, const StepTime& t) {
                     {"ph", "M"},
                     {"pid", 0},
                     {"args", {{"name", fmt::format("simulated step on {} (cost model)", r.profile.name)}}}});
-  for (int s = 0; s < r.pp; ++s)
+  // Rows: tid s = stage s's compute stream; tid pp + s = its DP communication
+  // stream, present when something overlaps the compute.
+  std::set<int> comm_rows;
+  for (const TimelineSpan& sp : t.timeline)
+    if (sp.comm_stream) comm_rows.insert(sp.stage);
+  for (int s = 0; s < r.pp; ++s) {
     events.push_back({{"name", "thread_name"},
                       {"ph", "M"},
                       {"pid", 0},
                       {"tid", s},
                       {"args", {{"name", fmt::format("pipeline stage {} (ranks {})", s, stage_ranks(r, s))}}}});
+    if (comm_rows.count(s))
+      events.push_back({{"name", "thread_name"},
+                        {"ph", "M"},
+                        {"pid", 0},
+                        {"tid", r.pp + s},
+                        {"args", {{"name", fmt::format("pipeline stage {} DP communication (overlapped)", s)}}}});
+  }
   for (const TimelineSpan& sp : t.timeline) {
     const std::string name = sp.microbatch < 0 ? sp.name
                              : r.chunks > 1    ? fmt::format("{} mb {} chunk {}", sp.name, sp.microbatch, sp.chunk)
@@ -39,7 +52,7 @@ std::string simulated_trace(const DryRun& r, const StepTime& t) {
     events.push_back({{"name", name},
                       {"ph", "X"},
                       {"pid", 0},
-                      {"tid", sp.stage},
+                      {"tid", sp.comm_stream ? r.pp + sp.stage : sp.stage},
                       {"ts", sp.begin_s * 1e6},
                       {"dur", (sp.end_s - sp.begin_s) * 1e6},
                       {"cat", sp.microbatch < 0 ? "comm" : "compute"}});

@@ -1,5 +1,8 @@
 #include "plan/step_record.h"
 
+#include <string_view>
+
+#include "parallel/grad_buckets.h"
 #include "profiler/kernel_region.h"
 
 namespace mtrain::plan {
@@ -10,7 +13,23 @@ void StepRecorder::on_step_begin(int64_t iteration) {
 }
 
 void StepRecorder::on_comm(const parallel::CommEvent& e) {
-  if (recording_) record_.comms.push_back({e.op, std::string(e.group), e.group_size, e.bytes, e.recv_bytes, phase_});
+  const bool collective = e.op == parallel::CommOp::kAllReduce || e.op == parallel::CommOp::kReduceScatter ||
+                          e.op == parallel::CommOp::kAllGather;
+  if (e.nonblocking && collective) {
+    // Recorded at its start; one started before the recorded iteration is not this step's.
+    if (pending_.empty()) return;
+    CommRecord& c = record_.comms[pending_.front()];
+    pending_.pop_front();
+    c.op = e.op;
+    c.group = std::string(e.group);
+    c.group_size = e.group_size;
+    c.bytes = e.bytes;
+    c.recv_bytes = e.recv_bytes;
+    return;
+  }
+  if (recording_)
+    record_.comms.push_back({e.op, std::string(e.group), e.group_size, e.bytes, e.recv_bytes, phase_,
+                             static_cast<int64_t>(record_.kernels.size())});
 }
 
 std::optional<profiler::Kind> StepRecorder::region_depth(int64_t iteration) const {
@@ -29,6 +48,15 @@ void StepRecorder::on_region_begin(const profiler::Region& r, std::span<const pr
   }
   if (r.kind == profiler::Kind::kKernel && open_kernels_++ == 0)
     record_.kernels.push_back({r.name, r.flops, r.bytes, phase_});
+  const std::string_view name = r.name;
+  if (r.kind == profiler::Kind::kOp && (name == parallel::kStartGradReduce || name == parallel::kStartParamGather)) {
+    CommRecord c;  // op and bytes follow when it completes
+    c.phase = phase_;
+    c.kernels_before = static_cast<int64_t>(record_.kernels.size());
+    c.overlapped = true;
+    pending_.push_back(record_.comms.size());
+    record_.comms.push_back(std::move(c));
+  }
 }
 
 void StepRecorder::on_region_end(const profiler::Region& r, std::span<const profiler::TensorRef>) {

@@ -4,9 +4,17 @@
 // kernel inside another kernel counts as part of it. A hook,
 // so a real run (through train::RunContext::hooks) and a dry run's
 // shape-only step record through the same seam and can be compared op by op.
+//
+// A non-blocking DP bucket collective (--overlap_grad_reduce,
+// --overlap_param_gather) is recorded where it STARTS (the region that
+// marks it, parallel/grad_buckets.h), with how many kernels ran before it,
+// and its op and bytes are filled in when it completes (they complete in
+// start order), even after the recorded iteration (a parameter gather
+// completes in the next forward).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -34,7 +42,9 @@ struct CommRecord {
   std::string group;
   int group_size = 1;
   int64_t bytes = 0, recv_bytes = 0;
-  int phase = -1;  // index into StepRecord::phases; -1: between phases (pipeline p2p, loss sums)
+  int phase = -1;              // index into StepRecord::phases; -1: between phases (pipeline p2p, loss sums)
+  int64_t kernels_before = 0;  // kernels recorded before it started (its place in the phase)
+  bool overlapped = false;     // a non-blocking DP bucket collective, recorded at its start
   bool operator==(const CommRecord&) const = default;
 };
 
@@ -42,6 +52,10 @@ struct StepRecord {
   std::vector<PhaseRecord> phases;
   std::vector<KernelRecord> kernels;
   std::vector<CommRecord> comms;
+  // --overlap_param_gather, filled by a dry run: per model chunk of the rank,
+  // how many of the overlapped parameter all-gathers (in start order) its
+  // first forward waits for (parallel::param_gather_prefix).
+  std::vector<int> gathers_before_chunk;
 };
 
 // Records iteration `iteration` (1-based) only. Kernel bytes are counted at
@@ -65,6 +79,7 @@ class StepRecorder : public train::TrainHook {
   bool recording_ = false;
   int open_kernels_ = 0;
   int phase_ = -1;
+  std::deque<size_t> pending_;  // overlapped collectives started, not yet reported (indices into comms)
   StepRecord record_;
 };
 

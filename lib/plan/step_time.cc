@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -27,27 +28,56 @@ namespace {
 
 bool is_microbatch_phase(const PhaseRecord& p) { return p.name == "forward_step" || p.name == "backward_step"; }
 
+// A blocking DP bucket collective: the gradient reduction (grad_sync) or the
+// distributed optimizer's parameter gather (optimizer_step).
+bool is_dp_bucket_comm(const StepRecord& r, const CommRecord& m) {
+  return m.group == "dp" && m.phase >= 0 &&
+         (r.phases[m.phase].name == "grad_sync" || r.phases[m.phase].name == "optimizer_step");
+}
+
 }  // namespace
 
 RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
                        const std::function<bool(std::string_view)>& inter_node) {
   RecordCost c;
   c.phase_s.assign(r.phases.size(), 0.0);
-  for (const KernelRecord& k : r.kernels) {
+  // kernel_sum[i]: the kernels before kernel i; first_kernel: per phase (-1: none).
+  std::vector<double> kernel_sum(r.kernels.size() + 1, 0.0);
+  std::vector<int64_t> first_kernel(r.phases.size(), -1);
+  for (size_t i = 0; i < r.kernels.size(); ++i) {
+    const KernelRecord& k = r.kernels[i];
     const double t = cost.kernel_seconds(k.flops, k.bytes, sixteen_bit);
+    kernel_sum[i + 1] = kernel_sum[i] + t;
     c.compute_s += t;
-    if (k.phase >= 0) c.phase_s[k.phase] += t;
+    if (k.phase < 0) continue;
+    c.phase_s[k.phase] += t;
+    if (first_kernel[k.phase] < 0) first_kernel[k.phase] = static_cast<int64_t>(i);
   }
+  std::vector<double> phase_comm(r.phases.size(), 0.0);  // blocking collectives so far, per phase
   for (const CommRecord& m : r.comms) {
     const double t = cost.comm_seconds(parallel::cost_collective(m.op), static_cast<double>(m.bytes + m.recv_bytes),
                                        m.group_size, inter_node(m.group));
-    if (m.group == "pp") {
+    if (m.overlapped) {
+      OverlappedComm o{m.phase, 0.0, t, m.op == parallel::CommOp::kAllGather};
+      if (m.phase >= 0) {
+        const int64_t first = first_kernel[m.phase];
+        if (first >= 0 && m.kernels_before > first) o.offset_s = kernel_sum[m.kernels_before] - kernel_sum[first];
+        o.offset_s += phase_comm[m.phase];
+      }
+      c.overlapped.push_back(o);
+      c.dp_comm_s += t;
+    } else if (m.group == "pp") {
       c.p2p_message_s = std::max(c.p2p_message_s, t);
     } else if (m.phase >= 0 && is_microbatch_phase(r.phases[m.phase])) {
       c.phase_comm_s += t;
       c.phase_s[m.phase] += t;
+      phase_comm[m.phase] += t;
     } else {
       c.tail_comm_s += t;
+      if (is_dp_bucket_comm(r, m)) {
+        c.dp_comm_s += t;
+        c.dp_blocking_s += t;
+      }
     }
   }
   return c;
@@ -61,11 +91,13 @@ using ActionKey = std::tuple<int, int, int>;
 // Every stage plays its pipeline_actions order on its own clock; an action
 // starts once its stage is free and the action it needs (the previous
 // virtual stage's forward, the next one's backward) has ended, plus one
-// pipeline message when that ran on another stage.
+// pipeline message when that ran on another stage. not_before[stage][chunk]:
+// the first forward of that chunk waits for its overlapped parameter gather.
 struct PipelineSim {
   int stages, chunks, microbatches;
   double p2p_s;
   std::vector<std::map<ActionKey, double>> duration;  // per stage
+  std::vector<std::vector<double>> not_before;        // (stages, chunks)
 
   std::vector<std::pair<double, double>> run(std::vector<TimelineSpan>* timeline) const {  // per stage: (end, busy)
     std::vector<std::vector<parallel::PipeAction>> order(stages);
@@ -80,12 +112,12 @@ struct PipelineSim {
         for (; next[s] < order[s].size(); ++next[s]) {
           const parallel::PipeAction& a = order[s][next[s]];
           const int op = a.op == parallel::PipeOp::kForward ? 0 : 1, v = a.chunk * stages + s;
-          double ready = 0;
+          double ready = op == 0 && a.microbatch == 0 ? not_before[s][a.chunk] : 0.0;
           const int dep_v = op == 0 ? v - 1 : v + 1;
           if (dep_v >= 0 && dep_v <= last_virtual) {
             auto it = done.find({op, a.microbatch, dep_v});
             if (it == done.end()) break;
-            ready = it->second + (dep_v % stages != s ? p2p_s : 0.0);
+            ready = std::max(ready, it->second + (dep_v % stages != s ? p2p_s : 0.0));
           }
           const double d = duration[s].at({op, a.microbatch, v});
           const double begin = std::max(clock[s].first, ready);
@@ -103,13 +135,54 @@ struct PipelineSim {
   }
 };
 
-}  // namespace
+// The overlapped collectives of one rank class on its stage's DP
+// communication stream: the parameter gathers from the step's start, then
+// each gradient bucket from where backward started it.
+struct CommStream {
+  std::vector<double> gather_end;  // per gather, in start order
+  double reduce_end = 0;           // the last gradient bucket's end (0: none)
+  double reduced_s = 0;            // gradient buckets' total time
+  std::vector<TimelineSpan> spans;
+};
 
-StepTime step_time(const DryRun& r) {
+// begin_of(phase index): the phase's begin on the stage's pipeline clock.
+CommStream play_comm_stream(const RecordCost& c, int stage, double backward_end,
+                            const std::function<double(int)>& begin_of) {
+  CommStream out;
+  double free_at = 0;
+  for (const OverlappedComm& o : c.overlapped) {
+    if (!o.param_gather) continue;
+    out.spans.push_back({stage, "DP param all-gather", -1, 0, free_at, free_at + o.duration_s, true});
+    free_at += o.duration_s;
+    out.gather_end.push_back(free_at);
+  }
+  for (const OverlappedComm& o : c.overlapped) {
+    if (o.param_gather) continue;
+    const double ready = std::isnan(begin_of(o.phase)) ? backward_end : begin_of(o.phase) + o.offset_s;
+    const double begin = std::max(free_at, ready);
+    free_at = begin + o.duration_s;
+    out.spans.push_back({stage, "DP grad reduce bucket", -1, 0, begin, free_at, true});
+    out.reduce_end = free_at;
+    out.reduced_s += o.duration_s;
+  }
+  return out;
+}
+
+}  // namespace
+namespace {
+
+struct ClassCost {
+  const ClassMemory* k;
+  RecordCost cost;
+};
+
+// Every class's cost folded into its stage (a stage's DP shards differ only in
+// their optimizer share: the slowest stands for the stage) and the pipeline's
+// phase durations and gather waits.
+std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vector<StageTime>& stages) {
   const device::CostModel cost(r.profile);
   const bool sixteen = r.whole_model.dtype != DType::kF32;
-  PipelineSim sim{r.pp, r.chunks, r.microbatches, 0.0, std::vector<std::map<ActionKey, double>>(r.pp)};
-  std::vector<StageTime> stages(r.pp);
+  std::vector<ClassCost> out;
   for (const ClassMemory& k : r.classes) {
     const auto spans = [&](std::string_view g) {
       for (const auto& [name, inter] : k.group_spans_nodes)
@@ -119,10 +192,11 @@ StepTime step_time(const DryRun& r) {
     const RecordCost c = record_cost(k.step, cost, sixteen, spans);
     StageTime& st = stages[k.rank_class.stage];
     st.stage = k.rank_class.stage;
-    // A stage's DP shards differ only in their optimizer share: the slowest stands for the stage.
     st.compute_s = std::max(st.compute_s, c.compute_s);
     st.tp_comm_s = std::max(st.tp_comm_s, c.phase_comm_s);
     st.tail_comm_s = std::max(st.tail_comm_s, c.tail_comm_s);
+    st.dp_comm_s = std::max(st.dp_comm_s, c.dp_comm_s);
+    st.overlapped_s = std::max(st.overlapped_s, c.dp_comm_s - c.dp_blocking_s);
     sim.p2p_s = std::max(sim.p2p_s, c.p2p_message_s);
     for (size_t i = 0; i < k.step.phases.size(); ++i) {
       const PhaseRecord& p = k.step.phases[i];
@@ -131,21 +205,86 @@ StepTime step_time(const DryRun& r) {
       double& d = sim.duration[st.stage][key];
       d = std::max(d, c.phase_s[i]);
     }
+    const std::vector<double> gathers = play_comm_stream(c, st.stage, 0, [](int) { return 0.0; }).gather_end;
+    for (int ch = 0; ch < r.chunks && !gathers.empty(); ++ch) {
+      const size_t n = k.step.gathers_before_chunk.empty() ? gathers.size()
+                                                           : static_cast<size_t>(k.step.gathers_before_chunk.at(ch));
+      if (n > 0) sim.not_before[st.stage][ch] = std::max(sim.not_before[st.stage][ch], gathers.at(n - 1));
+    }
+    out.push_back({&k, c});
   }
+  return out;
+}
+
+// Per stage: how far its overlapped gradient reduction runs past its last
+// backward, and that stream's spans (of the class that ends latest).
+std::vector<double> exposed_reduction(const DryRun& r, const std::vector<ClassCost>& costs,
+                                      const std::vector<std::pair<double, double>>& clocks, StepTime& t) {
+  std::map<std::tuple<int, int, int, int>, double> begin;  // (stage, op, micro-batch, chunk) -> begin
+  for (const TimelineSpan& sp : t.timeline)
+    begin[{sp.stage, sp.name == "forward" ? 0 : 1, sp.microbatch, sp.chunk}] = sp.begin_s;
+  std::vector<double> exposed(r.pp, -1.0);
+  std::vector<std::vector<TimelineSpan>> spans(r.pp);
+  for (const ClassCost& cc : costs) {
+    const int s = cc.k->rank_class.stage;
+    const auto begin_of = [&](int phase) {
+      if (phase < 0 || !is_microbatch_phase(cc.k->step.phases[phase])) return std::nan("");
+      const PhaseRecord& p = cc.k->step.phases[phase];
+      return begin.at({s, p.name == "forward_step" ? 0 : 1, p.microbatch, p.chunk});
+    };
+    CommStream cs = play_comm_stream(cc.cost, s, clocks[s].first, begin_of);
+    const double e = cs.reduce_end > 0 ? std::max(0.0, cs.reduce_end - clocks[s].first) : 0.0;
+    if (e > exposed[s]) {
+      exposed[s] = e;
+      spans[s] = std::move(cs.spans);
+    }
+  }
+  for (int s = 0; s < r.pp; ++s) {
+    exposed[s] = std::max(0.0, exposed[s]);
+    t.timeline.insert(t.timeline.end(), spans[s].begin(), spans[s].end());
+  }
+  return exposed;
+}
+
+}  // namespace
+
+StepTime step_time(const DryRun& r) {
+  PipelineSim sim{r.pp,
+                  r.chunks,
+                  r.microbatches,
+                  0.0,
+                  std::vector<std::map<ActionKey, double>>(r.pp),
+                  std::vector<std::vector<double>>(r.pp, std::vector<double>(r.chunks, 0.0))};
+  std::vector<StageTime> stages(r.pp);
+  const std::vector<ClassCost> costs = stage_costs(r, sim, stages);
   StepTime t;
   const auto clocks = sim.run(&t.timeline);
+  // The delay the parameter gathers add: the same pipeline without them.
+  PipelineSim free = sim;
+  for (auto& row : free.not_before) std::fill(row.begin(), row.end(), 0.0);
+  std::vector<TimelineSpan> unused;
+  const auto free_clocks = free.run(&unused);
+  const std::vector<double> exposed = exposed_reduction(r, costs, clocks, t);
   for (int s = 0; s < r.pp; ++s) {
-    if (stages[s].tail_comm_s > 0)
-      t.timeline.push_back(
-          {s, "DP/grad communication", -1, 0, clocks[s].first, clocks[s].first + stages[s].tail_comm_s});
-    stages[s].end_s = clocks[s].first;
-    stages[s].busy_s = clocks[s].second;
-    t.step_s = std::max(t.step_s, clocks[s].first + stages[s].tail_comm_s);
+    StageTime& st = stages[s];
+    const double gather_delay = std::max(0.0, clocks[s].first - free_clocks[s].first);
+    const double dp_blocking = st.dp_comm_s - st.overlapped_s;
+    st.dp_exposed_s = dp_blocking + exposed[s] + gather_delay;
+    const double tail_begin = clocks[s].first + exposed[s];
+    if (st.tail_comm_s > 0)
+      t.timeline.push_back({s, "communication after backward", -1, 0, tail_begin, tail_begin + st.tail_comm_s});
+    st.end_s = clocks[s].first;
+    st.busy_s = clocks[s].second;
+    t.step_s = std::max(t.step_s, tail_begin + st.tail_comm_s);
   }
   // Idle share; clamped at 0 against rounding when a stage never waits.
-  for (StageTime& st : stages)
-    st.bubble = t.step_s > 0 ? std::max(0.0, (t.step_s - st.busy_s - st.tail_comm_s) / t.step_s) : 0.0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    StageTime& st = stages[s];
+    const double used = st.busy_s + st.tail_comm_s + exposed[s];
+    st.bubble = t.step_s > 0 ? std::max(0.0, (t.step_s - used) / t.step_s) : 0.0;
+  }
   t.stages = stages;
+  const bool sixteen = r.whole_model.dtype != DType::kF32;
   const double world = static_cast<double>(r.world_size);
   if (t.step_s > 0) {
     t.tokens_per_s_per_device = static_cast<double>(r.global_batch * r.seq_length) / t.step_s / world;
@@ -161,19 +300,23 @@ std::string time_report(const DryRun& r, const StepTime& t) {
   std::string out =
       fmt::format("Simulated step time on {} (cost model, the pipeline schedule on the device clock): {:.1f} ms\n",
                   r.profile.name, t.step_s * 1e3);
-  for (const StageTime& s : t.stages)
+  for (const StageTime& s : t.stages) {
+    const double other = s.tail_comm_s - (s.dp_comm_s - s.overlapped_s);
     out += fmt::format(
-        "  pipeline stage {}: compute {:.1f} ms, TP communication {:.1f} ms, DP/grad communication {:.1f} ms, "
-        "bubble {:.1f}%\n",
-        s.stage, s.compute_s * 1e3, s.tp_comm_s * 1e3, s.tail_comm_s * 1e3, 100.0 * s.bubble);
+        "  pipeline stage {}: compute {:.1f} ms, TP communication {:.1f} ms, DP communication {:.1f} ms "
+        "({:.1f} ms exposed, {:.1f} ms hidden behind compute), other communication after backward {:.1f} ms, bubble "
+        "{:.1f}%\n",
+        s.stage, s.compute_s * 1e3, s.tp_comm_s * 1e3, s.dp_comm_s * 1e3, s.dp_exposed_s * 1e3,
+        std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3, 100.0 * s.bubble);
+  }
   const bool sixteen = r.whole_model.dtype != DType::kF32;
   out +=
       fmt::format("  per device: {:.1f} tokens/s, {:.1f} TFLOP/s (Megatron's formula), MFU {:.1f}% of {:.1f} TFLOP/s\n",
                   t.tokens_per_s_per_device, t.tflops_per_device, 100.0 * t.mfu,
                   sixteen ? r.profile.peak_tflops_16bit : r.profile.peak_tflops_fp32);
   out +=
-      "  (not modelled: DP communication overlapped with backward, the optimizer step's own time; "
-      "no kernel or collective overlaps another)\n";
+      "  (not modelled: the optimizer step's own time; overlapped DP communication (--overlap_grad_reduce, "
+      "--overlap_param_gather) shares no bandwidth or compute with the kernels; nothing else overlaps)\n";
   return out;
 }
 

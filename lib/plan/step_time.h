@@ -10,11 +10,25 @@
 // - A pipeline message costs one point-to-point time between the phase that
 //   sends it and the one that needs it (Megatron's 1F1B / interleaved order,
 //   parallel::pipeline_actions); a stage waits for it (the bubble).
-// - After the last backward: the collectives outside the micro-batch phases
-//   (loss and token counts, DP reduce-scatter / all-reduce of the gradients,
-//   SP and embedding gradient sums, grad norm, distributed-optimizer
-//   all-gather) run one after another, not overlapped with compute
-//   (--overlap_grad_reduce / --overlap_param_gather are not modelled).
+// - After the last backward: the blocking collectives outside the micro-batch
+//   phases (loss and token counts, DP reduce-scatter / all-reduce of the
+//   gradients, SP and embedding gradient sums, grad norm, distributed-
+//   optimizer all-gather) run one after another on the compute stream.
+// - --overlap_grad_reduce: each DP bucket's reduction starts where the step
+//   record places its start (when backward finished the bucket's last
+//   gradient: the phase's begin on the pipeline clock plus the kernels and
+//   collectives of that phase before it) on a communication stream of its
+//   own, one bucket after another; buckets started only after backward
+//   start at its end. Exposed is only what runs past the stage's last
+//   backward: max(0, comm_end - backward_end), added after the blocking tail.
+//   Two streams share no bandwidth or compute here (an upper bound on overlap).
+// - --overlap_param_gather: the parameter all-gathers of the previous
+//   optimizer step run back to back on the communication stream from the
+//   start of the step (all stages end the previous step together, after the
+//   world's grad-norm sum); the first forward of each model chunk of a stage
+//   waits for the buckets it reads (StepRecord::gathers_before_chunk: the
+//   trainer waits per chunk, not per layer). Exposed is the delay this adds
+//   to the stage's last backward (the pipeline played with and without).
 // - The optimizer step and the grad-norm pass open no kernel region yet, so
 //   they cost nothing here.
 #pragma once
@@ -36,13 +50,25 @@ struct DryRun;
 // 12 B s L h^2 [ (1 + g/a + s/h) (a d / h) + (ffn / h) m + Vp / (2 L h) ], m = 3/2 with SwiGLU.
 double megatron_flops_per_iteration(const model::ModelConfig& whole_model, int64_t global_batch, int64_t seq_length);
 
+// A non-blocking DP bucket collective and where it starts.
+struct OverlappedComm {
+  int phase = -1;             // StepRecord::phases index it started in
+  double offset_s = 0;        // into that phase: its kernels and collectives before the start
+  double duration_s = 0;      // cost model
+  bool param_gather = false;  // an all-gather started after the optimizer step (else a gradient reduction)
+  bool operator==(const OverlappedComm&) const = default;
+};
+
 // The cost model applied to one rank's step record.
 struct RecordCost {
   double compute_s = 0;         // every kernel
-  double phase_comm_s = 0;      // collectives inside the micro-batch phases (TP / SP)
-  double tail_comm_s = 0;       // collectives outside them, pipeline messages excepted
+  double phase_comm_s = 0;      // blocking collectives inside the micro-batch phases (TP / SP)
+  double tail_comm_s = 0;       // blocking collectives outside them, pipeline messages excepted
   double p2p_message_s = 0;     // the longest pipeline message
-  std::vector<double> phase_s;  // per StepRecord::phases entry: its kernels + its collectives
+  double dp_comm_s = 0;         // DP bucket collectives (gradient reduction, parameter gather), blocking or not
+  double dp_blocking_s = 0;     // the blocking ones (part of tail_comm_s)
+  std::vector<double> phase_s;  // per StepRecord::phases entry: its kernels + its blocking collectives
+  std::vector<OverlappedComm> overlapped;  // in start order
   bool operator==(const RecordCost&) const = default;
 };
 // inter_node(group name): whether that group of the rank spans nodes.
@@ -51,18 +77,22 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
 
 struct StageTime {
   int stage = 0;
-  double compute_s = 0, tp_comm_s = 0, tail_comm_s = 0;
-  double busy_s = 0;  // its phases, back to back
-  double end_s = 0;   // its last backward ends (pipeline clock)
-  double bubble = 0;  // idle share of the step time
+  double compute_s = 0, tp_comm_s = 0, tail_comm_s = 0;  // tail: blocking, after the last backward
+  double dp_comm_s = 0;                                  // DP gradient reduction + parameter gather, all of it
+  double dp_exposed_s = 0;  // the part on the critical path (all of it when not overlapped)
+  double overlapped_s = 0;  // the part run on the communication stream
+  double busy_s = 0;        // its phases, back to back
+  double end_s = 0;         // its last backward ends (pipeline clock)
+  double bubble = 0;        // idle share of the step time
 };
 
 // One span of the simulated timeline (--profile with --dry_run).
 struct TimelineSpan {
   int stage = 0;
-  std::string name;  // "forward" / "backward" / "DP/grad communication"
+  std::string name;  // "forward", "backward", "communication after backward", "DP grad reduce bucket", ...
   int microbatch = -1, chunk = 0;
   double begin_s = 0, end_s = 0;
+  bool comm_stream = false;  // on the stage's DP communication stream (overlapped)
 };
 
 struct StepTime {

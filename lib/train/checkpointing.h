@@ -130,6 +130,7 @@ class CheckpointHook : public TrainHook {
                  std::shared_ptr<Watchdog> watchdog);
   void on_train_begin(const TrainInfo& info) override;
   void on_iteration_end(int64_t iteration) override;
+  bool reads_params(int64_t iteration) const override { return s_.interval > 0 && iteration % s_.interval == 0; }
   void on_train_end(const TrainInfo& info) override;
 
  private:

@@ -46,11 +46,12 @@ Intervals GradSync::optimizer_shard(const model::ParamStore& ps, const parallel:
 }
 
 GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
-                   int64_t bucket_elems, bool overlap)
+                   int64_t bucket_elems, bool overlap, bool overlap_param_gather)
     : state_(state),
       distributed_(distributed_optimizer && state.grid().dp() > 1),
       buckets_(ps.unpadded_numel(), bucket_elems, state.grid().dp()),
-      overlap_enabled_(overlap && state.grid().dp() > 1) {
+      overlap_enabled_(overlap && state.grid().dp() > 1),
+      overlap_param_gather_(overlap_param_gather && distributed_) {
   if (distributed_) {
     for (const parallel::Interval& iv : buckets_.owned(state.coords().dp)) updated_.emplace_back(iv.begin, iv.end);
   } else {
@@ -141,7 +142,25 @@ double GradSync::grad_norm(const float* grads) {
 }
 
 void GradSync::gather_params(float* params) {
-  if (distributed_) buckets_.all_gather(state_.dp(), params);
+  if (!distributed_) return;
+  finish_param_gather();
+  if (overlap_param_gather_) {
+    param_gather_ = std::make_unique<parallel::OverlappedParamGather>(buckets_, state_.dp(), params);
+  } else {
+    buckets_.all_gather(state_.dp(), params);
+  }
+}
+
+void GradSync::wait_params(int64_t begin, int64_t end) {
+  if (!param_gather_) return;
+  param_gather_->wait_for(begin, end);
+  if (param_gather_->finished()) param_gather_.reset();
+}
+
+void GradSync::finish_param_gather() {
+  if (!param_gather_) return;
+  param_gather_->finish();
+  param_gather_.reset();
 }
 
 }  // namespace mtrain::train

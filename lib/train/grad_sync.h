@@ -12,7 +12,9 @@
 // then the fp16 overflow check, the gradient norm (each parameter counted
 // once: TP duplicates and the tied copy excluded, summed over the model-
 // parallel group, and over DP too when the optimizer is sharded), and after
-// the optimizer step the all-gather of the updated shards.
+// the optimizer step the all-gather of the updated shards; with
+// --overlap_param_gather that gather is only started there, and the next
+// forward waits for each bucket as it is about to read it (wait_params).
 #pragma once
 
 #include <memory>
@@ -22,6 +24,7 @@
 #include "model/params.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/parallel_state.h"
+#include "parallel/param_gather.h"
 
 namespace mtrain::train {
 
@@ -29,7 +32,7 @@ class GradSync {
  public:
   // bucket_elems <= 0: Megatron's default bucket size.
   GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
-           int64_t bucket_elems, bool overlap = false);
+           int64_t bucket_elems, bool overlap = false, bool overlap_param_gather = false);
 
   // The flat buffer size the ParamStore must allocate (bucket padding).
   static int64_t padded_numel(int64_t numel, int64_t bucket_elems, int dp_size);
@@ -55,8 +58,14 @@ class GradSync {
   bool unscale_and_check(float* grads, float inv_scale);
   // The global gradient norm (before clipping), the same on every rank.
   double grad_norm(const float* grads);
-  // After the optimizer step: every rank gets the updated shards (distributed optimizer only).
+  // After the optimizer step: every rank gets the updated shards (distributed
+  // optimizer only). With overlap_param_gather it only starts the gather.
   void gather_params(float* params);
+  // Overlapped param gather: params [begin, end) are about to be read.
+  void wait_params(int64_t begin, int64_t end);
+  // Every parameter is current afterwards (before evaluation, a save, the end).
+  void finish_param_gather();
+  bool param_gather_pending() const { return param_gather_ != nullptr; }
 
   bool distributed_optimizer() const { return distributed_; }
 
@@ -69,6 +78,8 @@ class GradSync {
   parallel::GradBuckets buckets_;
   bool overlap_enabled_;
   std::unique_ptr<parallel::OverlappedReduction> overlap_;
+  bool overlap_param_gather_;
+  std::unique_ptr<parallel::OverlappedParamGather> param_gather_;
   int started_early_ = 0;
   std::vector<std::pair<int64_t, int64_t>> updated_;
   std::vector<std::pair<int64_t, int64_t>> sp_params_;         // sequence-parallel gradients

@@ -85,6 +85,9 @@ class TrainHook {
   // The iteration is over: step, logging and its evaluation (if any) are
   // done. The checkpointer saves here, in Megatron's order.
   virtual void on_iteration_end(int64_t /*iteration*/) {}
+  // Whether on_iteration_end(iteration) reads the weights (a checkpoint
+  // save): the trainer then finishes an overlapped parameter gather first.
+  virtual bool reads_params(int64_t /*iteration*/) const { return false; }
   // Every collective and point-to-point transfer of this rank, as it completes
   // (bytes, group, time): for the profiler and the cost model.
   virtual void on_comm(const parallel::CommEvent&) {}
@@ -127,6 +130,11 @@ class HookList : public profiler::Listener {
   }
   void eval_end(const EvalMetrics& m) {
     for (auto& h : hooks_) h->on_eval_end(m);
+  }
+  bool reads_params(int64_t it) const {
+    for (const auto& h : hooks_)
+      if (h->reads_params(it)) return true;
+    return false;
   }
   void iteration_end(int64_t it) {
     for (auto& h : hooks_) h->on_iteration_end(it);

@@ -34,6 +34,7 @@ TrainerOptions trainer_options(const config::Args& args) {
   to.seed = static_cast<uint64_t>(args.seed);
   to.distributed_optimizer = args.use_distributed_optimizer;
   to.overlap_grad_reduce = args.overlap_grad_reduce;
+  to.overlap_param_gather = args.overlap_param_gather;
   to.bucket_elems = args.ddp_bucket_size.value_or(0);
   return to;
 }

@@ -83,7 +83,7 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
     state_ = own_state_.get();
   }
   grad_sync_ = std::make_unique<GradSync>(model.params(), *state_, opts.distributed_optimizer, opts.bucket_elems,
-                                          opts.overlap_grad_reduce);
+                                          opts.overlap_grad_reduce, opts.overlap_param_gather);
   state_->set_observer([this](const parallel::CommEvent& e) {
     const CommTotals add{1, e.bytes + e.recv_bytes, e.seconds};
     for (CommTotals* t : {&step_comm_, &step_comm_by_group_[std::string(e.group)]}) {
@@ -124,8 +124,12 @@ void Trainer::train() {
     if (eval_enabled() && iteration_ % opts_.eval_interval == 0) {
       hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), false});
     }
+    // --overlap_param_gather: a hook about to read the weights (a save) gets
+    // them whole, as Megatron forces the parameter sync before saving.
+    if (hooks_.reads_params(iteration_)) grad_sync_->finish_param_gather();
     hooks_.iteration_end(iteration_);
   }
+  grad_sync_->finish_param_gather();
   hooks_.train_end(info);
   // Megatron evaluates once more after training is done.
   if (eval_enabled() && iteration_ > info.start_iteration) {
@@ -158,6 +162,9 @@ double Trainer::run_schedule(const std::vector<data::Batch>& micro, int64_t it, 
   cb.forward = [&](const parallel::PipeAction& a, const float* input) {
     profiler::Scope pass(
         {profiler::Kind::kPhase, profiler::Pass::kForward, "forward_step", a.microbatch, nullptr, a.chunk});
+    // --overlap_param_gather: the chunk's updated weights must have arrived.
+    if (grad_sync_->param_gather_pending())
+      for (const auto& [b, e] : model_.chunk_param_spans(a.chunk)) grad_sync_->wait_params(b, e);
     const float* out = model_.forward_chunk(a.chunk, a.slot, tb[a.microbatch], input, seed_of(a.microbatch), true);
     if (model_.chunk(a.chunk).post && counts_loss)
       loss_sum += weighted_loss(model_.chunk_losses(a.chunk, a.slot), micro[a.microbatch].loss_weights);
@@ -293,6 +300,7 @@ StepMetrics Trainer::train_step() {
 }
 
 double Trainer::evaluate(const std::vector<data::Batch>& batches) {
+  grad_sync_->finish_param_gather();
   std::vector<model::TokenBatch> tb;
   for (const data::Batch& b : batches) tb.push_back(token_batch(b));
   double sums[2] = {0, weight_sum(batches)};  // weighted loss (last stage, TP rank 0), loss tokens (this DP rank)

@@ -65,6 +65,7 @@ struct TrainerOptions {
   bool distributed_optimizer = false;  // --use_distributed_optimizer (only matters with DP > 1)
   int64_t bucket_elems = 0;            // DP gradient bucket size; <= 0: Megatron's default
   bool overlap_grad_reduce = false;    // start each bucket's reduction during the last backward
+  bool overlap_param_gather = false;   // distributed optimizer: the next forward waits for each chunk's buckets
 };
 
 // The flat parameter buffer size a model must allocate for these options on

@@ -94,6 +94,7 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"pp2_uneven", 2, "--pipeline_model_parallel_size 2 --decoder_first_pipeline_num_layers 1"},
         Layout{"dp2_no_distopt", 2, "--use_distributed_optimizer false"},
         Layout{"dp2_overlap", 2, "--overlap_grad_reduce --ddp_bucket_size 100000"},
+        Layout{"dp2_overlap_param_gather", 2, "--overlap_grad_reduce --overlap_param_gather --ddp_bucket_size 100000"},
         Layout{"pp2dp2_overlap_no_distopt", 4,
                "--pipeline_model_parallel_size 2 --overlap_grad_reduce --ddp_bucket_size 100000 "
                "--use_distributed_optimizer false"},

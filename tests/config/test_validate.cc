@@ -372,8 +372,15 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
   Args cp = demo();  // a valid context-parallel layout (world 2), refused as not implemented
   cp.context_parallel_size = 2;
   EXPECT_EQ(fails(cp, 2), "--context_parallel_size 2: context parallelism is not implemented yet");
+  Args gather = demo();  // Megatron-LM's checks, in its order
+  gather.overlap_param_gather = true;
+  gather.use_distributed_optimizer = false;
+  EXPECT_EQ(fails(gather), "--overlap-param-gather only supported with distributed optimizer");
+  gather.use_distributed_optimizer = true;
+  EXPECT_EQ(fails(gather), "Must use --overlap-param-gather with --overlap-grad-reduce");
   Args ok = demo();
   ok.overlap_grad_reduce = true;  // implemented
+  ok.overlap_param_gather = true;
   ok.train_type = "full", ok.position_embedding_type = "learned_absolute", ok.loss_scale = "all";
   ok.attention_backend = "unfused";
   validate(ok, 1);

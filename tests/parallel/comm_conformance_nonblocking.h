@@ -1,5 +1,6 @@
 // The non-blocking collectives of the Comm conformance suite (comm.h):
-// start_all_reduce / start_reduce_scatter give the blocking calls' bits;
+// start_all_reduce / start_reduce_scatter / start_all_gather give the
+// blocking calls' bits;
 // several requests in flight complete whatever order each rank waits them
 // in; they interleave with blocking collectives and point-to-point calls on
 // the same Comm, each rank placing its waits differently; every request is
@@ -10,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -57,7 +59,31 @@ void check_start_reduce_scatter_type(Comm& c, int64_t chunk, ReduceOp op, bool i
       << "start_reduce_scatter chunk=" << chunk << " differs from reduce_scatter";
 }
 
+// start_all_gather + wait == all_gather, separate input and in place; a
+// gather in flight beside a reduction, waited in the other order.
+template <class T>
+void check_start_all_gather_type(Comm& c, int64_t chunk, bool in_place) {
+  const uint64_t seed = 2600 + static_cast<uint64_t>(chunk);
+  const std::vector<T> mine = test_values<T>(seed, c.rank(), chunk);
+  std::vector<T> nonblocking(chunk * c.size(), T{}), blocking = nonblocking;
+  if (in_place) std::copy(mine.begin(), mine.end(), nonblocking.begin() + c.rank() * chunk);
+  const T* in = in_place ? nonblocking.data() + c.rank() * chunk : mine.data();
+  std::vector<float> sum = test_values<float>(seed + 1, c.rank(), 257);
+  CollectiveRequest gather = c.start_all_gather(in, nonblocking.data(), chunk);
+  CollectiveRequest reduce = c.start_all_reduce_sum(sum.data(), 257);
+  reduce.wait();
+  gather.wait();
+  c.all_gather(mine.data(), blocking.data(), chunk);
+  EXPECT_TRUE(same_buffers(nonblocking, blocking)) << "start_all_gather chunk=" << chunk << " differs from all_gather";
+  EXPECT_EQ(count_reduce_mismatches(sum.data(), seed + 1, c.size(), 0, 257, ReduceOp::kSum), 0);
+}
+
 inline void check_nonblocking_bits(Comm& c) {
+  for (int64_t chunk : {0, 1, 5, 4097}) {
+    check_start_all_gather_type<float>(c, chunk, false);
+    check_start_all_gather_type<float>(c, chunk, true);
+  }
+  check_start_all_gather_type<int64_t>(c, 9, true);
   check_start_all_reduce_type<float>(c, ReduceOp::kSum);
   check_start_all_reduce_type<double>(c, ReduceOp::kSum);
   check_start_all_reduce_type<float>(c, ReduceOp::kMax);

@@ -4,6 +4,8 @@
 // OverlappedReduction: marks as backward makes them (reverse order of
 // offsets), in random chunks, all at once or none give the blocking
 // reduction's bits; buckets start as soon as they are complete.
+// OverlappedParamGather: the distributed optimizer's gather, non-blocking,
+// gives the blocking gather's bits and waits in forward order.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -17,6 +19,7 @@
 #include "common/rng.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/local_comm.h"
+#include "parallel/param_gather.h"
 #include "parallel/sim_comm.h"
 
 namespace mtrain::parallel {
@@ -215,6 +218,55 @@ TEST_P(ParallelGradBucketsSim, ReduceScatterThenAllGatherRoundTrip) {
       }
     }
     EXPECT_EQ(gathered[r], sum) << "rank " << r;
+  }
+}
+
+// OverlappedParamGather: every bucket's all-gather started at once, waited
+// for piecewise (the range a forward is about to read), equals the blocking
+// all_gather bit for bit; a read only waits for the buckets up to the last
+// one holding part of it, in forward order (lowest offsets first).
+TEST_P(ParallelGradBucketsSim, OverlappedParamGatherEqualsAllGather) {
+  const int dp = GetParam();
+  const GradBuckets b(10007, 1000, dp);
+  std::vector<std::vector<float>> blocking(dp), overlapped(dp);
+  SimWorld world(dp);
+  world.run([&](int rank) {
+    omp_set_num_threads(1);
+    auto comm = world.make_world_comm(rank);
+    blocking[rank] = rank_grads(b, rank);
+    overlapped[rank] = blocking[rank];
+    b.all_gather(*comm, blocking[rank].data());
+    OverlappedParamGather gather(b, *comm, overlapped[rank].data());
+    gather.wait_for(0, 10);  // the first bucket in forward order only
+    EXPECT_FALSE(gather.finished());
+    gather.wait_for(5000, 5001);
+    gather.finish();
+    EXPECT_TRUE(gather.finished());
+  });
+  for (int r = 0; r < dp; ++r) EXPECT_EQ(overlapped[r], blocking[r]) << "rank " << r;
+}
+
+TEST(ParallelOverlappedParamGather, PrefixInForwardOrder) {
+  const GradBuckets b(1003, 300, 4);  // buckets [704, 1004) [404, 704) [104, 404) [0, 104)
+  EXPECT_EQ(param_gather_prefix(b, 0, 10), 1u);
+  EXPECT_EQ(param_gather_prefix(b, 100, 110), 2u);
+  EXPECT_EQ(param_gather_prefix(b, 404, 405), 3u);
+  EXPECT_EQ(param_gather_prefix(b, 50, 1003), 4u);
+  EXPECT_EQ(param_gather_prefix(b, 2000, 3000), 0u);
+  MetaComm dp("dp", 2, 4);
+  std::vector<CommEvent> events;
+  dp.set_observer([&](const CommEvent& e) { events.push_back(e); });
+  {
+    OverlappedParamGather gather(b, dp, nullptr, Wire::of(DType::kBF16));
+    EXPECT_TRUE(events.empty()) << "reported when waited for, not when started";
+    gather.wait_for(100, 110);
+    EXPECT_EQ(events.size(), 2u);
+  }  // the rest on destruction
+  ASSERT_EQ(events.size(), 4u);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].op, CommOp::kAllGather);
+    EXPECT_TRUE(events[i].nonblocking);
+    EXPECT_EQ(events[i].elements, b.buckets()[b.buckets().size() - 1 - i].size()) << "forward order";
   }
 }
 

@@ -63,6 +63,23 @@ TEST(PlanSearch, PrintedFlagsReRunAsDryRunGiveTheSameMemoryAndTime) {
   }
 }
 
+// Megatron users run with both DP overlaps whenever they apply: every plan
+// with DP > 1 launches with --overlap_grad_reduce, and with the distributed
+// optimizer also --overlap_param_gather; a plan without DP with neither.
+TEST(PlanSearch, PlansUseTheDataParallelOverlaps) {
+  const SearchSummary s = search_layouts(parse_words(kModel, 4), four_devices(true));
+  int with_dp = 0;
+  for (const std::vector<PlanResult>* list : {&s.fitting, &s.misses})
+    for (const PlanResult& p : *list) {
+      const bool grad = p.flags.find(" --overlap_grad_reduce") != std::string::npos;
+      const bool param = p.flags.find(" --overlap_param_gather") != std::string::npos;
+      EXPECT_EQ(grad, p.dp > 1) << p.flags;
+      EXPECT_EQ(param, p.dp > 1 && p.layout.distopt) << p.flags;
+      with_dp += p.dp > 1 && p.layout.distopt;
+    }
+  EXPECT_GT(with_dp, 0);
+}
+
 TEST(PlanSearch, RankedByTokensPerDeviceThenMemory) {
   const SearchSummary s = search_layouts(parse_words(kModel, 4), four_devices(true));
   for (size_t i = 1; i < s.fitting.size(); ++i) {

@@ -5,7 +5,11 @@
 // (step = (m + (p - 1) / v) (t_f + t_b) for uniform stages, no message time).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
 #include "plan/dry_run.h"
+#include "plan/sim_trace.h"
 #include "plan/step_time.h"
 
 namespace mtrain::plan {
@@ -88,6 +92,109 @@ TEST(PipelineSimulation, InterleavedBubbleShrinksByTheChunkCount) {
   const StepTime t = step_time(r);
   const double expect = (m + (p - 1.0) / v) * (tf + tb);
   EXPECT_NEAR(t.step_s, expect, 1e-12 * expect);
+}
+
+// --overlap_grad_reduce by hand: one stage, one micro-batch; forward one
+// kernel, backward two equal kernels (t each). Bucket 0's reduce-scatter
+// starts after the first backward kernel, bucket 1's only after backward
+// (GradSync's finish). On the DP stream: bucket 0 runs [2t, 2t + d0], bucket 1
+// from max(3t, 2t + d0); exposed = max(0, comm_end - backward_end).
+struct OverlapCase {
+  DryRun r;
+  double t = 0, d0 = 0, d1 = 0, dg = 0;
+};
+
+OverlapCase overlap_case(bool overlapped, bool gather) {
+  OverlapCase c;
+  DryRun& r = c.r;
+  r.pp = r.chunks = r.microbatches = 1;
+  r.world_size = r.dp = 2;
+  r.global_batch = r.seq_length = 1;
+  r.whole_model.dtype = DType::kBF16;
+  const device::CostModel cm(r.profile);
+  c.t = cm.kernel_seconds(1e12, 0, true);
+  const auto rs = [&](int64_t bytes) { return cm.comm_seconds(device::Collective::kReduceScatter, bytes, 2, false); };
+  int64_t b0 = 1 << 20;
+  while (rs(b0) < 1.5 * c.t) b0 *= 2;  // bucket 0 outlasts the rest of backward
+  c.d0 = rs(b0);
+  c.d1 = rs(b0 / 4);
+  ClassMemory k;
+  k.rank_class.ranks = {0, 1};
+  k.step.phases = {{"forward_step", 0, 0}, {"backward_step", 0, 0}, {"grad_sync", -1, 0}, {"optimizer_step", -1, 0}};
+  k.step.kernels = {{"gemm", 1e12, 0, 0}, {"gemm", 1e12, 0, 1}, {"gemm", 1e12, 0, 1}};
+  const auto bucket = [&](int64_t bytes, int phase, int64_t before) {
+    CommRecord m;
+    m.op = parallel::CommOp::kReduceScatter;
+    m.group = "dp";
+    m.group_size = 2;
+    m.bytes = bytes;
+    m.phase = overlapped ? phase : 2;
+    m.kernels_before = overlapped ? before : 3;
+    m.overlapped = overlapped;
+    return m;
+  };
+  k.step.comms = {bucket(b0, 1, 2), bucket(b0 / 4, 2, 3)};
+  if (gather) {
+    CommRecord g = bucket(b0 / 2, 3, 3);
+    g.op = parallel::CommOp::kAllGather;
+    k.step.comms.push_back(g);
+    k.step.gathers_before_chunk = {1};
+    c.dg = cm.comm_seconds(device::Collective::kAllGather, b0 / 2, 2, false);
+  }
+  r.classes.push_back(k);
+  return c;
+}
+
+TEST(OverlappedGradReduce, ExposedIsWhatRunsPastTheLastBackward) {
+  const OverlapCase c = overlap_case(true, false);
+  const StepTime t = step_time(c.r);
+  const double backward_end = 3 * c.t;
+  const double end0 = 2 * c.t + c.d0, end1 = std::max(backward_end, end0) + c.d1;
+  const double exposed = std::max(0.0, end1 - backward_end);
+  ASSERT_GT(end0, backward_end) << "the case must make bucket 1 wait for bucket 0";
+  EXPECT_NEAR(t.stages[0].dp_exposed_s, exposed, 1e-12 * end1);
+  EXPECT_NEAR(t.stages[0].dp_comm_s, c.d0 + c.d1, 1e-12 * end1);
+  EXPECT_NEAR(t.step_s, backward_end + exposed, 1e-12 * end1);
+  // The trace: bucket 0 on the stage's DP communication row (tid pp + stage),
+  // beside the backward it overlaps (tid stage).
+  const nlohmann::json doc = nlohmann::json::parse(simulated_trace(c.r, t));
+  double backward_begin = -1, backward_end_us = -1, bucket_begin = -1;
+  int comm_spans = 0;
+  bool comm_row_named = false;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e.contains("tid") && e["tid"] == 1)
+      comm_row_named = e["args"]["name"] == "pipeline stage 0 DP communication (overlapped)";
+    if (e["ph"] != "X") continue;
+    const double b = e["ts"], d = e["dur"];
+    if (e["tid"] == 0 && e["name"] == "backward mb 0") backward_begin = b, backward_end_us = b + d;
+    if (e["tid"] == 1) comm_spans += 1;
+    if (e["tid"] == 1 && bucket_begin < 0) bucket_begin = b;
+  }
+  EXPECT_TRUE(comm_row_named) << doc.dump();
+  EXPECT_EQ(comm_spans, 2) << "each bucket on the stage's DP communication row";
+  EXPECT_GT(bucket_begin, backward_begin);
+  EXPECT_LT(bucket_begin, backward_end_us) << "bucket 0 starts while the backward runs";
+}
+
+TEST(OverlappedGradReduce, BlockingExposesAllOfIt) {
+  const OverlapCase on = overlap_case(true, false), off = overlap_case(false, false);
+  const StepTime a = step_time(on.r), b = step_time(off.r);
+  const double sum = 3 * off.t + off.d0 + off.d1;
+  EXPECT_NEAR(b.step_s, sum, 1e-12 * sum);
+  EXPECT_NEAR(b.stages[0].dp_exposed_s, off.d0 + off.d1, 1e-12 * sum);
+  EXPECT_LT(a.stages[0].dp_exposed_s, b.stages[0].dp_exposed_s);
+  EXPECT_LT(a.step_s, b.step_s);
+}
+
+// --overlap_param_gather: the gather of the last optimizer step runs from the
+// step's start; the chunk's first forward waits for it, so everything after
+// shifts by its time (nothing else to hide it behind on a single stage).
+TEST(OverlappedParamGather, FirstForwardWaitsForItsBuckets) {
+  const OverlapCase without = overlap_case(true, false), with = overlap_case(true, true);
+  const StepTime a = step_time(without.r), b = step_time(with.r);
+  EXPECT_NEAR(b.step_s, a.step_s + with.dg, 1e-12 * b.step_s);
+  EXPECT_NEAR(b.stages[0].dp_exposed_s, a.stages[0].dp_exposed_s + with.dg, 1e-12 * b.step_s);
+  EXPECT_NEAR(b.stages[0].dp_comm_s, a.stages[0].dp_comm_s + with.dg, 1e-12 * b.step_s);
 }
 
 }  // namespace
