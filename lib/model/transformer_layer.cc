@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/errors.h"
 #include "common/rng.h"
 #include "profiler/probe.h"
 #include "tensor/activation.h"
 #include "tensor/attention.h"
+#include "tensor/attention_decode.h"
 #include "tensor/linear.h"
 #include "tensor/norm.h"
 #include "tensor/precision.h"
@@ -177,11 +179,25 @@ struct Probe {
   }
 };
 
+// Appends this step's keys and values (G, T, D) to the cache (G, capacity,
+// D) and attends over everything cached (inference: B = 1).
+void attention_with_cache(const KvLayerCache& kv, LayerActs& a, const Dims& d) {
+  if (d.B != 1 || kv.past + d.T > kv.capacity)
+    throw Error(ExitCode::kInternal, "KV cache: one sequence of at most the cache's capacity");
+  for (int64_t g = 0; g < d.G; ++g) {
+    const size_t rows = sizeof(float) * d.T * d.D;
+    std::memcpy(kv.k + (g * kv.capacity + kv.past) * d.D, a.k.data() + g * d.T * d.D, rows);
+    std::memcpy(kv.v + (g * kv.capacity + kv.past) * d.D, a.v.data() + g * d.T * d.D, rows);
+  }
+  k::attention_decode_forward(a.att.data(), a.q.data(), kv.k, kv.v, d.H, d.G, d.T, kv.past, kv.capacity, d.D,
+                              kv.scores);
+}
+
 }  // namespace
 
 void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
                    LayerActs& a, Workspace& w, const float* x, float* out, const TokenBatch& b, uint64_t seed,
-                   bool training) {
+                   bool training, const KvLayerCache* kv) {
   const Dims d = dims(c, b.B, b.T);
   const Probe pr{c, d, Pass::kForward};
   const Fusions& f = c.fusions;
@@ -218,7 +234,9 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
   {
     pf::Scope m(pr.module("core_attention"), {pr.heads("query", a.q.data(), d.H), pr.heads("key", a.k.data(), d.G),
                                               pr.heads("value", a.v.data(), d.G)});
-    if (f.flash_attention) {
+    if (kv) {
+      attention_with_cache(*kv, a, d);
+    } else if (f.flash_attention) {
       k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids,
                                  d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0, c.heads);
     } else {
