@@ -1,0 +1,128 @@
+// `mtrain infer` end to end on a checkpoint of the demo job: batch inference
+// writes swift's JSONL and answers exactly what the training-side greedy
+// generation (--num_generate_samples, no KV cache) answered for the same
+// prompts; the terminal chat (stdin piped) keeps a multi-turn history,
+// forgets it on `clear`, ends on `exit`, and streams the same text; bad input
+// ends with one clear error and the README's exit code.
+#include <gtest/gtest.h>
+
+#include "mtrain_runner.h"
+
+namespace mtrain::functional {
+namespace {
+
+class MtrainInfer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(make_temp_dir("infer"));
+    run_ = *dir_ / "run";
+    // 30 iterations; after training, greedy answers to the first 3 training prompts.
+    train_ = new RunResult(run_mtrain(concat(demo_sft_args(30, run_), words("--num_generate_samples 3 "
+                                                                            "--max_new_tokens 12")),
+                                      *dir_, "train"));
+    // The same 3 records as a validation file.
+    std::istringstream all(read_text(fs::path(MTRAIN_SOURCE_DIR) / "configs/demo/sft.jsonl"));
+    std::string rows, line;
+    for (int i = 0; i < 3 && std::getline(all, line); ++i) rows += line + "\n";
+    write_text(*dir_ / "val.jsonl", rows);
+  }
+  static void TearDownTestSuite() {
+    delete train_;
+    delete dir_;
+  }
+  void SetUp() override { ASSERT_EQ(train_->exit_code, 0) << train_->describe(); }
+
+  // The "mtrain:" answers of the training run's closing sample (indentation undone).
+  static std::vector<std::string> training_answers() {
+    std::vector<std::string> out;
+    const std::string& s = train_->out;
+    const std::string key = "  mtrain:    ";
+    for (size_t p = s.find(key); p != std::string::npos; p = s.find(key, p + 1)) {
+      const std::string printed = s.substr(p + key.size(), s.find("\n\n", p) - p - key.size());
+      const std::vector<std::string> lines = lines_of(printed);
+      std::string a = lines.empty() ? "" : lines[0];
+      for (size_t i = 1; i < lines.size(); ++i) a.append("\n").append(lines[i], 13);  // continuation indent
+      out.push_back(a);
+    }
+    return out;
+  }
+
+  static inline fs::path* dir_ = nullptr;
+  static inline fs::path run_;
+  static inline RunResult* train_ = nullptr;
+};
+
+TEST_F(MtrainInfer, BatchInferenceWritesJsonlAndAnswersLikeTheTrainingRunsGreedyGeneration) {
+  const fs::path result = *dir_ / "batch.jsonl";
+  const RunResult r = run_mtrain({"infer", "--load", run_.string(), "--val_dataset", (*dir_ / "val.jsonl").string(),
+                                  "--max_new_tokens", "12", "--result_path", result.string(), "--num_threads", "1"},
+                                 *dir_, "batch");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::vector<nlohmann::json> rows = read_jsonl(result);
+  const std::vector<std::string> expect = training_answers();
+  ASSERT_EQ(expect.size(), 3u) << train_->out;
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["labels"], "HAT");
+  EXPECT_EQ(rows[1]["messages"].back()["content"], "What colour is a leaf?");
+  EXPECT_EQ(rows[1]["messages"].back()["role"], "user");
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i]["response"].get<std::string>(), expect[i]) << i;
+}
+
+TEST_F(MtrainInfer, ChatKeepsHistoryClearsItAndStreamsTheSameText) {
+  write_text(*dir_ / "chat.txt",
+             "What colour is a leaf?\nWhich day follows Friday?\nclear\nWhich day follows "
+             "Friday?\nexit\nnever read\n");
+  std::vector<std::string> outs;
+  for (const char* stream : {"false", "true"}) {
+    const fs::path result = *dir_ / (std::string("chat_") + stream + ".jsonl");
+    RunOptions o;
+    o.stdin_path = (*dir_ / "chat.txt").string();
+    const RunResult r = run_mtrain({"infer", "--load", run_.string(), "--max_new_tokens", "12", "--stream", stream,
+                                    "--result_path", result.string(), "--num_threads", "1"},
+                                   *dir_, std::string("chat_") + stream, o);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    const std::vector<nlohmann::json> rows = read_jsonl(result);
+    ASSERT_EQ(rows.size(), 3u) << r.out;  // three queries; `clear` and `exit` are commands
+    // Second query: with the first round as history; after `clear`: alone
+    // (the demo's chatml template has no default system prompt).
+    ASSERT_EQ(rows[1]["messages"].size(), 3u);  // user, assistant, user
+    EXPECT_EQ(rows[1]["messages"][1]["content"], rows[0]["response"]);
+    EXPECT_EQ(rows[2]["messages"].size(), 1u);  // user
+    EXPECT_EQ(r.out.find("never read"), std::string::npos);
+    std::string responses;
+    for (const auto& row : rows) responses += row["response"].get<std::string>() + "|";
+    outs.push_back(responses);
+    // Each answer is printed after the prompt.
+    EXPECT_NE(r.out.find("<<< " + rows[0]["response"].get<std::string>()), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(outs[0], outs[1]);
+}
+
+TEST_F(MtrainInfer, BadInputEndsWithOneClearErrorAndTheExitCode) {
+  struct Case {
+    std::vector<std::string> args;
+    int code;
+    std::string message;
+  };
+  const fs::path empty = *dir_ / "empty_ckpt";
+  fs::create_directories(empty);
+  const std::vector<Case> cases = {
+      {{"infer"}, 2, "mtrain infer needs a model: --model"},
+      {{"infer", "--load", empty.string()}, 5, "no args.json there"},
+      {{"infer", "--load", run_.string(), "--template", "nope"}, 2, "--template nope: unknown template"},
+      {{"infer", "--load", run_.string(), "--adapters", "a"}, 2, "--adapters is not supported yet"},
+      {{"infer", "--load", run_.string(), "--merge_lora", "true"}, 2, "--merge_lora is not supported yet"},
+      {{"infer", "--load", run_.string(), "--top_p", "0"}, 2, "--top_p 0: expected a probability in (0, 1]"},
+      {{"infer", "--load", run_.string(), "--val_dataset", (*dir_ / "missing.jsonl").string()}, 4, "missing.jsonl"},
+      {{"infer", "--load", run_.string(), "--ckpt_step", "7"}, 5, "iter_0000007"},
+      {{"infer", "--load", run_.string(), "--temprature", "1"}, 2, "did you mean --temperature?"},
+  };
+  for (const Case& c : cases) {
+    const RunResult r = run_mtrain(c.args, *dir_, "bad");
+    EXPECT_EQ(r.exit_code, c.code) << join(c.args) << "\n" << r.describe();
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << join(c.args) << "\n" << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace mtrain::functional
