@@ -6,6 +6,9 @@
 // ends with one clear error and the README's exit code.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <set>
+
 #include "mtrain_runner.h"
 
 namespace mtrain::functional {
@@ -96,6 +99,49 @@ TEST_F(MtrainInfer, ChatKeepsHistoryClearsItAndStreamsTheSameText) {
     EXPECT_NE(r.out.find("<<< " + rows[0]["response"].get<std::string>()), std::string::npos) << r.out;
   }
   EXPECT_EQ(outs[0], outs[1]);
+}
+
+TEST_F(MtrainInfer, LoadDataArgsAnswersTheTrainingRunsHeldOutRecordsIntoSwiftsDefaultPath) {
+  const RunResult r = run_mtrain(
+      {"infer", "--load", run_.string(), "--load_data_args", "true", "--max_new_tokens", "4", "--num_threads", "1"},
+      *dir_, "load_data_args");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  // <load>/infer_result/<YYYYmmdd-HHMMSS>.jsonl
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(run_ / "infer_result")) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_TRUE(std::regex_match(files[0].filename().string(), std::regex(R"(\d{8}-\d{6}\.jsonl)")));
+  // As many records as the training run held out (configs/sft_demo.yaml: split_dataset_ratio 0.02) ...
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(train_->out, m, std::regex(R"((\d+) validation samples)"))) << train_->out;
+  const std::vector<nlohmann::json> rows = read_jsonl(files[0]);
+  EXPECT_EQ(rows.size(), std::stoul(m[1])) << r.out;
+  // ... each one of the demo records, with its answer as the reference.
+  std::set<std::string> outputs;
+  for (const std::string& line : lines_of(read_text(fs::path(MTRAIN_SOURCE_DIR) / "configs/demo/sft.jsonl"))) {
+    const nlohmann::json rec = nlohmann::json::parse(line);  // alpaca, or messages ending with the answer
+    outputs.insert(rec.contains("output") ? rec["output"] : rec["messages"].back()["content"]);
+  }
+  for (const nlohmann::json& row : rows) EXPECT_TRUE(outputs.count(row["labels"].get<std::string>())) << row.dump();
+}
+
+TEST_F(MtrainInfer, BatchInferenceShowsAProgressLineOnATerminal) {
+  if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "util-linux `script` is not installed";
+  const fs::path out = *dir_ / "tty.out";
+  const std::string cmd = std::string(MTRAIN_BIN) + " infer --load " + run_.string() + " --val_dataset " +
+                          (*dir_ / "val.jsonl").string() + " --max_new_tokens 4 --num_threads 1 --result_path " +
+                          (*dir_ / "tty.jsonl").string();
+  // script(1) runs the command on a pseudo-terminal.
+  const std::string shell =
+      "cd " MTRAIN_SOURCE_DIR " && script -qec '" + cmd + "' /dev/null > " + out.string() + " 2>&1";
+  ASSERT_EQ(std::system(shell.c_str()), 0) << read_text(out);
+  const std::string text = read_text(out);
+  EXPECT_NE(text.find("\rinfer: 3/3 records"), std::string::npos) << text;
+  // Not on a pipe (the other tests): no progress line in a log file.
+  const std::vector<std::string> argv = words(cmd);
+  const RunResult r = run_mtrain(std::vector<std::string>(argv.begin() + 1, argv.end()), *dir_, "no_tty");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out.find("records,"), std::string::npos) << r.out;
 }
 
 TEST_F(MtrainInfer, BadInputEndsWithOneClearErrorAndTheExitCode) {
