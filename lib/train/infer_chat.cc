@@ -75,7 +75,7 @@ int run_infer_chat(const InferOptions& o, InferModel& m, std::istream& in, std::
     if (m.print) out << (o.stream ? streamer.finish() : response) << "\n" << std::flush;
     history.push_back({"user", *query});
     if (results.is_open()) {  // swift's record: the request's messages and the response
-      results << nlohmann::json{{"messages", messages_json(m.system, history)}, {"response", response}}.dump() << "\n";
+      results << jsonl_line({{"messages", messages_json(m.system, history)}, {"response", response}});
       results.flush();
     }
     history.push_back({"assistant", response});

@@ -122,11 +122,8 @@ int run_infer_dataset(const InferOptions& o, InferModel& m, bool tty, std::ostre
     if (!m.print) continue;
     std::vector<data::Message> request = r.history;
     request.push_back({"user", r.query});
-    results << nlohmann::json{{"messages", messages_json(r.system, request)},
-                              {"labels", r.reference},
-                              {"response", response}}
-                   .dump()
-            << "\n";
+    results << jsonl_line(
+        {{"messages", messages_json(r.system, request)}, {"labels", r.reference}, {"response", response}});
     results.flush();
     if (tty) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -62,6 +62,11 @@ class TextStreamer {
 // The answer text of generated tokens (special tokens dropped, trailing space trimmed).
 std::string answer_text(const InferModel& m, const std::vector<int32_t>& tokens);
 
+// One JSONL line. A sampled answer may end inside a multi-byte character (or
+// be no valid UTF-8 at all): invalid bytes become U+FFFD, as HF's lossy decode does.
+inline std::string jsonl_line(const nlohmann::json& record) {
+  return record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
 // The chat messages of a JSONL record: the system prompt (when not empty), then `msgs`.
 nlohmann::json messages_json(const std::string& system, const std::vector<data::Message>& msgs);
 

@@ -44,7 +44,8 @@ std::optional<config::Args> run_args_of(const std::string& load_dir) {
 
 // A model from --model alone: the flags its config.json implies, validated like `mtrain sft --model DIR`.
 config::Args hf_model_args(const InferOptions& o, int world_size) {
-  std::vector<std::string> argv = {"mtrain", "sft", "--model", *o.model};
+  // --train_iters: only so that the training-side validation passes; nothing trains.
+  std::vector<std::string> argv = {"mtrain", "sft", "--model", *o.model, "--train_iters", "1"};
   if (o.tokenizer) argv.insert(argv.end(), {"--tokenizer", *o.tokenizer});
   std::vector<const char*> c;
   for (const std::string& a : argv) c.push_back(a.c_str());
@@ -56,6 +57,9 @@ config::Args hf_model_args(const InferOptions& o, int world_size) {
 // The Args of the model to build: the training run's (--load with args.json) or --model's,
 // with this command's settings and an inference layout (one sequence, no dropout, no recompute).
 config::Args model_args(const InferOptions& o, int world_size) {
+  if (o.load && !fs::is_directory(*o.load))
+    throw CheckpointError(fmt::format("--load {}: no such directory", *o.load),
+                          "--load takes the --output_dir (--save) of an mtrain training run");
   std::optional<config::Args> a = o.load ? run_args_of(*o.load) : std::nullopt;
   if (!a && !o.model)
     throw CheckpointError(fmt::format("--load {}: no args.json there, so the model's shape, tokenizer and template "

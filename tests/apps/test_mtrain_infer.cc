@@ -101,6 +101,32 @@ TEST_F(MtrainInfer, ChatKeepsHistoryClearsItAndStreamsTheSameText) {
   EXPECT_EQ(outs[0], outs[1]);
 }
 
+TEST_F(MtrainInfer, HfModelDirectoryAnswersLikeItsCheckpointAndHonoursGenerationConfig) {
+  const fs::path hf = *dir_ / "hf";
+  const RunResult e =
+      run_mtrain({"export", "--to_hf", "--load", run_.string(), "--output_dir", hf.string()}, *dir_, "export");
+  ASSERT_EQ(e.exit_code, 0) << e.describe();
+  fs::copy_file(fs::path(MTRAIN_SOURCE_DIR) / "configs/demo/tokenizer.json", hf / "tokenizer.json");
+  const auto infer = [&](const std::string& tag, const std::vector<std::string>& extra) {
+    const fs::path result = *dir_ / (tag + ".jsonl");
+    const RunResult r =
+        run_mtrain(concat({"infer", "--model", hf.string(), "--val_dataset", (*dir_ / "val.jsonl").string(),
+                           "--max_new_tokens", "12", "--result_path", result.string(), "--num_threads", "1"},
+                          extra),
+                   *dir_, tag);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    std::vector<std::string> out;
+    for (const nlohmann::json& row : read_jsonl(result)) out.push_back(row["response"]);
+    return out;
+  };
+  const std::vector<std::string> expect = training_answers();
+  EXPECT_EQ(infer("hf_greedy", {}), expect);
+  // HF's GenerationConfig: do_sample with a hot temperature is the default now; --temperature 0 is greedy again.
+  write_text(hf / "generation_config.json", R"({"do_sample": true, "temperature": 50.0, "top_k": 0})");
+  EXPECT_NE(infer("hf_sampled", {}), expect);
+  EXPECT_EQ(infer("hf_flag_greedy", {"--temperature", "0"}), expect);
+}
+
 TEST_F(MtrainInfer, LoadDataArgsAnswersTheTrainingRunsHeldOutRecordsIntoSwiftsDefaultPath) {
   const RunResult r = run_mtrain(
       {"infer", "--load", run_.string(), "--load_data_args", "true", "--max_new_tokens", "4", "--num_threads", "1"},
@@ -155,6 +181,8 @@ TEST_F(MtrainInfer, BadInputEndsWithOneClearErrorAndTheExitCode) {
   const std::vector<Case> cases = {
       {{"infer"}, 2, "mtrain infer needs a model: --model"},
       {{"infer", "--load", empty.string()}, 5, "no args.json there"},
+      {{"infer", "--load", (*dir_ / "nowhere").string()}, 5, "nowhere: no such directory"},
+      {{"infer", "--model", (*dir_ / "nowhere").string()}, 3, "nowhere: not a directory"},
       {{"infer", "--load", run_.string(), "--template", "nope"}, 2, "--template nope: unknown template"},
       {{"infer", "--load", run_.string(), "--adapters", "a"}, 2, "--adapters is not supported yet"},
       {{"infer", "--load", run_.string(), "--merge_lora", "true"}, 2, "--merge_lora is not supported yet"},
