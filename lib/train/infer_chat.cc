@@ -67,6 +67,16 @@ int run_infer_chat(const InferOptions& o, InferModel& m, std::istream& in, std::
     }
     if (cmd.empty()) continue;
     const std::vector<int32_t> prompt = data::encode_prompt(*m.tokenizer, *query, m.system, history, m.chat_template);
+    // Every rank sees the same prompt: all skip it alike.
+    if (static_cast<int64_t>(prompt.size()) >= m.model->config().seq_length) {
+      if (m.print)
+        out << fmt::format(
+                   "mtrain: the conversation has {} tokens, the model's seq_length is {}; `clear` forgets "
+                   "the history\n",
+                   prompt.size(), m.model->config().seq_length)
+            << std::flush;
+      continue;
+    }
     TextStreamer streamer(*m.tokenizer);
     const auto on_token = [&](int32_t t) {
       if (m.print && o.stream) out << streamer.push(t) << std::flush;

@@ -26,6 +26,7 @@ struct InferRow {
   std::string system;                  // the record's, else the template's default
   std::vector<data::Message> history;  // complete rounds before the last query
   std::string query, reference;
+  std::vector<int32_t> prompt;  // the request as the model sees it
 };
 
 // The request and reference of a conversation ending with an assistant answer.
@@ -107,7 +108,15 @@ int run_infer_dataset(const InferOptions& o, InferModel& m, bool tty, std::ostre
     conv = data::read_sft_datasets(o.val_dataset, {true, 0}, static_cast<uint64_t>(m.args.data_seed), 1000, stats);
   }
   std::vector<InferRow> rows;
-  for (const data::Conversation& c : conv) rows.push_back(row_of(c, m.system));
+  for (const data::Conversation& c : conv) {
+    InferRow& r = rows.emplace_back(row_of(c, m.system));
+    r.prompt = data::encode_prompt(*m.tokenizer, r.query, r.system, r.history, m.chat_template);
+    const size_t n = r.prompt.size();
+    if (static_cast<int64_t>(n) >= m.model->config().seq_length)  // found before the first answer
+      throw DataError(fmt::format("{}: the request has {} tokens, the model's seq_length is {}", c.origin, n,
+                                  m.model->config().seq_length),
+                      "leave the record out (path#N samples records) or use a model with a longer context");
+  }
   const std::string path = o.result_path.value_or(default_result_path(o));
   std::ofstream results;
   if (m.print) results = open_results(path);
@@ -116,9 +125,13 @@ int run_infer_dataset(const InferOptions& o, InferModel& m, bool tty, std::ostre
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < rows.size(); ++i) {
     const InferRow& r = rows[i];
-    const std::vector<int32_t> prompt =
-        data::encode_prompt(*m.tokenizer, r.query, r.system, r.history, m.chat_template);
-    const std::string response = answer_text(m, session.generate(prompt, g));
+    // --stream: each answer is printed as it is decoded (swift's infer_single).
+    TextStreamer streamer(*m.tokenizer);
+    const auto on_token = [&](int32_t t) {
+      if (m.print && o.stream) out << streamer.push(t) << std::flush;
+    };
+    const std::string response = answer_text(m, session.generate(r.prompt, g, on_token));
+    if (m.print && o.stream) out << streamer.finish() << "\n";
     if (!m.print) continue;
     std::vector<data::Message> request = r.history;
     request.push_back({"user", r.query});

@@ -6,6 +6,7 @@
 // ends with one clear error and the README's exit code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
@@ -69,6 +70,18 @@ TEST_F(MtrainInfer, BatchInferenceWritesJsonlAndAnswersLikeTheTrainingRunsGreedy
   EXPECT_EQ(rows[1]["messages"].back()["content"], "What colour is a leaf?");
   EXPECT_EQ(rows[1]["messages"].back()["role"], "user");
   for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i]["response"].get<std::string>(), expect[i]) << i;
+  // --stream true prints every answer as it is decoded, one after the other.
+  const RunResult s =
+      run_mtrain({"infer", "--load", run_.string(), "--val_dataset", (*dir_ / "val.jsonl").string(), "--max_new_tokens",
+                  "12", "--result_path", (*dir_ / "stream.jsonl").string(), "--num_threads", "1", "--stream", "true"},
+                 *dir_, "batch_stream");
+  ASSERT_EQ(s.exit_code, 0) << s.describe();
+  size_t at = s.out.find("loaded checkpoint");
+  for (const std::string& answer : expect) {  // in order, each on its own line
+    at = s.out.find(answer, at);
+    ASSERT_NE(at, std::string::npos) << answer << "\n" << s.out;
+    at = s.out.find('\n', at);
+  }
 }
 
 TEST_F(MtrainInfer, ChatKeepsHistoryClearsItAndStreamsTheSameText) {
@@ -163,6 +176,16 @@ TEST_F(MtrainInfer, BatchInferenceShowsAProgressLineOnATerminal) {
   ASSERT_EQ(std::system(shell.c_str()), 0) << read_text(out);
   const std::string text = read_text(out);
   EXPECT_NE(text.find("\rinfer: 3/3 records"), std::string::npos) << text;
+  // The chat on a terminal: the typed lines are echoed, the commands still work.
+  write_text(*dir_ / "tty_chat.txt", "What colour is a leaf?\nclear\nWhich day follows Friday?\nexit\n");
+  const std::string chat = "cd " MTRAIN_SOURCE_DIR " && script -qec '" MTRAIN_BIN " infer --load " + run_.string() +
+                           " --max_new_tokens 4 --stream true --num_threads 1' /dev/null < " +
+                           (*dir_ / "tty_chat.txt").string() + " > " + out.string() + " 2>&1";
+  ASSERT_EQ(std::system(chat.c_str()), 0) << read_text(out);
+  const std::string chat_out = read_text(out);
+  size_t prompts = 0;
+  for (size_t p = chat_out.find("<<< "); p != std::string::npos; p = chat_out.find("<<< ", p + 1)) ++prompts;
+  EXPECT_EQ(prompts, 4u) << chat_out;  // query, clear, query, exit
   // Not on a pipe (the other tests): no progress line in a log file.
   const std::vector<std::string> argv = words(cmd);
   const RunResult r = run_mtrain(std::vector<std::string>(argv.begin() + 1, argv.end()), *dir_, "no_tty");
@@ -176,6 +199,10 @@ TEST_F(MtrainInfer, BadInputEndsWithOneClearErrorAndTheExitCode) {
     int code;
     std::string message;
   };
+  std::string long_query;
+  for (int i = 0; i < 200; ++i) long_query += "word ";
+  const std::string long_record = nlohmann::json{{"instruction", long_query}, {"output", "x"}}.dump() + "\n";
+  write_text(*dir_ / "long.jsonl", long_record);
   const fs::path empty = *dir_ / "empty_ckpt";
   fs::create_directories(empty);
   const std::vector<Case> cases = {
@@ -189,6 +216,9 @@ TEST_F(MtrainInfer, BadInputEndsWithOneClearErrorAndTheExitCode) {
       {{"infer", "--load", run_.string(), "--top_p", "0"}, 2, "--top_p 0: expected a probability in (0, 1]"},
       {{"infer", "--load", run_.string(), "--val_dataset", (*dir_ / "missing.jsonl").string()}, 4, "missing.jsonl"},
       {{"infer", "--load", run_.string(), "--ckpt_step", "7"}, 5, "iter_0000007"},
+      {{"infer", "--load", run_.string(), "--val_dataset", (*dir_ / "long.jsonl").string()},
+       4,
+       "long.jsonl:1: the request has"},
       {{"infer", "--load", run_.string(), "--temprature", "1"}, 2, "did you mean --temperature?"},
   };
   for (const Case& c : cases) {
@@ -196,6 +226,19 @@ TEST_F(MtrainInfer, BadInputEndsWithOneClearErrorAndTheExitCode) {
     EXPECT_EQ(r.exit_code, c.code) << join(c.args) << "\n" << r.describe();
     EXPECT_NE(r.err.find(c.message), std::string::npos) << join(c.args) << "\n" << r.err;
   }
+  // In the chat an over-long conversation is reported and the chat goes on.
+  write_text(*dir_ / "long_chat.txt", long_query + "\nWhat colour is a leaf?\n");
+  RunOptions o;
+  o.stdin_path = (*dir_ / "long_chat.txt").string();
+  const RunResult r = run_mtrain({"infer", "--load", run_.string(), "--max_new_tokens", "4"}, *dir_, "long_chat", o);
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("`clear` forgets the history"), std::string::npos) << r.out;
+  // Three prompts: the long query, the next one (answered), the end of input.
+  EXPECT_NE(r.out.find("history\n<<< "), std::string::npos) << r.out;
+  size_t prompts = 0;
+  for (size_t p = r.out.find("<<< "); p != std::string::npos; p = r.out.find("<<< ", p + 1)) ++prompts;
+  EXPECT_EQ(prompts, 3u) << r.out;
+  EXPECT_EQ(r.out.size() - r.out.rfind("<<< "), 4u) << r.out;
 }
 
 }  // namespace
