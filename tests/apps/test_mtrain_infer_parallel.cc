@@ -1,7 +1,10 @@
 // `mtrain infer` under model parallelism answers exactly as one device: a
 // checkpoint of the demo job, batch inference over 4 records with greedy
-// decoding at TP 1, then 2 ranks at TP 2 and at PP 2 (label mpi: mpirun).
+// decoding at TP 1, then 2 ranks at TP 2 and at PP 2, and the chat at TP 2
+// (label mpi: mpirun).
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "mtrain_runner.h"
 
@@ -37,6 +40,23 @@ TEST(MtrainInferParallel, Tp2AndPp2AnswerLikeOneDevice) {
   ASSERT_EQ(one.size(), 4u);
   EXPECT_EQ(infer("tp2", 2, "--tensor_model_parallel_size 2"), one);
   EXPECT_EQ(infer("pp2", 2, "--pipeline_model_parallel_size 2"), one);
+
+  // The chat: rank 0 reads stdin (mpirun forwards it) and shares each query with the other rank.
+  write_text(dir / "chat.txt", "What colour is a leaf?\nWhich day follows Friday?\nexit\n");
+  const auto chat = [&](const std::string& tag, int ranks, const std::string& layout) {
+    RunOptions o = launch_ranks(ranks);
+    o.stdin_path = (dir / "chat.txt").string();
+    const RunResult r = run_mtrain(
+        concat({"infer", "--load", run.string(), "--max_new_tokens", "16", "--num_threads", "1"}, words(layout)), dir,
+        tag, o);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return r.out.substr(std::min(r.out.size(), r.out.find("<<< ")));
+  };
+  const std::string chat_one = chat("chat_tp1", 1, "");
+  size_t prompts = 0;
+  for (size_t p = chat_one.find("<<< "); p != std::string::npos; p = chat_one.find("<<< ", p + 1)) ++prompts;
+  EXPECT_EQ(prompts, 3u) << chat_one;  // two queries answered, then `exit`
+  EXPECT_EQ(chat("chat_tp2", 2, "--tensor_model_parallel_size 2"), chat_one);
 }
 
 }  // namespace
