@@ -114,6 +114,31 @@ TEST_F(MtrainInfer, ChatKeepsHistoryClearsItAndStreamsTheSameText) {
   EXPECT_EQ(outs[0], outs[1]);
 }
 
+TEST_F(MtrainInfer, ChatResetSystemAndMultiLineInputAsSwift) {
+  write_text(*dir_ / "commands.txt",
+             "reset-system\nYou are a pirate.\nmulti-line\nWhat colour\nis a leaf?#\nsingle-line#\n"
+             "What colour is a leaf?\nreset-system\ndefault-system\nHi\nquit\n");
+  const fs::path result = *dir_ / "commands.jsonl";
+  RunOptions o;
+  o.stdin_path = (*dir_ / "commands.txt").string();
+  const RunResult r = run_mtrain({"infer", "--load", run_.string(), "--max_new_tokens", "4", "--result_path",
+                                  result.string(), "--num_threads", "1"},
+                                 *dir_, "commands", o);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("<<<[S] "), std::string::npos) << r.out;  // awaiting the system prompt
+  EXPECT_NE(r.out.find("<<<[M] "), std::string::npos) << r.out;  // multi-line mode
+  const std::vector<nlohmann::json> rows = read_jsonl(result);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  const nlohmann::json system = {{"role", "system"}, {"content", "You are a pirate."}};
+  EXPECT_EQ(rows[0]["messages"],
+            nlohmann::json::array({system, {{"role", "user"}, {"content", "What colour\nis a leaf?"}}}));
+  ASSERT_EQ(rows[1]["messages"].size(), 4u);  // system, the first round, the single-line query
+  EXPECT_EQ(rows[1]["messages"][0], system);
+  EXPECT_EQ(rows[1]["messages"][3]["content"], "What colour is a leaf?");
+  // default-system: the template's (chatml: none), and a fresh history.
+  EXPECT_EQ(rows[2]["messages"], nlohmann::json::array({{{"role", "user"}, {"content", "Hi"}}}));
+}
+
 TEST_F(MtrainInfer, HfModelDirectoryAnswersLikeItsCheckpointAndHonoursGenerationConfig) {
   const fs::path hf = *dir_ / "hf";
   const RunResult e =
