@@ -161,7 +161,8 @@ std::string infer_help() {
   return fmt::format(
       "usage: {}\n\n"
       "Answers with a trained model (swift infer). Without a dataset: an interactive chat on stdin\n"
-      "(`clear` forgets the history, `exit` or `quit` ends). With --val_dataset (or --load_data_args true:\n"
+      "(`clear` forgets the history, `exit` or `quit` ends, `reset-system` sets the system prompt, `multi-line`\n"
+      "takes inputs ending with `#`). With --val_dataset (or --load_data_args true:\n"
       "the training run's --val_dataset / split) every record's last answer is generated and written with\n"
       "the prompt messages and the reference to --result_path as JSONL.\n\n"
       "  --model DIR               Hugging Face model directory (config.json, safetensors, tokenizer.json)\n"

@@ -20,10 +20,10 @@ class MtrainInfer : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new fs::path(make_temp_dir("infer"));
     run_ = *dir_ / "run";
-    // 30 iterations; after training, greedy answers to the first 3 training prompts.
-    train_ = new RunResult(run_mtrain(concat(demo_sft_args(30, run_), words("--num_generate_samples 3 "
-                                                                            "--max_new_tokens 12")),
-                                      *dir_, "train"));
+    // 30 iterations with a validation pass at the end; then greedy answers to the first 3 training prompts.
+    train_ = new RunResult(run_mtrain(
+        concat(demo_sft_args(30, run_), words("--num_generate_samples 3 --max_new_tokens 12 --eval_interval 30")),
+        *dir_, "train"));
     // The same 3 records as a validation file.
     std::istringstream all(read_text(fs::path(MTRAIN_SOURCE_DIR) / "configs/demo/sft.jsonl"));
     std::string rows, line;
@@ -187,6 +187,34 @@ TEST_F(MtrainInfer, LoadDataArgsAnswersTheTrainingRunsHeldOutRecordsIntoSwiftsDe
     outputs.insert(rec.contains("output") ? rec["output"] : rec["messages"].back()["content"]);
   }
   for (const nlohmann::json& row : rows) EXPECT_TRUE(outputs.count(row["labels"].get<std::string>())) << row.dump();
+
+  // Exactly the held-out records, in order: as a --val_dataset of the same weights they give the training run's
+  // validation loss. (Weights kept: --finetune, one step at lr 1e-30 moves no weight by one ulp; another set of 9
+  // records differs by ~1e-1, so a 1e-6 relative bound tells them apart with a wide margin either side.)
+  std::string records;
+  for (const nlohmann::json& row : rows) {
+    nlohmann::json msgs = row["messages"];
+    msgs.push_back({{"role", "assistant"}, {"content", row["labels"]}});
+    records += nlohmann::json{{"messages", msgs}}.dump() + "\n";
+  }
+  write_text(*dir_ / "held_out.jsonl", records);
+  const fs::path again = *dir_ / "eval_again";
+  const RunResult e = run_mtrain(
+      concat(words("sft configs/sft_demo.yaml --finetune --lr 1e-30 --min_lr 0 --lr_warmup_iters 0 --train_iters 1 "
+                   "--eval_interval 1 --split_dataset_ratio 0 --num_threads 1 --num_generate_samples 0"),
+             {"--load", run_.string(), "--val_dataset", (*dir_ / "held_out.jsonl").string(), "--output_dir",
+              again.string()}),
+      *dir_, "eval_again");
+  ASSERT_EQ(e.exit_code, 0) << e.describe();
+  const auto eval_loss = [](const fs::path& run) {
+    double loss = -1;
+    for (const nlohmann::json& j : read_jsonl(run / "logging.jsonl"))
+      if (j.contains("eval_loss")) loss = j["eval_loss"];
+    return loss;
+  };
+  const double trained = eval_loss(run_);
+  ASSERT_GT(trained, 0);
+  EXPECT_NEAR(eval_loss(again), trained, 1e-6 * trained);
 }
 
 TEST_F(MtrainInfer, BatchInferenceShowsAProgressLineOnATerminal) {
