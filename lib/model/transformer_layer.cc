@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/errors.h"
 #include "common/rng.h"
 #include "profiler/probe.h"
 #include "tensor/activation.h"
@@ -179,20 +178,6 @@ struct Probe {
   }
 };
 
-// Appends this step's keys and values (G, T, D) to the cache (G, capacity,
-// D) and attends over everything cached (inference: B = 1).
-void attention_with_cache(const KvLayerCache& kv, LayerActs& a, const Dims& d) {
-  if (d.B != 1 || kv.past + d.T > kv.capacity)
-    throw Error(ExitCode::kInternal, "KV cache: one sequence of at most the cache's capacity");
-  for (int64_t g = 0; g < d.G; ++g) {
-    const size_t rows = sizeof(float) * d.T * d.D;
-    std::memcpy(kv.k + (g * kv.capacity + kv.past) * d.D, a.k.data() + g * d.T * d.D, rows);
-    std::memcpy(kv.v + (g * kv.capacity + kv.past) * d.D, a.v.data() + g * d.T * d.D, rows);
-  }
-  k::attention_decode_forward(a.att.data(), a.q.data(), kv.k, kv.v, d.H, d.G, d.T, kv.past, kv.capacity, d.D,
-                              kv.scores);
-}
-
 }  // namespace
 
 void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
@@ -234,8 +219,9 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
   {
     pf::Scope m(pr.module("core_attention"), {pr.heads("query", a.q.data(), d.H), pr.heads("key", a.k.data(), d.G),
                                               pr.heads("value", a.v.data(), d.G)});
-    if (kv) {
-      attention_with_cache(*kv, a, d);
+    if (kv) {  // inference: B = 1, the cache holds kv->past earlier tokens
+      k::attention_decode_forward(a.att.data(), a.q.data(), a.k.data(), a.v.data(), kv->k, kv->v, d.H, d.G, d.T,
+                                  kv->past, kv->capacity, d.D, kv->scores);
     } else if (f.flash_attention) {
       k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids,
                                  d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0, c.heads);

@@ -4,11 +4,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "common/errors.h"
 
 namespace mtrain::kernels {
 
-void attention_decode_forward(float* out, const float* q, const float* k_cache, const float* v_cache, int64_t H,
-                              int64_t G, int64_t Tn, int64_t past, int64_t capacity, int64_t D, float* scores) {
+void attention_decode_forward(float* out, const float* q, const float* k_new, const float* v_new, float* k_cache,
+                              float* v_cache, int64_t H, int64_t G, int64_t Tn, int64_t past, int64_t capacity,
+                              int64_t D, float* scores) {
+  if (past + Tn > capacity) throw Error(ExitCode::kInternal, "attention_decode_forward: the KV cache is full");
+  for (int64_t g = 0; g < G; ++g) {
+    std::memcpy(k_cache + (g * capacity + past) * D, k_new + g * Tn * D, sizeof(float) * Tn * D);
+    std::memcpy(v_cache + (g * capacity + past) * D, v_new + g * Tn * D, sizeof(float) * Tn * D);
+  }
   const int64_t R = H / G;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (int64_t h = 0; h < H; ++h) {
