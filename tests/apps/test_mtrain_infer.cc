@@ -159,6 +159,12 @@ TEST_F(MtrainInfer, HfModelDirectoryAnswersLikeItsCheckpointAndHonoursGeneration
   };
   const std::vector<std::string> expect = training_answers();
   EXPECT_EQ(infer("hf_greedy", {}), expect);
+  // A checkpoint without the run's args.json: --model supplies the shape and tokenizer, --load the weights.
+  const fs::path bare = *dir_ / "bare_ckpt";
+  fs::create_directories(bare);
+  for (const auto& e : fs::directory_iterator(run_))
+    if (e.path().filename() != "args.json") fs::copy(e.path(), bare / e.path().filename(), fs::copy_options::recursive);
+  EXPECT_EQ(infer("bare_ckpt", {"--load", bare.string()}), expect);
   // HF's GenerationConfig: do_sample with a hot temperature is the default now; --temperature 0 is greedy again.
   write_text(hf / "generation_config.json", R"({"do_sample": true, "temperature": 50.0, "top_k": 0})");
   EXPECT_NE(infer("hf_sampled", {}), expect);
