@@ -12,6 +12,7 @@
 // class (README "Exit codes"); an error every rank hits alike at run time is
 // printed once, others by their rank (launch_rank.h).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <exception>
@@ -35,6 +36,7 @@
 #include "plan/dry_run_command.h"
 #include "plan/plan_command.h"
 #include "train/export.h"
+#include "train/infer.h"
 #include "train/precision_compare.h"
 #include "train/run.h"
 
@@ -55,6 +57,10 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
   commands.push_back({"export",
                       {},
                       "convert weights: mtrain checkpoint -> Hugging Face directory (--to_hf) or back (--to_mcore)",
+                      /*training_flags=*/false});
+  commands.push_back({"infer",
+                      {},
+                      "answer with a trained model (swift infer): chat on stdin, or a dataset into JSONL; KV cache",
                       /*training_flags=*/false});
   commands.push_back({"tokenizer",
                       {},
@@ -82,6 +88,7 @@ struct Prepared {
   mtrain::launch::DevicesOptions devices;
   mtrain::launch::NpuSmiOptions npu_smi;
   mtrain::train::ExportOptions export_options;
+  mtrain::train::InferOptions infer_options;
   mtrain::data::TokenizerCommandOptions tokenizer_options;
   mtrain::data::PreprocessCommandOptions preprocess_options;
   mtrain::train::CompareOptions compare_options;
@@ -178,6 +185,13 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     if (!p.preprocess_options.help) require_one_process("preprocess_data", world);
     return p;
   }
+  if (p.inv.command == "infer") {  // one model replica over the launch's ranks, each on its NPU
+    p.infer_options = mtrain::train::parse_infer_args(p.inv.passthrough);
+    if (p.infer_options.help) return p;
+    p.placement =
+        mtrain::launch::place_device(p.infer_options.device_profile.value_or("Ascend910B3"), env, world, &p.warnings);
+    return p;
+  }
   const bool devices = p.inv.command == "devices";
   if (devices) {
     p.devices = mtrain::launch::parse_devices_args(p.inv.passthrough);
@@ -186,6 +200,23 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   const std::string profile = devices ? p.devices.device_profile : p.inv.args.device_profile;
   p.placement = mtrain::launch::place_device(profile, env, world, &p.warnings);
   return p;
+}
+
+// `mtrain infer`: the ranks of the launch hold one model (TP x PP).
+int run_infer_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWorld* mpi) {
+  mtrain::train::InferContext ctx;
+  ctx.device_index = p.placement.device;
+  ctx.local_ranks = world.local_size;
+  ctx.stdout_is_tty = isatty(STDOUT_FILENO) != 0;
+  if (!mpi) return mtrain::train::run_infer(p.infer_options, ctx, std::cin, std::cout);
+  mtrain::parallel::ProcessGridConfig g;
+  g.world_size = world.size;
+  g.tensor_model_parallel_size = p.infer_options.tensor_model_parallel_size;
+  g.pipeline_model_parallel_size = p.infer_options.pipeline_model_parallel_size;
+  mtrain::parallel::ParallelState state =
+      mtrain::parallel::make_mpi_parallel_state(mtrain::parallel::ProcessGrid(g), mpi->comm());
+  ctx.parallel = &state;
+  return mtrain::train::run_infer(p.infer_options, ctx, std::cin, std::cout);
 }
 
 int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWorld* mpi,
@@ -202,6 +233,7 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
     mtrain::PosixFileSystem fs;
     return mtrain::train::run_export(p.export_options, fs);
   }
+  if (p.inv.command == "infer") return run_infer_command(p, world, mpi);
   if (p.inv.args.dry_run) {
     if (world.size > 1)
       throw mtrain::UsageError(
@@ -248,14 +280,16 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
     if (p.devices.help) fmt::print("{}", mtrain::launch::devices_help());
     if (p.npu_smi.help) fmt::print("{}", mtrain::launch::npu_smi_help());
     if (p.export_options.help) fmt::print("{}", mtrain::train::export_help());
+    if (p.infer_options.help) fmt::print("{}", mtrain::train::infer_help());
     if (p.tokenizer_options.help) fmt::print("{}", mtrain::data::tokenizer_help());
     if (p.preprocess_options.help) fmt::print("{}", mtrain::data::preprocess_help());
     if (p.compare_options.help) fmt::print("{}", mtrain::train::compare_help());
     if (p.plan_options.help) fmt::print("{}", mtrain::plan::plan_help());
   }
   int rc = 0;
-  const bool help = p.devices.help || p.npu_smi.help || p.export_options.help || p.tokenizer_options.help ||
-                    p.preprocess_options.help || p.compare_options.help || p.plan_options.help;
+  const bool help = p.devices.help || p.npu_smi.help || p.export_options.help || p.infer_options.help ||
+                    p.tokenizer_options.help || p.preprocess_options.help || p.compare_options.help ||
+                    p.plan_options.help;
   if (p.inv.action == mtrain::config::Invocation::Action::kRun && !help) {
     std::optional<mtrain::launch::FailureChannel> failures;
     if (mpi && world.size > 1) failures.emplace(mpi->comm());

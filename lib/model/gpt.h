@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/kv_cache.h"
 #include "model/model_config.h"
 #include "model/params.h"
 #include "model/transformer_layer.h"
@@ -74,6 +75,14 @@ class GptModel {
   // embedding. zero_grads: first backward of this chunk in the step.
   const float* backward_chunk(int c, int s, const TokenBatch& b, const float* grad_output, const float* dloss,
                               uint64_t seed, bool training, bool zero_grads);
+
+  // ---- Inference with a KV cache (model/kv_cache.h) ----
+  // Forward of chunk c (slot 0, no dropout) for b.T new tokens of one
+  // sequence (B = 1, positions from cache.length()) after the cached ones.
+  // Returns the output hidden state, or nullptr for the chunk with the head
+  // (logits() then holds (T, V_loc)). The caller advances the cache once
+  // every chunk of the step ran.
+  const float* decode_chunk(int c, KvCache& cache, const TokenBatch& b, const float* input);
 
   // --overlap_grad_reduce: while set, backward reports each flat gradient
   // range [begin, end) as soon as its last contribution of this backward is

@@ -8,6 +8,7 @@
 #include "profiler/probe.h"
 #include "tensor/activation.h"
 #include "tensor/attention.h"
+#include "tensor/attention_decode.h"
 #include "tensor/linear.h"
 #include "tensor/norm.h"
 #include "tensor/precision.h"
@@ -190,7 +191,7 @@ struct Probe {
 
 void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
                    LayerActs& a, Workspace& w, const float* x, float* out, const TokenBatch& b, uint64_t seed,
-                   bool training) {
+                   bool training, const KvLayerCache* kv) {
   const Dims d = dims(c, b.B, b.T);
   const Probe pr{c, d, Pass::kForward};
   const Fusions& f = c.fusions;
@@ -229,7 +230,10 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
   {
     pf::Scope m(pr.module("core_attention"), {pr.heads("query", a.q.data(), d.H), pr.heads("key", a.k.data(), d.G),
                                               pr.heads("value", a.v.data(), d.G)});
-    if (f.flash_attention) {
+    if (kv) {  // inference: B = 1, the cache holds kv->past earlier tokens
+      k::attention_decode_forward(a.att.data(), a.q.data(), a.k.data(), a.v.data(), kv->k, kv->v, d.H, d.G, d.T,
+                                  kv->past, kv->capacity, d.D, kv->scores);
+    } else if (f.flash_attention) {
       k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids,
                                  d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0, c.heads);
     } else {

@@ -82,10 +82,24 @@ struct Workspace {
 void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot);
 void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev, bool meta);
 
+// One layer's key/value cache for inference (model/kv_cache.h): k and v
+// (G_loc, capacity, D) after RoPE, `past` rows per group already filled;
+// scores: capacity floats of scratch.
+struct KvLayerCache {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t capacity = 0;
+  int64_t past = 0;
+  float* scores = nullptr;
+};
+
 // x (N_loc, C) -> out (N_loc, C). `seed` selects this layer's dropout masks.
+// With `kv` (inference, B = 1, no dropout): the batch's T tokens follow the
+// kv->past cached ones; their keys and values are appended to the cache and
+// attention reads the whole cache (the caller advances `past`).
 void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
                    LayerActs& a, Workspace& w, const float* x, float* out, const TokenBatch& b, uint64_t seed,
-                   bool training);
+                   bool training, const KvLayerCache* kv = nullptr);
 // dres (N_loc, C) holds d(out) on entry and d(x) on exit; weight grads accumulate into ps.
 void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
                     LayerActs& a, Workspace& w, const float* x, float* dres, const TokenBatch& b, uint64_t seed,

@@ -400,4 +400,11 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
   return res;
 }
 
+void load_inference_weights(const checkpoint::WeightSource& src, model::GptModel& model) {
+  check_weights(src, model, "");
+  model::ParamStore& ps = model.params();
+  read_params(src, model, "", ps.params().data());
+  kernels::round_to_dtype(ps.params().data(), ps.numel(), model.config().dtype);
+}
+
 }  // namespace mtrain::train

@@ -115,6 +115,9 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
 // this rank's blocks of every parameter; the optimizer's master copy follows.
 void load_model_weights(const checkpoint::WeightSource& src, TrainingState& t);
 
+// Inference (`mtrain infer`): this rank's blocks of every parameter from any
+// source, checked like load_model_weights, without an optimizer.
+void load_inference_weights(const checkpoint::WeightSource& src, model::GptModel& model);
 // `--model <hf_dir>`: the starting weights from a Hugging Face directory
 // (checkpoint/hf_model_dir.h); its shape must be this model's.
 void load_hf_model(FileSystem& fs, const std::string& dir, TrainingState& t);

@@ -39,6 +39,7 @@ struct RunOptions {
   uint64_t address_space_bytes = uint64_t{4} << 30;      // RLIMIT_AS of the child; the demo needs < 1 GiB
   std::vector<std::pair<std::string, std::string>> env;  // set in the child only
   std::vector<std::string> unset_env;                    // removed in the child only
+  std::string stdin_path;                                // the child's stdin ("" = /dev/null)
 };
 
 struct RunResult {
@@ -104,7 +105,7 @@ inline RunResult run_mtrain(const std::vector<std::string>& args, const fs::path
     if (out_fd < 0 || err_fd < 0 || chdir(MTRAIN_SOURCE_DIR) != 0) _exit(125);
     dup2(out_fd, STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
-    const int null_fd = open("/dev/null", O_RDONLY);
+    const int null_fd = open(opts.stdin_path.empty() ? "/dev/null" : opts.stdin_path.c_str(), O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     rlimit lim{static_cast<rlim_t>(opts.address_space_bytes), static_cast<rlim_t>(opts.address_space_bytes)};
     if (opts.address_space_bytes) setrlimit(RLIMIT_AS, &lim);

@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/errors.h"
 #include "kernel_test_util.h"
 #include "tensor/activation.h"
 #include "tensor/attention.h"
+#include "tensor/attention_decode.h"
 #include "tensor/cross_entropy.h"
 #include "tensor/embedding.h"
 #include "tensor/kernel_util.h"
@@ -376,6 +378,45 @@ TEST(Reference, Attention) {
         EXPECT_TRUE(within_bounds(out, ref.out, ob)) << "flash " << H << "/" << G << " docs=" << docs;
         EXPECT_TRUE(within_bounds(lse, ref.lse, lse_bound(ref))) << "flash lse";
       }
+}
+
+// Decoding with a KV cache: a prefill of 60 tokens, then 9 steps of one token
+// and one of 1, each step's query rows equal the causal attention of the
+// whole sequence at those positions (the same bound as above).
+TEST(Reference, AttentionDecodeWithCache) {
+  using mtrain::testing::within_bounds;
+  const int64_t T = 70, D = 8, capacity = 80;
+  for (auto [H, G] : {std::pair<int64_t, int64_t>{4, 2}, {4, 1}, {2, 2}}) {
+    const Vec q = randn(H * T * D, 40), k = randn(G * T * D, 41), v = randn(G * T * D, 42);
+    const AttentionRef ref = attention_reference(q, k, v, nullptr, 1, H, G, T, D, 0.0f, 0);
+    const std::vector<double> ob = out_bound(ref, D);
+    Vec k_cache(G * capacity * D), v_cache(G * capacity * D), scores(capacity);
+    // (heads, T, D) rows [first, first + n) as a contiguous (heads, n, D) block.
+    const auto rows = [&](const Vec& x, int64_t heads, int64_t first, int64_t n) {
+      Vec out(heads * n * D);
+      for (int64_t h = 0; h < heads; ++h) std::copy_n(x.begin() + (h * T + first) * D, n * D, out.begin() + h * n * D);
+      return out;
+    };
+    std::vector<int64_t> steps = {60};
+    for (int i = 0; i < 10; ++i) steps.push_back(1);
+    int64_t past = 0;
+    for (int64_t n : steps) {
+      Vec out(H * n * D);
+      attention_decode_forward(out.data(), rows(q, H, past, n).data(), rows(k, G, past, n).data(),
+                               rows(v, G, past, n).data(), k_cache.data(), v_cache.data(), H, G, n, past, capacity, D,
+                               scores.data());
+      const Vec expect = rows(ref.out, H, past, n);
+      std::vector<double> bound(out.size());
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < n * D; ++i) bound[h * n * D + i] = ob[(h * T + past) * D + i];
+      EXPECT_TRUE(within_bounds(out, expect, bound)) << H << "/" << G << " past " << past;
+      past += n;
+    }
+    Vec out(H * D);
+    EXPECT_THROW(attention_decode_forward(out.data(), q.data(), k.data(), v.data(), k_cache.data(), v_cache.data(), H,
+                                          G, 11, past, capacity, D, scores.data()),
+                 Error);  // 70 cached + 11 > capacity 80
+  }
 }
 
 }  // namespace
