@@ -38,7 +38,7 @@ class ShapeOnlyBatches : public train::BatchSource {
 
 }  // namespace
 
-StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
+DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
                         parallel::ParallelState& state, train::TrainerOptions to) {
   to.train_iters = 1;
   to.eval_interval = 0;
@@ -52,7 +52,7 @@ StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train:
   train::Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), batches, nullptr, hooks,
                          &state);
   trainer.train();
-  return recorder->record();
+  return {recorder->record(), model.device().stats()};
 }
 
 }  // namespace mtrain::plan

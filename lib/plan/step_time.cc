@@ -7,51 +7,11 @@
 #include <tuple>
 
 #include "common/errors.h"
+#include "model/flops.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/dry_run.h"
 
 namespace mtrain::plan {
-
-double megatron_flops_per_iteration(const model::ModelConfig& c, int64_t global_batch, int64_t seq_length) {
-  const double B = static_cast<double>(global_batch), s = static_cast<double>(seq_length);
-  const double L = static_cast<double>(c.num_layers), h = static_cast<double>(c.hidden);
-  const double a = static_cast<double>(c.heads), g = static_cast<double>(c.groups);
-  const double query_ratio = a * static_cast<double>(c.head_dim) / h;
-  const double gated = c.swiglu ? 1.5 : 1.0;
-  return 12.0 * B * s * L * h * h *
-         ((1.0 + g / a + s / h) * query_ratio + static_cast<double>(c.ffn) / h * gated +
-          static_cast<double>(c.padded_vocab) / (2.0 * L * h));
-}
-
-namespace {
-
-bool is_microbatch_phase(const PhaseRecord& p) { return p.name == "forward_step" || p.name == "backward_step"; }
-
-}  // namespace
-
-RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
-                       const std::function<bool(std::string_view)>& inter_node) {
-  RecordCost c;
-  c.phase_s.assign(r.phases.size(), 0.0);
-  for (const KernelRecord& k : r.kernels) {
-    const double t = cost.kernel_seconds(k.flops, k.bytes, sixteen_bit);
-    c.compute_s += t;
-    if (k.phase >= 0) c.phase_s[k.phase] += t;
-  }
-  for (const CommRecord& m : r.comms) {
-    const double t = cost.comm_seconds(parallel::cost_collective(m.op), static_cast<double>(m.bytes + m.recv_bytes),
-                                       m.group_size, inter_node(m.group));
-    if (m.group == "pp") {
-      c.p2p_message_s = std::max(c.p2p_message_s, t);
-    } else if (m.phase >= 0 && is_microbatch_phase(r.phases[m.phase])) {
-      c.phase_comm_s += t;
-      c.phase_s[m.phase] += t;
-    } else {
-      c.tail_comm_s += t;
-    }
-  }
-  return c;
-}
 
 namespace {
 
@@ -126,7 +86,7 @@ StepTime step_time(const DryRun& r) {
     sim.p2p_s = std::max(sim.p2p_s, c.p2p_message_s);
     for (size_t i = 0; i < k.step.phases.size(); ++i) {
       const PhaseRecord& p = k.step.phases[i];
-      if (!is_microbatch_phase(p)) continue;
+      if (!train::is_microbatch_phase(p)) continue;
       const ActionKey key{p.name == "forward_step" ? 0 : 1, p.microbatch, p.chunk * r.pp + st.stage};
       double& d = sim.duration[st.stage][key];
       d = std::max(d, c.phase_s[i]);
@@ -150,7 +110,7 @@ StepTime step_time(const DryRun& r) {
   if (t.step_s > 0) {
     t.tokens_per_s_per_device = static_cast<double>(r.global_batch * r.seq_length) / t.step_s / world;
     t.tflops_per_device =
-        megatron_flops_per_iteration(r.whole_model, r.global_batch, r.seq_length) / t.step_s / world / 1e12;
+        model::megatron_flops_per_iteration(r.whole_model, r.global_batch, r.seq_length) / t.step_s / world / 1e12;
     const double peak = sixteen ? r.profile.peak_tflops_16bit : r.profile.peak_tflops_fp32;
     t.mfu = peak > 0 ? t.tflops_per_device / peak : 0.0;
   }
