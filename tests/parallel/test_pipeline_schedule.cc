@@ -2,8 +2,8 @@
 // pipeline_toy.h: every stage's gradients and the losses equal a sequential
 // single-thread computation bit for bit, with synchronous and with buffered
 // sends and with device receive buffers; every transfer is reported to the
-// observer; dry runs on MetaComm
-// report the same traffic; caller bugs are errors.
+// observer; dry runs on MetaComm report the same traffic; caller bugs are
+// errors.
 #include <gtest/gtest.h>
 
 #include <atomic>
