@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
   omp_set_num_threads(f.cores);
   openblas_set_num_threads(f.cores);  // OpenBLAS sizes its GEMMs from its own count
   const int64_t tokens_per_step = f.global_batch * c.seq_length;
-  const double flops_per_token = mtrain::model::train_flops(c, tokens_per_step, c.seq_length) / tokens_per_step;
+  const double flops_per_token = mtrain::bench::model_flops(c, tokens_per_step, c.seq_length) / tokens_per_step;
   fmt::print("bench_parallel: {} cores, load average {} (1/5/15 min)\n", f.cores, load_average());
   fmt::print("model: {} (bench_train's tiny-llama)\n", mtrain::model::describe(c));
   fmt::print("data: mtrain pt on {}; global batch {} x {} = {} tokens/step (micro batch {}), {:.2f} GFLOP/step\n",
@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
   fmt::print(
       "\nms/step, comm ms, comm MB: medians over the timed steps of the last rank (logging.jsonl); comm % = median "
       "of comm_seconds / step time\n(time inside collectives and p2p, waiting for the peer included); tokens/s = "
-      "tokens/step / median ms; GFLOP/s = model FLOPs\n(model::train_flops) / median step; % sgemm = that / the "
+      "tokens/step / median ms; GFLOP/s = model FLOPs\n(bench::model_flops) / median step; % sgemm = that / the "
       "sgemm reference on all {} cores; others: CPU busy outside the run during it, in cores\n(/proc/stat minus the "
       "run's own CPU time; the worst run used); runs: runs used / made (runs with others > {} are left out\nwhen "
       "the layout has a quieter one); loss: the last step's (the layouts should agree).\n",

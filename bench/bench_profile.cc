@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   // The yardstick: this machine's sgemm rate, measured before and after the modes.
   const bench::SgemmRate sgemm = bench::combine(sgemm_before, bench::measure_sgemm(1024, 5));
   const int64_t tokens = spec.config.micro_batch * spec.config.seq_length;
-  const double step_flops = model::train_flops(spec.config, tokens, spec.config.seq_length);
+  const double step_flops = bench::model_flops(spec.config, tokens, spec.config.seq_length);
   fmt::print("  sgemm 1024^3: {:.1f} GFLOP/s (median of {})\n", sgemm.median_gflops, sgemm.gflops.size());
   fmt::print("  {:<38} {:>9} {:>8} {:>10} {:>9}\n", "mode", "ms/step", "vs off", "tokens/s", "/sgemm");
   double base = 0;

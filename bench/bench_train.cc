@@ -2,7 +2,7 @@
 // sgemm rate. Measures cblas_sgemm on square matrices, then times complete
 // steps (zero grads, forward, backward, grad norm + clip, AdamW) of GPT-2
 // small and a tiny Llama, and prints tokens/s, achieved model GFLOP/s (from
-// model::train_flops) and the ratio to the sgemm rate. See bench/README.md.
+// bench::model_flops) and the ratio to the sgemm rate. See bench/README.md.
 #include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>

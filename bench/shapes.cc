@@ -46,4 +46,17 @@ ShapeSpec tiny_llama() {
   return {"tiny-llama", c};
 }
 
+int64_t matmul_params(const model::ModelConfig& c) {
+  const int64_t C = c.hidden;
+  const int64_t per_layer = c.qkv_width() * C + C * c.heads * c.head_dim + c.fc1_width() * C + C * c.ffn;
+  return per_layer * c.num_layers + c.padded_vocab * C;
+}
+
+double model_flops(const model::ModelConfig& c, int64_t tokens, int64_t T) {
+  const double dense = 6.0 * static_cast<double>(matmul_params(c)) * static_cast<double>(tokens);
+  const double attn = 6.0 * static_cast<double>(c.num_layers * c.heads * c.head_dim) * static_cast<double>(T) *
+                      static_cast<double>(tokens);
+  return dense + attn;
+}
+
 }  // namespace mtrain::bench

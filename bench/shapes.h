@@ -17,4 +17,14 @@ struct ShapeSpec {
 ShapeSpec gpt2_small();
 ShapeSpec tiny_llama();
 
+// What the benchmarks count as a step's useful work (not Megatron's logging
+// formula, model/flops.h, which counts causal attention whole): parameters
+// that take part in GEMMs (all linear weights incl. the LM head), and the
+// model FLOPs of one training step over `tokens` tokens of length-T
+// sequences: 6 * matmul_params * tokens (fwd + bwd) + causal attention
+// 6 * L * H * D * T * tokens (QK^T and PV, fwd 2 GEMMs * 2 flops, bwd twice
+// that, halved for causality).
+int64_t matmul_params(const model::ModelConfig& c);
+double model_flops(const model::ModelConfig& c, int64_t tokens, int64_t T);
+
 }  // namespace mtrain::bench

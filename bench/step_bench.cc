@@ -10,6 +10,7 @@
 #include "optim/grad_clip.h"
 #include "optim/optimizer.h"
 #include "sgemm_probe.h"
+#include "shapes.h"
 #include "train/trainer.h"
 
 namespace mtrain::bench {
@@ -95,9 +96,9 @@ ShapeResult run_shape(const ShapeSpec& spec, const BenchOptions& opts) {
   r.name = spec.name;
   r.description = model::describe(c);
   r.params = ps.numel();
-  r.matmul_params = model::matmul_params(c);
+  r.matmul_params = bench::matmul_params(c);
   r.tokens_per_step = N;
-  r.flops_per_step = model::train_flops(c, N, T);
+  r.flops_per_step = bench::model_flops(c, N, T);
 
   float* grads = ps.grads().data();
   const int64_t n = ps.numel();

@@ -32,9 +32,9 @@ struct ShapeResult {
   std::string name;
   std::string description;    // model::describe
   int64_t params = 0;         // flat parameter count
-  int64_t matmul_params = 0;  // model::matmul_params
+  int64_t matmul_params = 0;  // bench::matmul_params
   int64_t tokens_per_step = 0;
-  double flops_per_step = 0;   // model::train_flops
+  double flops_per_step = 0;   // bench::model_flops
   std::vector<PhaseMs> steps;  // timed steps only
   PhaseMs median;              // per-phase medians over the timed steps
   PhaseMs best;                // the fastest timed step

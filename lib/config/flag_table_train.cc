@@ -272,7 +272,8 @@ std::vector<FlagSpec> logging_flags() {
       {.name = "log_throughput",
        .field = &Args::log_throughput,
        .group = L,
-       .help = "Add TFLOP/s per device to the log line."},
+       .help = "Add Megatron's throughput per GPU (TFLOP/s/GPU) to the log line, and the logged iteration's "
+               "simulated device time with the throughput it gives (also in logging.jsonl)."},
       {.name = "device_profile",
        .field = &Args::device_profile,
        .group = L,

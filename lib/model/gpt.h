@@ -98,6 +98,7 @@ class GptModel {
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
   parallel::Comm& tp_comm() { return *tp_; }
+  device::Device& device() const { return dev_; }
 
  private:
   GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm* tp, bool meta,

@@ -117,19 +117,6 @@ void place_on_rank(ModelConfig& c, const config::Args& a, int tp_rank, int pp_st
       a.decoder_first_pipeline_num_layers.value_or(0), a.decoder_last_pipeline_num_layers.value_or(0));
 }
 
-int64_t matmul_params(const ModelConfig& c) {
-  const int64_t C = c.hidden;
-  const int64_t per_layer = c.qkv_width() * C + C * c.heads * c.head_dim + c.fc1_width() * C + C * c.ffn;
-  return per_layer * c.num_layers + c.padded_vocab * C;
-}
-
-double train_flops(const ModelConfig& c, int64_t tokens, int64_t T) {
-  const double dense = 6.0 * static_cast<double>(matmul_params(c)) * static_cast<double>(tokens);
-  const double attn = 6.0 * static_cast<double>(c.num_layers * c.heads * c.head_dim) * static_cast<double>(T) *
-                      static_cast<double>(tokens);
-  return dense + attn;
-}
-
 // ", LoRA r 8 alpha 32 (scale 4) on linear_fc1 linear_fc2 ...", or "" for full training.
 static std::string describe_lora(const lora::LoraConfig& l) {
   if (!l.enabled) return "";

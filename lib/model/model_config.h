@@ -128,12 +128,7 @@ void place_on_rank(ModelConfig& c, const config::Args& args, int tp_rank, int pp
 // Megatron's padding: multiple = divisible_by * tp; padded = ceil(vocab / multiple) * multiple.
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);
 
-// Parameters that take part in GEMMs (all linear weights incl. the LM head).
-int64_t matmul_params(const ModelConfig& c);
-// Model FLOPs of one training step over `tokens` tokens of length-T sequences:
-// 6 * matmul_params * tokens (fwd + bwd) + causal attention 6 * L * H * D * T * tokens
-// (QK^T and PV, fwd 2 GEMMs * 2 flops, bwd twice that, halved for causality).
-double train_flops(const ModelConfig& c, int64_t tokens, int64_t T);
+// FLOPs of a training iteration: model/flops.h (Megatron's formula).
 
 std::string describe(const ModelConfig& c);
 

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "parallel/comm.h"
+#include "tensor/tensor.h"
 
 namespace mtrain::parallel {
 
@@ -95,16 +96,46 @@ struct PipelineCallbacks {
   std::function<const float*(const PipeAction& a, const float* grad_output)> backward;
 };
 
+// The receive buffers of one pipeline rank on its device: one for the
+// activations arriving from the previous stage, one for the gradients
+// arriving from the next, each sized for the largest message and only where
+// this rank receives that kind (1F1B: the first stage gets no activations,
+// the last no gradients). Allocated once, like the model's activation slots,
+// so a real run's peak and a dry run's (meta tensors) are the same bytes.
+// Category: communication buffers. Megatron's p2p recv tensor becomes the
+// stage's input tensor that autograd keeps for the backward, which its
+// activation formula already counts as the first layer's input; mtrain's
+// model copies the received input into its own activation slot (counted as
+// activations), so what remains is a staging buffer of the transfer.
+class PipelineBuffers {
+ public:
+  PipelineBuffers() = default;  // none (one stage)
+  // `max_message_elems`: the largest message (message_elems) of any action;
+  // `dtype`: the wire dtype the messages travel at (the model's).
+  PipelineBuffers(device::Device& dev, const PipelineShape& shape, int64_t max_message_elems, DType dtype, bool meta);
+  Tensor& activation() { return activation_; }
+  Tensor& gradient() { return gradient_; }
+
+ private:
+  Tensor activation_, gradient_;
+};
+
 // Runs pipeline_actions(shape) on this rank; pp.rank() must be shape.stage and
 // pp.size() shape.stages. Every transfer goes through `pp` (so the observer
 // sees it) with `wire` (the device dtype of the messages). Returns once every
 // send has completed (SendRequest::wait). Never relies on MPI's eager
-// buffering and completes under SimComm's synchronous sends. On a Comm that moves no data (MetaComm,
-// dry runs) no buffers are allocated and input / grad_output are nullptr.
-void run_pipeline(Comm& pp, const PipelineShape& shape, const PipelineCallbacks& cb, Wire wire = {});
+// buffering and completes under SimComm's synchronous sends. Messages from
+// another stage arrive in `buffers` (Error(kInternal) when one does not fit);
+// null: in host buffers the runner grows (schedule tests without a device).
+// On a Comm that moves no data (MetaComm, dry runs) input / grad_output are
+// nullptr. With one stage, a chunk's message to the next chunk stays in a
+// host queue: no transfer happens (mtrain's extension, Megatron has none).
+void run_pipeline(Comm& pp, const PipelineShape& shape, const PipelineCallbacks& cb, Wire wire = {},
+                  PipelineBuffers* buffers = nullptr);
 
 // Evaluation: pipeline_forward_only_actions(shape), forwards only, no
 // backward callback, nothing kept for a backward.
-void run_pipeline_forward_only(Comm& pp, const PipelineShape& shape, const PipelineCallbacks& cb, Wire wire = {});
+void run_pipeline_forward_only(Comm& pp, const PipelineShape& shape, const PipelineCallbacks& cb, Wire wire = {},
+                               PipelineBuffers* buffers = nullptr);
 
 }  // namespace mtrain::parallel

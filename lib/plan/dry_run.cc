@@ -26,9 +26,10 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   m.dp_rank = state.coords().dp;
   m.parameters = model->params().count();
   for (int slots : model->config().chunk_slots) m.activation_slots += slots;
-  m.step = run_dry_step(args, *model, setup, state, to);
+  DryStep step = run_dry_step(args, *model, setup, state, to);
+  m.step = std::move(step.record);
+  m.stats = step.stats;
   m.group_spans_nodes = grid.groups_spanning_nodes(k.representative, planning_profile.devices_per_node);
-  m.stats = dev.stats();
   return m;
 }
 

@@ -19,8 +19,8 @@
 #include "config/args.h"
 #include "device/device.h"
 #include "model/model_config.h"
+#include "plan/dry_step.h"
 #include "plan/rank_classes.h"
-#include "plan/step_record.h"
 
 namespace mtrain::plan {
 

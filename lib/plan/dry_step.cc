@@ -57,7 +57,7 @@ std::vector<int> gathers_before_chunk(model::GptModel& model, const parallel::Pa
 
 }  // namespace
 
-StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
+DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
                         parallel::ParallelState& state, train::TrainerOptions to) {
   to.train_iters = 1;
   to.eval_interval = 0;
@@ -73,7 +73,7 @@ StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train:
   trainer.train();
   StepRecord r = recorder->record();
   r.gathers_before_chunk = gathers_before_chunk(model, state, to);
-  return r;
+  return {std::move(r), model.device().stats()};
 }
 
 }  // namespace mtrain::plan

@@ -10,15 +10,34 @@
 #include "config/args.h"
 #include "model/gpt.h"
 #include "parallel/parallel_state.h"
-#include "plan/step_record.h"
 #include "train/rank_build.h"
+#include "train/step_record.h"
 
 namespace mtrain::plan {
 
-// Runs iteration 1 of the rank `state` stands for and returns what it
-// executed, in order. Allocations go through the model's Device as in a real
-// step, so its peak includes the step's transient buffers.
-StepRecord run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
+// The recorder and its cost live in lib/train (a real run's --log_throughput
+// uses them too); the planner speaks of them in its own namespace.
+using train::CommRecord;
+using train::KernelRecord;
+using train::OverlappedComm;
+using train::PhaseRecord;
+using train::record_cost;
+using train::RecordCost;
+using train::StepRecord;
+using train::StepRecorder;
+
+// What a dry step executed, in order, and the device's accounting while the
+// trainer still stands (its pipeline receive buffers included, as a real
+// run's accounting at its end includes them).
+struct DryStep {
+  StepRecord record;
+  device::MemoryStats stats;
+};
+
+// Runs iteration 1 of the rank `state` stands for. Allocations go through the
+// model's Device as in a real step, so its peak includes the step's
+// transient buffers.
+DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
                         parallel::ParallelState& state, train::TrainerOptions to);
 
 }  // namespace mtrain::plan

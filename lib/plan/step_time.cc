@@ -8,80 +8,11 @@
 #include <tuple>
 
 #include "common/errors.h"
+#include "model/flops.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/dry_run.h"
 
 namespace mtrain::plan {
-
-double megatron_flops_per_iteration(const model::ModelConfig& c, int64_t global_batch, int64_t seq_length) {
-  const double B = static_cast<double>(global_batch), s = static_cast<double>(seq_length);
-  const double L = static_cast<double>(c.num_layers), h = static_cast<double>(c.hidden);
-  const double a = static_cast<double>(c.heads), g = static_cast<double>(c.groups);
-  const double query_ratio = a * static_cast<double>(c.head_dim) / h;
-  const double gated = c.swiglu ? 1.5 : 1.0;
-  return 12.0 * B * s * L * h * h *
-         ((1.0 + g / a + s / h) * query_ratio + static_cast<double>(c.ffn) / h * gated +
-          static_cast<double>(c.padded_vocab) / (2.0 * L * h));
-}
-
-namespace {
-
-bool is_microbatch_phase(const PhaseRecord& p) { return p.name == "forward_step" || p.name == "backward_step"; }
-
-// A blocking DP bucket collective: the gradient reduction (grad_sync) or the
-// distributed optimizer's parameter gather (optimizer_step).
-bool is_dp_bucket_comm(const StepRecord& r, const CommRecord& m) {
-  return m.group == "dp" && m.phase >= 0 &&
-         (r.phases[m.phase].name == "grad_sync" || r.phases[m.phase].name == "optimizer_step");
-}
-
-}  // namespace
-
-RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
-                       const std::function<bool(std::string_view)>& inter_node) {
-  RecordCost c;
-  c.phase_s.assign(r.phases.size(), 0.0);
-  // kernel_sum[i]: the kernels before kernel i; first_kernel: per phase (-1: none).
-  std::vector<double> kernel_sum(r.kernels.size() + 1, 0.0);
-  std::vector<int64_t> first_kernel(r.phases.size(), -1);
-  for (size_t i = 0; i < r.kernels.size(); ++i) {
-    const KernelRecord& k = r.kernels[i];
-    const double t = cost.kernel_seconds(k.flops, k.bytes, sixteen_bit);
-    kernel_sum[i + 1] = kernel_sum[i] + t;
-    c.compute_s += t;
-    if (k.phase < 0) continue;
-    c.phase_s[k.phase] += t;
-    if (first_kernel[k.phase] < 0) first_kernel[k.phase] = static_cast<int64_t>(i);
-  }
-  std::vector<double> phase_comm(r.phases.size(), 0.0);  // blocking collectives so far, per phase
-  for (const CommRecord& m : r.comms) {
-    const double t = cost.comm_seconds(parallel::cost_collective(m.op), static_cast<double>(m.bytes + m.recv_bytes),
-                                       m.group_size, inter_node(m.group));
-    if (m.overlapped) {
-      OverlappedComm o{m.phase, 0.0, t, m.op == parallel::CommOp::kAllGather};
-      if (m.phase >= 0) {
-        const int64_t first = first_kernel[m.phase];
-        if (first >= 0 && m.kernels_before > first) o.offset_s = kernel_sum[m.kernels_before] - kernel_sum[first];
-        o.offset_s += phase_comm[m.phase];
-      }
-      c.overlapped.push_back(o);
-      c.dp_comm_s += t;
-    } else if (m.group == "pp") {
-      c.p2p_message_s = std::max(c.p2p_message_s, t);
-    } else if (m.phase >= 0 && is_microbatch_phase(r.phases[m.phase])) {
-      c.phase_comm_s += t;
-      c.phase_s[m.phase] += t;
-      phase_comm[m.phase] += t;
-    } else {
-      c.tail_comm_s += t;
-      if (is_dp_bucket_comm(r, m)) {
-        c.dp_comm_s += t;
-        c.dp_blocking_s += t;
-      }
-    }
-  }
-  return c;
-}
 
 namespace {
 
@@ -200,7 +131,7 @@ std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vecto
     sim.p2p_s = std::max(sim.p2p_s, c.p2p_message_s);
     for (size_t i = 0; i < k.step.phases.size(); ++i) {
       const PhaseRecord& p = k.step.phases[i];
-      if (!is_microbatch_phase(p)) continue;
+      if (!train::is_microbatch_phase(p)) continue;
       const ActionKey key{p.name == "forward_step" ? 0 : 1, p.microbatch, p.chunk * r.pp + st.stage};
       double& d = sim.duration[st.stage][key];
       d = std::max(d, c.phase_s[i]);
@@ -289,7 +220,7 @@ StepTime step_time(const DryRun& r) {
   if (t.step_s > 0) {
     t.tokens_per_s_per_device = static_cast<double>(r.global_batch * r.seq_length) / t.step_s / world;
     t.tflops_per_device =
-        megatron_flops_per_iteration(r.whole_model, r.global_batch, r.seq_length) / t.step_s / world / 1e12;
+        model::megatron_flops_per_iteration(r.whole_model, r.global_batch, r.seq_length) / t.step_s / world / 1e12;
     const double peak = sixteen ? r.profile.peak_tflops_16bit : r.profile.peak_tflops_fp32;
     t.mfu = peak > 0 ? t.tflops_per_device / peak : 0.0;
   }

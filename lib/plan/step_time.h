@@ -1,6 +1,6 @@
 // The simulated step time of a dry run: the cost model (device/cost_model.h)
 // applied to every kernel and collective a rank class's shape-only step
-// recorded (step_record.h), then the pipeline schedule played on the device
+// recorded (train/step_record.h), then the pipeline schedule played on the device
 // clock of every stage, and Megatron's throughput figures from the result.
 //
 // Model (what it assumes, so a reader can judge the numbers):
@@ -40,40 +40,11 @@
 
 #include "device/cost_model.h"
 #include "model/model_config.h"
-#include "plan/step_record.h"
+#include "plan/dry_step.h"
 
 namespace mtrain::plan {
 
 struct DryRun;
-
-// Megatron's FLOPs per iteration for its TFLOP/s log line (estimator-formulas.md §1d):
-// 12 B s L h^2 [ (1 + g/a + s/h) (a d / h) + (ffn / h) m + Vp / (2 L h) ], m = 3/2 with SwiGLU.
-double megatron_flops_per_iteration(const model::ModelConfig& whole_model, int64_t global_batch, int64_t seq_length);
-
-// A non-blocking DP bucket collective and where it starts.
-struct OverlappedComm {
-  int phase = -1;             // StepRecord::phases index it started in
-  double offset_s = 0;        // into that phase: its kernels and collectives before the start
-  double duration_s = 0;      // cost model
-  bool param_gather = false;  // an all-gather started after the optimizer step (else a gradient reduction)
-  bool operator==(const OverlappedComm&) const = default;
-};
-
-// The cost model applied to one rank's step record.
-struct RecordCost {
-  double compute_s = 0;         // every kernel
-  double phase_comm_s = 0;      // blocking collectives inside the micro-batch phases (TP / SP)
-  double tail_comm_s = 0;       // blocking collectives outside them, pipeline messages excepted
-  double p2p_message_s = 0;     // the longest pipeline message
-  double dp_comm_s = 0;         // DP bucket collectives (gradient reduction, parameter gather), blocking or not
-  double dp_blocking_s = 0;     // the blocking ones (part of tail_comm_s)
-  std::vector<double> phase_s;  // per StepRecord::phases entry: its kernels + its blocking collectives
-  std::vector<OverlappedComm> overlapped;  // in start order
-  bool operator==(const RecordCost&) const = default;
-};
-// inter_node(group name): whether that group of the rank spans nodes.
-RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
-                       const std::function<bool(std::string_view)>& inter_node);
 
 struct StageTime {
   int stage = 0;

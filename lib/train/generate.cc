@@ -32,6 +32,12 @@ std::vector<int32_t> greedy_generate(model::GptModel& model, const std::vector<i
   const model::ModelConfig& c = model.config();
   const int64_t pad_multiple = c.sequence_parallel ? c.tp : 1;
   std::vector<int32_t> seq = prompt, out, tokens, positions;
+  // One row of at most seq_length tokens per forward.
+  parallel::PipelineBuffers buffers;
+  if (parallel && parallel->grid().pp() > 1)
+    buffers =
+        parallel::PipelineBuffers(model.device(), {parallel->grid().pp(), parallel->coords().pp, model.num_chunks(), 1},
+                                  c.tokens_local(c.seq_length) * c.hidden, c.dtype, /*meta=*/false);
   while (static_cast<int64_t>(out.size()) < max_new_tokens && static_cast<int64_t>(seq.size()) < c.seq_length) {
     const int64_t T = static_cast<int64_t>(seq.size());
     // Rows padded after the last real token (sequence parallelism splits the
@@ -65,7 +71,7 @@ std::vector<int32_t> greedy_generate(model::GptModel& model, const std::vector<i
         pick(a.chunk);
         return h;
       };
-      parallel::run_pipeline_forward_only(parallel->pp(), shape, cb);
+      parallel::run_pipeline_forward_only(parallel->pp(), shape, cb, parallel::Wire{}, &buffers);
       parallel->pp().broadcast(&next, 1, parallel->grid().pp() - 1);
     }
     out.push_back(next);

@@ -53,7 +53,6 @@ struct StepMetrics {
   bool has_grad_norm = true;  // false when an fp16 overflow skipped the step (Megatron logs none)
   double loss_scale = 1;
   double elapsed_ms = 0;           // wall time of this step
-  double model_flops = 0;          // model FLOPs of this step (see model::train_flops)
   bool skipped = false;            // optimizer step skipped (fp16 overflow or non-finite skip)
   int64_t skipped_iterations = 0;  // running totals
   int64_t nan_iterations = 0;

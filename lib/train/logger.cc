@@ -32,14 +32,19 @@ static std::string py_float(double v) {
 }
 
 std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms, int64_t skipped, int64_t nans,
-                            bool log_throughput, int world_size, const std::string& ts) {
+                            const LogThroughput* throughput, const std::string& ts) {
   std::string s = fmt::format(" [{}]", ts);
   s += fmt::format(" iteration {:8d}/{:8d} |", m.iteration, m.train_iters);
   s += fmt::format(" consumed samples: {:12d} |", m.consumed_samples);
   s += fmt::format(" elapsed time per iteration (ms): {:.1f} |", avg_ms);
-  if (log_throughput) {
-    const double tflops = m.model_flops / (avg_ms / 1000.0) / 1e12 / world_size;
-    s += fmt::format(" throughput per GPU (TFLOP/s/GPU): {:.1f} |", tflops);
+  // Megatron's place for its throughput; the simulated device's figures
+  // follow it (sub-millisecond on small models, hence three decimals).
+  if (throughput) {
+    s += fmt::format(" throughput per GPU (TFLOP/s/GPU): {:.1f} |", throughput->tflops_per_gpu);
+    if (throughput->simulated)
+      s += fmt::format(
+          " simulated device time per iteration (ms): {:.3f} | simulated throughput per GPU (TFLOP/s/GPU): {:.1f} |",
+          throughput->simulated_ms, throughput->simulated_tflops_per_gpu);
   }
   s += fmt::format(" learning rate: {} |", sci(m.learning_rate));
   s += fmt::format(" global batch size: {:5d} |", m.global_batch_size);
@@ -83,6 +88,21 @@ static std::string hms(double seconds) {
   return fmt::format("{}s", s);
 }
 
+// Megatron's training_log: FLOPs / (seconds per iteration x 10^12 x world size).
+LogThroughput MegatronLogger::throughput(double avg_ms) const {
+  LogThroughput t;
+  if (!opts_.log_throughput) return t;
+  const auto tflops = [&](double seconds) { return opts_.flops_per_iteration / (seconds * 1e12 * opts_.world_size); };
+  t.tflops_per_gpu = tflops(avg_ms / 1000.0);
+  if (opts_.simulated_step_seconds) {
+    const double s = opts_.simulated_step_seconds();
+    t.simulated = true;
+    t.simulated_ms = s * 1000.0;
+    t.simulated_tflops_per_gpu = tflops(s);
+  }
+  return t;
+}
+
 void MegatronLogger::on_step_end(const StepMetrics& m) {
   ++steps_;
   sum_ms_ += m.elapsed_ms;
@@ -98,10 +118,10 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
 
   const double avg_loss = counted_ ? sum_loss_ / counted_ : 0.0;
   const double avg_ms = sum_ms_ / steps_;
-  if (opts_.print_log) {
-    fmt::print("{}\n", format_log_line(m, avg_loss, avg_ms, skipped_, nans_, opts_.log_throughput, opts_.world_size,
-                                       now_timestamp()));
-  }
+  const LogThroughput tp = throughput(avg_ms);
+  const LogThroughput* shown = opts_.log_throughput ? &tp : nullptr;
+  if (opts_.print_log)
+    fmt::print("{}\n", format_log_line(m, avg_loss, avg_ms, skipped_, nans_, shown, now_timestamp()));
   const auto& st = dev_.stats();
   constexpr double kMB = 1 << 20;
   if (!memory_reported_ && opts_.print_memory) {
@@ -136,6 +156,11 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
         {"comm_bytes", m.comm.bytes},
         {"grad_buckets_overlapped", m.grad_buckets_overlapped},
     };
+    if (shown) j["throughput_tflops_per_gpu"] = tp.tflops_per_gpu;
+    if (shown && tp.simulated) {
+      j["simulated_device_time_per_iteration_ms"] = tp.simulated_ms;
+      j["simulated_throughput_tflops_per_gpu"] = tp.simulated_tflops_per_gpu;
+    }
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
     std::fflush(jsonl_);
   }

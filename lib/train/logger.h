@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "device/device.h"
@@ -15,7 +16,14 @@ namespace mtrain::train {
 
 struct LoggerOptions {
   int64_t log_interval = 5;
+  // --log_throughput: Megatron's throughput from its FLOPs per iteration
+  // (model/flops.h, the whole global batch) over the elapsed time per
+  // iteration and the world size; and, when simulated_step_seconds is set,
+  // the logged iteration's time on this rank's simulated device (train/
+  // step_record.h RecordCost::busy_s) with the same FLOPs over it.
   bool log_throughput = false;
+  double flops_per_iteration = 0;
+  std::function<double()> simulated_step_seconds;
   int rank = 0;
   int world_size = 1;
   std::string jsonl_path;  // empty: no file
@@ -25,9 +33,18 @@ struct LoggerOptions {
   bool print_memory = true;
 };
 
-// " [YYYY-mm-dd HH:MM:SS] iteration ... |" for an interval summary.
+// --log_throughput's figures of one logged interval.
+struct LogThroughput {
+  double tflops_per_gpu = 0;  // Megatron's: FLOPs / (elapsed time per iteration x 10^12 x world size)
+  bool simulated = false;     // the two below are set
+  double simulated_ms = 0;    // the logged iteration on this rank's simulated device
+  double simulated_tflops_per_gpu = 0;
+};
+
+// " [YYYY-mm-dd HH:MM:SS] iteration ... |" for an interval summary;
+// `throughput` null: without --log_throughput.
 std::string format_log_line(const StepMetrics& last, double avg_loss, double avg_ms, int64_t skipped_in_interval,
-                            int64_t nan_in_interval, bool log_throughput, int world_size, const std::string& timestamp);
+                            int64_t nan_in_interval, const LogThroughput* throughput, const std::string& timestamp);
 // prefix: "iteration 100" during training, "iteration 100 on validation set" after it.
 std::string format_validation_line(const std::string& prefix, double loss);
 std::string now_timestamp();
@@ -42,6 +59,8 @@ class MegatronLogger : public TrainHook {
   void on_train_end(const TrainInfo& info) override;
 
  private:
+  LogThroughput throughput(double avg_ms) const;
+
   LoggerOptions opts_;
   const device::Device& dev_;
   std::FILE* jsonl_ = nullptr;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "common/errors.h"
@@ -16,6 +17,8 @@
 #include "config/json.h"
 #include "config/profiles.h"
 #include "config/validate.h"
+#include "device/cost_model.h"
+#include "model/flops.h"
 #include "model/gpt.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
@@ -33,6 +36,7 @@
 #include "train/profiler_hook.h"
 #include "train/rank_build.h"
 #include "train/shared_paths.h"
+#include "train/step_record.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
 
@@ -145,10 +149,34 @@ static std::shared_ptr<Watchdog> add_watchdog_hooks(HookList& hooks, const confi
   return watchdog;
 }
 
+// --log_throughput's simulated device time: a recorder of the iterations the
+// logger prints (installed only with the flag, so a run without it records
+// nothing), priced on this rank's device profile; groups span nodes as this
+// launch places ranks (`local_ranks` per node).
+static std::function<double()> simulated_step_clock(HookList& hooks, const config::Args& args,
+                                                    const parallel::ParallelState& state, const device::Device& dev,
+                                                    const model::ModelConfig& mc, int64_t train_iters,
+                                                    int local_ranks) {
+  const int64_t interval = args.log_interval;
+  const bool sixteen_bit = mc.dtype != DType::kF32;
+  auto recorder = std::make_shared<StepRecorder>(
+      [interval, train_iters](int64_t it) { return it % interval == 0 || it == train_iters; }, sixteen_bit ? 2 : 4);
+  hooks.add(recorder);
+  const auto spans = state.grid().groups_spanning_nodes(state.rank(), std::max(1, local_ranks));
+  return [recorder, cost = device::CostModel(dev.profile()), sixteen_bit, spans] {
+    const auto inter_node = [&](std::string_view g) {
+      for (const auto& [name, inter] : spans)
+        if (name == g) return inter;
+      return false;
+    };
+    return record_cost(recorder->record(), cost, sixteen_bit, inter_node).busy_s();
+  };
+}
+
 // Megatron's logging ranks: iteration and validation lines (and
 // logging.jsonl) on the last rank, memory lines on every DP-rank-0 rank.
 static void add_logger(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
-                       const device::Device& dev) {
+                       const device::Device& dev, const model::ModelConfig& mc, int64_t train_iters, int local_ranks) {
   LoggerOptions lo;
   lo.log_interval = args.log_interval;
   lo.log_throughput = args.log_throughput;
@@ -157,6 +185,11 @@ static void add_logger(HookList& hooks, const config::Args& args, const parallel
   lo.jsonl_path = (fs::path(args.output_dir) / "logging.jsonl").string();
   lo.print_log = state.rank() == state.world_size() - 1;
   lo.print_memory = state.coords().dp == 0;
+  if (lo.print_log && lo.log_throughput) {
+    // Megatron counts the global batch at the configured sequence length.
+    lo.flops_per_iteration = model::megatron_flops_per_iteration(mc, args.global_batch_size, mc.seq_length);
+    lo.simulated_step_seconds = simulated_step_clock(hooks, args, state, dev, mc, train_iters, local_ranks);
+  }
   if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
 }
 
@@ -206,7 +239,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
 
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
-  add_logger(hooks, args, *state, dev);
+  add_logger(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks);
   hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, *state, dev), args.log_interval));
   if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
   for (const auto& h : ctx.hooks) hooks.add(h);

@@ -84,6 +84,12 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
   }
   grad_sync_ = std::make_unique<GradSync>(model.params(), *state_, opts.distributed_optimizer, opts.bucket_elems,
                                           opts.overlap_grad_reduce, opts.overlap_param_gather);
+  // Sized for the largest micro-batch the model's activation slots hold.
+  const model::ModelConfig& c = model.config();
+  const parallel::PipelineShape shape{state_->grid().pp(), state_->coords().pp, model.num_chunks(), 1};
+  pipe_buffers_ =
+      parallel::PipelineBuffers(model.device(), shape, c.tokens_local(c.micro_batch * c.seq_length) * c.hidden, c.dtype,
+                                model.params().params().is_meta());
   state_->set_observer([this](const parallel::CommEvent& e) {
     const CommTotals add{1, e.bytes + e.recv_bytes, e.seconds};
     for (CommTotals* t : {&step_comm_, &step_comm_by_group_[std::string(e.group)]}) {
@@ -190,7 +196,7 @@ double Trainer::run_schedule(const std::vector<data::Batch>& micro, int64_t it, 
     return dx;
   };
   parallel::run_pipeline(state_->pp(), pipeline_shape(*state_, model_, micro.size()), cb,
-                         parallel::Wire::of(model_.config().dtype));
+                         parallel::Wire::of(model_.config().dtype), &pipe_buffers_);
   return loss_sum;
 }
 
@@ -291,7 +297,6 @@ StepMetrics Trainer::train_step() {
   m.skipped = skip;
   m.skipped_iterations = skipped_total_;
   m.nan_iterations = nan_total_;
-  m.model_flops = model::train_flops(model_.config(), tokens, micro.empty() ? 0 : micro[0].T);
   m.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   m.grad_buckets_overlapped = grad_sync_->buckets_started_early();
   m.comm = step_comm_;
@@ -316,7 +321,7 @@ double Trainer::evaluate(const std::vector<data::Batch>& batches) {
     return out;
   };
   parallel::run_pipeline_forward_only(state_->pp(), pipeline_shape(*state_, model_, batches.size()), cb,
-                                      parallel::Wire::of(model_.config().dtype));
+                                      parallel::Wire::of(model_.config().dtype), &pipe_buffers_);
   // Loss: summed over the world (only last-stage TP-rank-0 ranks add); tokens: over DP.
   state_->world().all_reduce(&sums[0], 1, parallel::ReduceOp::kSum);
   if (state_->grid().dp() > 1) state_->dp().all_reduce(&sums[1], 1, parallel::ReduceOp::kSum);

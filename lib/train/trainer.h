@@ -23,6 +23,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
+#include "parallel/pipeline_schedule.h"
 #include "train/grad_sync.h"
 #include "train/hooks.h"
 
@@ -120,7 +121,8 @@ class Trainer {
   std::unique_ptr<parallel::ParallelState> own_state_;  // one device: a world of one
   parallel::ParallelState* state_;
   std::unique_ptr<GradSync> grad_sync_;
-  CommTotals step_comm_;  // this step's communication (observer)
+  parallel::PipelineBuffers pipe_buffers_;  // PP > 1: the receive buffers, on the model's device
+  CommTotals step_comm_;                    // this step's communication (observer)
   std::map<std::string, CommTotals> step_comm_by_group_;
 };
 

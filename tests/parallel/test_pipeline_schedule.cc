@@ -1,8 +1,9 @@
 // run_pipeline / run_pipeline_forward_only on SimWorld with the toy model of
 // pipeline_toy.h: every stage's gradients and the losses equal a sequential
 // single-thread computation bit for bit, with synchronous and with buffered
-// sends; every transfer is reported to the observer; dry runs on MetaComm
-// report the same traffic; caller bugs are errors.
+// sends and with device receive buffers; every transfer is reported to the
+// observer; dry runs on MetaComm report the same traffic; caller bugs are
+// errors.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -38,7 +39,9 @@ struct ToyRun {
   std::vector<int64_t> send_bytes, recv_bytes;
 };
 
-ToyRun run_toy(const Case& c, bool synchronous, bool training) {
+// buffer_elems > 0: the messages land in device receive buffers of that many
+// elements (PipelineBuffers); 0: in the runner's host buffers.
+ToyRun run_toy(const Case& c, bool synchronous, bool training, int64_t buffer_elems = 0) {
   ToyRun run;
   const size_t n = c.stages;
   run.results.resize(n);
@@ -55,12 +58,16 @@ ToyRun run_toy(const Case& c, bool synchronous, bool training) {
     });
     const PipelineShape shape{c.stages, s, c.chunks, c.microbatches};
     ToyStage stage(shape, training);
+    device::Device dev(device::DeviceProfile{}, s);
+    PipelineBuffers device_buffers;
+    if (buffer_elems > 0) device_buffers = PipelineBuffers(dev, shape, buffer_elems, DType::kBF16, /*meta=*/false);
+    PipelineBuffers* buffers = buffer_elems > 0 ? &device_buffers : nullptr;
     if (training) {
-      run_pipeline(*pp, shape, stage.callbacks(), Wire::of(DType::kBF16));
+      run_pipeline(*pp, shape, stage.callbacks(), Wire::of(DType::kBF16), buffers);
     } else {
       PipelineCallbacks cb = stage.callbacks();
       cb.backward = nullptr;  // not needed
-      run_pipeline_forward_only(*pp, shape, cb, Wire::of(DType::kBF16));
+      run_pipeline_forward_only(*pp, shape, cb, Wire::of(DType::kBF16), buffers);
     }
     run.results[s] = stage.result;
     run.violations[s] += stage.violations;
@@ -192,6 +199,34 @@ TEST(ParallelPipelineScheduleErrors, MissingOutputIsACallerBug) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::kInternal);
     EXPECT_STREQ(e.what(), "pipeline stage 0: the forward of chunk 0, microbatch 0 returned no output to send");
+  }
+}
+
+// The trainer's path: messages arrive in device receive buffers sized for
+// the largest message, and the results are still the sequential ones.
+TEST(ParallelPipelineScheduleDevice, ReceiveBuffersCarryTheMessages) {
+  for (const Case& c : {Case{2, 1, 4}, Case{4, 2, 8}, Case{3, 2, 3}}) {
+    const ToyRun run = run_toy(c, /*synchronous=*/false, /*training=*/true, testing::kToyMaxWidth);
+    const ToyResult ref = testing::toy_reference(c.stages, c.chunks, c.microbatches);
+    for (int s = 0; s < c.stages; ++s) {
+      for (int k = s; k < c.stages * c.chunks; k += c.stages) {
+        EXPECT_EQ(run.results[s].da[k], ref.da[k]) << describe(c, false) << ", virtual stage " << k;
+        EXPECT_EQ(run.results[s].db[k], ref.db[k]) << describe(c, false) << ", virtual stage " << k;
+      }
+    }
+  }
+}
+
+// A message larger than its receive buffer is a caller bug (the buffers were
+// sized for a smaller micro-batch), named before anything is written.
+TEST(ParallelPipelineScheduleDevice, AMessageLargerThanItsBufferIsACallerBug) {
+  try {
+    run_toy({2, 1, 4}, false, true, testing::kToyMaxWidth - 1);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kInternal);
+    EXPECT_NE(std::string(e.what()).find("message does not fit its 4-element receive buffer"), std::string::npos)
+        << e.what();
   }
 }
 

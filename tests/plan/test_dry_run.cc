@@ -87,6 +87,37 @@ TEST_F(DryRunTest, ReportsFitsAndNamesTheRanksOfEachClass) {
   EXPECT_EQ(text.find("DOES NOT FIT"), std::string::npos) << text;
 }
 
+// The pipeline's receive buffers are on the device as communication buffers:
+// one message of s b h at the wire dtype (s / t with SP) where a stage
+// receives activations (all but the first) and one where it receives
+// gradients (all but the last); interleaved, every stage receives both.
+TEST_F(DryRunTest, PipelineReceiveBuffersAreOneMessageEach) {
+  struct Case {
+    const char* flags;
+    int ranks;
+    int64_t bytes, s_shards, per_stage;  // wire bytes, SP's split of s, buffers per stage
+  };
+  const Case cases[] = {
+      {"--bf16", 1, 2, 1, 0},
+      {"--pipeline_model_parallel_size 2 --bf16", 2, 2, 1, 1},
+      {"--pipeline_model_parallel_size 2", 2, 4, 1, 1},
+      {"--pipeline_model_parallel_size 2 --tensor_model_parallel_size 2 --sequence_parallel --bf16", 4, 2, 2, 1},
+      {"--pipeline_model_parallel_size 2 --num_layers_per_virtual_pipeline_stage 1 --bf16", 2, 2, 1, 2},
+  };
+  for (const Case& k : cases) {
+    const DryRun r = dry_run(
+        parse("pt --model_preset demo --tokenizer configs/demo/tokenizer.json --seq_length 32 --micro_batch_size 2 "
+              "--global_batch_size 8 --train_iters 1 --output_dir " +
+                  out_.string() + " " + k.flags,
+              k.ranks));
+    const int64_t s = 32, b = 2, h = r.whole_model.hidden;
+    for (const ClassMemory& c : r.classes)
+      EXPECT_EQ(c.stats.by_category[static_cast<int>(MemCategory::kCommBuffers)],
+                k.per_stage * (s / k.s_shards) * b * h * k.bytes)
+          << k.flags << ", stage " << c.rank_class.stage;
+  }
+}
+
 // Llama-2-7B on one 8-NPU node: the plan is built shape-only (no host
 // storage) and, without the distributed optimizer, does not fit 64 GiB at
 // DP 8: the error names the stage, the dominant category and a change whose

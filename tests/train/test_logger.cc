@@ -16,7 +16,7 @@ TEST(MegatronLogLine, MatchesTheReferenceRendering) {
   m.global_batch_size = 16;
   m.loss_scale = 1.0;
   m.grad_norm = 1.2344;
-  const std::string line = format_log_line(m, 2.345678, 1234.56, 0, 0, false, 1, "2025-01-01 12:00:00");
+  const std::string line = format_log_line(m, 2.345678, 1234.56, 0, 0, nullptr, "2025-01-01 12:00:00");
   EXPECT_EQ(line,
             " [2025-01-01 12:00:00] iteration       10/     100 | consumed samples:          160 | elapsed time per "
             "iteration (ms): 1234.6 | learning rate: 1.000000E-05 | global batch size:    16 | lm loss: 2.345678E+00 "
@@ -33,12 +33,32 @@ TEST(MegatronLogLine, ThroughputAndCountersAndZeroLoss) {
   m.global_batch_size = 16;
   m.loss_scale = 65536;
   m.grad_norm = 0.5;
-  m.model_flops = 2e12;  // 2 TFLOP in 1 s on 2 devices -> 1.0 TFLOP/s/GPU
-  const std::string line = format_log_line(m, 0.0, 1000.0, 2, 1, true, 2, "T");
-  EXPECT_NE(line.find("| throughput per GPU (TFLOP/s/GPU): 1.0 |"), std::string::npos) << line;
+  LogThroughput tp;
+  tp.tflops_per_gpu = 1.04;
+  const std::string line = format_log_line(m, 0.0, 1000.0, 2, 1, &tp, "T");
+  // Megatron's place: right after the elapsed time, before the learning rate.
+  EXPECT_NE(line.find("| elapsed time per iteration (ms): 1000.0 | throughput per GPU (TFLOP/s/GPU): 1.0 | learning "
+                      "rate: 3.000000E-04 |"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("simulated"), std::string::npos) << line;
   EXPECT_EQ(line.find("lm loss"), std::string::npos) << "Megatron omits a loss <= 0";
   EXPECT_NE(line.find("| loss scale: 65536.0 |"), std::string::npos) << line;
   EXPECT_NE(line.find("| number of skipped iterations:   2 | number of nan iterations:   1 |"), std::string::npos);
+}
+
+TEST(MegatronLogLine, SimulatedDeviceTimeFollowsTheThroughput) {
+  StepMetrics m;
+  LogThroughput tp;
+  tp.tflops_per_gpu = 0.26;
+  tp.simulated = true;
+  tp.simulated_ms = 1.23456;
+  tp.simulated_tflops_per_gpu = 87.66;
+  const std::string line = format_log_line(m, 1.0, 10.0, 0, 0, &tp, "T");
+  EXPECT_NE(line.find("| throughput per GPU (TFLOP/s/GPU): 0.3 | simulated device time per iteration (ms): 1.235 | "
+                      "simulated throughput per GPU (TFLOP/s/GPU): 87.7 | learning rate:"),
+            std::string::npos)
+      << line;
 }
 
 TEST(MegatronLogLine, ValidationLine) {

@@ -1,0 +1,131 @@
+// What one training iteration of one rank executes, as the simulated NPU's
+// cost model sees it: every kernel region (name, FLOPs, bytes) and every
+// collective / point-to-point transfer (op, group, bytes), in order; a
+// kernel inside another kernel counts as part of it. A hook,
+// so a real run (through train::RunContext::hooks) and a dry run's
+// shape-only step record through the same seam and can be compared op by op.
+// record_cost prices a record on the simulated NPU (device/cost_model.h): the
+// dry run's step time (lib/plan/step_time.h) and --log_throughput's simulated
+// device time of a real run both come from it.
+//
+// A non-blocking DP bucket collective (--overlap_grad_reduce,
+// --overlap_param_gather) is recorded where it STARTS (the region that
+// marks it, parallel/grad_buckets.h), with how many kernels ran before it,
+// and its op and bytes are filled in when it completes (they complete in
+// start order), even after the recorded iteration (a parameter gather
+// completes in the next forward).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device/cost_model.h"
+#include "train/hooks.h"
+
+namespace mtrain::train {
+
+// A phase of the step (probe.h Kind::kPhase): forward_step / backward_step of
+// one micro-batch through one model chunk, grad_sync, optimizer_step.
+struct PhaseRecord {
+  std::string name;
+  int microbatch = -1, chunk = 0;
+  bool operator==(const PhaseRecord&) const = default;
+};
+
+struct KernelRecord {
+  std::string name;
+  double flops = 0, bytes = 0;
+  int phase = -1;  // index into StepRecord::phases
+  bool operator==(const KernelRecord&) const = default;
+};
+
+struct CommRecord {
+  parallel::CommOp op = parallel::CommOp::kBarrier;
+  std::string group;
+  int group_size = 1;
+  int64_t bytes = 0, recv_bytes = 0;
+  int phase = -1;              // index into StepRecord::phases; -1: between phases (pipeline p2p, loss sums)
+  int64_t kernels_before = 0;  // kernels recorded before it started (its place in the phase)
+  bool overlapped = false;     // a non-blocking DP bucket collective, recorded at its start
+  bool operator==(const CommRecord&) const = default;
+};
+
+struct StepRecord {
+  std::vector<PhaseRecord> phases;
+  std::vector<KernelRecord> kernels;
+  std::vector<CommRecord> comms;
+  // --overlap_param_gather, filled by a dry run: per model chunk of the rank,
+  // how many of the overlapped parameter all-gathers (in start order) its
+  // first forward waits for (parallel::param_gather_prefix).
+  std::vector<int> gathers_before_chunk;
+};
+
+// Records the iterations `records` selects (1-based), each replacing the
+// last; iterations it does not select open no region for it, so they cost
+// nothing. Kernel bytes are counted at `dtype_bytes` per element (the model's
+// compute dtype), as the profiler does.
+class StepRecorder : public TrainHook {
+ public:
+  // Iteration `iteration` only.
+  StepRecorder(int64_t iteration, int dtype_bytes)
+      : StepRecorder([iteration](int64_t it) { return it == iteration; }, dtype_bytes) {}
+  StepRecorder(std::function<bool(int64_t)> records, int dtype_bytes)
+      : records_(std::move(records)), dtype_bytes_(dtype_bytes) {}
+
+  void on_step_begin(int64_t iteration) override;
+  void on_step_end(const StepMetrics&) override { recording_ = false; }
+  void on_comm(const parallel::CommEvent& e) override;
+  std::optional<profiler::Kind> region_depth(int64_t iteration) const override;
+  void on_region_begin(const profiler::Region& r, std::span<const profiler::TensorRef>) override;
+  void on_region_end(const profiler::Region& r, std::span<const profiler::TensorRef>) override;
+
+  const StepRecord& record() const { return record_; }
+
+ private:
+  std::function<bool(int64_t)> records_;
+  int dtype_bytes_;
+  bool recording_ = false;
+  int open_kernels_ = 0;
+  int phase_ = -1;
+  std::deque<size_t> pending_;  // overlapped collectives started, not yet reported (indices into comms)
+  StepRecord record_;
+};
+
+// A forward_step / backward_step phase: one micro-batch through one model chunk.
+bool is_microbatch_phase(const PhaseRecord& p);
+
+// A non-blocking DP bucket collective and where it starts.
+struct OverlappedComm {
+  int phase = -1;             // StepRecord::phases index it started in
+  double offset_s = 0;        // into that phase: its kernels and collectives before the start
+  double duration_s = 0;      // cost model
+  bool param_gather = false;  // an all-gather started after the optimizer step (else a gradient reduction)
+  bool operator==(const OverlappedComm&) const = default;
+};
+
+// The cost model applied to one rank's step record.
+struct RecordCost {
+  double compute_s = 0;         // every kernel
+  double phase_comm_s = 0;      // blocking collectives inside the micro-batch phases (TP / SP)
+  double tail_comm_s = 0;       // blocking collectives outside them, pipeline messages excepted
+  double p2p_message_s = 0;     // the longest pipeline message
+  double dp_comm_s = 0;         // DP bucket collectives (gradient reduction, parameter gather), blocking or not
+  double dp_blocking_s = 0;     // the blocking ones (part of tail_comm_s)
+  std::vector<double> phase_s;  // per StepRecord::phases entry: its kernels + its blocking collectives
+  std::vector<OverlappedComm> overlapped;  // in start order
+  // This rank's device busy for the step: its kernels and its blocking
+  // collectives back to back. Pipeline messages, the wait for other stages
+  // (the bubble) and overlapped DP collectives (on their own stream) are not
+  // in it; with one stage and no overlap it is the dry run's step time.
+  double busy_s() const { return compute_s + phase_comm_s + tail_comm_s; }
+  bool operator==(const RecordCost&) const = default;
+};
+// inter_node(group name): whether that group of the rank spans nodes.
+RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
+                       const std::function<bool(std::string_view)>& inter_node);
+
+}  // namespace mtrain::train
