@@ -1,8 +1,8 @@
 // `--profile` with `--dry_run`: the simulated step as a Chrome trace
 // (chrome://tracing, Perfetto): one row per pipeline stage on one screen,
 // each forward / backward of a micro-batch and chunk where the device clock
-// places it, the gaps between them the bubble, the DP/grad communication
-// after the last backward. Times are the cost model's, not measured.
+// places it, the gaps between them the bubble, the DP/grad communication,
+// the optimizer step and the param all-gather after the last backward. Times are the cost model's, not measured.
 #pragma once
 
 #include <string>

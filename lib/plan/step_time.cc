@@ -35,8 +35,12 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
   c.phase_s.assign(r.phases.size(), 0.0);
   for (const KernelRecord& k : r.kernels) {
     const double t = cost.kernel_seconds(k.flops, k.bytes, sixteen_bit);
-    c.compute_s += t;
-    if (k.phase >= 0) c.phase_s[k.phase] += t;
+    if (k.phase >= 0 && is_microbatch_phase(r.phases[k.phase])) {
+      c.compute_s += t;
+      c.phase_s[k.phase] += t;
+    } else {
+      c.optimizer_s += t;
+    }
   }
   for (const CommRecord& m : r.comms) {
     const double t = cost.comm_seconds(parallel::cost_collective(m.op), static_cast<double>(m.bytes + m.recv_bytes),
@@ -48,6 +52,9 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
       c.phase_s[m.phase] += t;
     } else {
       c.tail_comm_s += t;
+      // The distributed optimizer's param all-gather: the optimizer phase's only all-gather.
+      if (m.op == parallel::CommOp::kAllGather && m.phase >= 0 && r.phases[m.phase].name == "optimizer_step")
+        c.param_gather_s += t;
     }
   }
   return c;
@@ -123,6 +130,8 @@ StepTime step_time(const DryRun& r) {
     st.compute_s = std::max(st.compute_s, c.compute_s);
     st.tp_comm_s = std::max(st.tp_comm_s, c.phase_comm_s);
     st.tail_comm_s = std::max(st.tail_comm_s, c.tail_comm_s);
+    st.optimizer_s = std::max(st.optimizer_s, c.optimizer_s);
+    st.param_gather_s = std::max(st.param_gather_s, c.param_gather_s);
     sim.p2p_s = std::max(sim.p2p_s, c.p2p_message_s);
     for (size_t i = 0; i < k.step.phases.size(); ++i) {
       const PhaseRecord& p = k.step.phases[i];
@@ -135,16 +144,22 @@ StepTime step_time(const DryRun& r) {
   StepTime t;
   const auto clocks = sim.run(&t.timeline);
   for (int s = 0; s < r.pp; ++s) {
-    if (stages[s].tail_comm_s > 0)
-      t.timeline.push_back(
-          {s, "DP/grad communication", -1, 0, clocks[s].first, clocks[s].first + stages[s].tail_comm_s});
+    const StageTime& st = stages[s];
+    double at = clocks[s].first;
+    // After the last backward: DP/grad collectives, the optimizer, then the param all-gather.
+    for (const auto& [name, d] :
+         {std::pair{"DP/grad communication", st.tail_comm_s - st.param_gather_s},
+          std::pair{"optimizer step", st.optimizer_s}, std::pair{"param all-gather", st.param_gather_s}}) {
+      if (d > 0) t.timeline.push_back({s, name, -1, 0, at, at + d});
+      at += d;
+    }
     stages[s].end_s = clocks[s].first;
     stages[s].busy_s = clocks[s].second;
-    t.step_s = std::max(t.step_s, clocks[s].first + stages[s].tail_comm_s);
+    t.step_s = std::max(t.step_s, at);
   }
   // Idle share; clamped at 0 against rounding when a stage never waits.
   for (StageTime& st : stages)
-    st.bubble = t.step_s > 0 ? std::max(0.0, (t.step_s - st.busy_s - st.tail_comm_s) / t.step_s) : 0.0;
+    st.bubble = t.step_s > 0 ? std::max(0.0, (t.step_s - st.busy_s - st.tail_comm_s - st.optimizer_s) / t.step_s) : 0.0;
   t.stages = stages;
   const double world = static_cast<double>(r.world_size);
   if (t.step_s > 0) {
@@ -161,19 +176,20 @@ std::string time_report(const DryRun& r, const StepTime& t) {
   std::string out =
       fmt::format("Simulated step time on {} (cost model, the pipeline schedule on the device clock): {:.1f} ms\n",
                   r.profile.name, t.step_s * 1e3);
-  for (const StageTime& s : t.stages)
+  for (const StageTime& s : t.stages) {
     out += fmt::format(
         "  pipeline stage {}: compute {:.1f} ms, TP communication {:.1f} ms, DP/grad communication {:.1f} ms, "
         "bubble {:.1f}%\n",
         s.stage, s.compute_s * 1e3, s.tp_comm_s * 1e3, s.tail_comm_s * 1e3, 100.0 * s.bubble);
+    out += fmt::format("    optimizer step {:.1f} ms (overflow check, grad norm, update, main-to-model param copy)\n",
+                       s.optimizer_s * 1e3);
+  }
   const bool sixteen = r.whole_model.dtype != DType::kF32;
   out +=
       fmt::format("  per device: {:.1f} tokens/s, {:.1f} TFLOP/s (Megatron's formula), MFU {:.1f}% of {:.1f} TFLOP/s\n",
                   t.tokens_per_s_per_device, t.tflops_per_device, 100.0 * t.mfu,
                   sixteen ? r.profile.peak_tflops_16bit : r.profile.peak_tflops_fp32);
-  out +=
-      "  (not modelled: DP communication overlapped with backward, the optimizer step's own time; "
-      "no kernel or collective overlaps another)\n";
+  out += "  (not modelled: DP communication overlapped with backward; no kernel or collective overlaps another)\n";
   return out;
 }
 

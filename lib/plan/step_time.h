@@ -15,8 +15,11 @@
 //   SP and embedding gradient sums, grad norm, distributed-optimizer
 //   all-gather) run one after another, not overlapped with compute
 //   (--overlap_grad_reduce / --overlap_param_gather are not modelled).
-// - The optimizer step and the grad-norm pass open no kernel region yet, so
-//   they cost nothing here.
+// - The optimizer's kernels (fp16 unscale-and-check, grad-norm pass, the
+//   update, the main->model param copy: lib/optim, memory-bound) run after
+//   the DP reduction and before the distributed optimizer's param all-gather,
+//   on the critical path; the collectives in between (overflow flag, norm)
+//   are counted with the DP/grad communication.
 #pragma once
 
 #include <functional>
@@ -38,7 +41,9 @@ double megatron_flops_per_iteration(const model::ModelConfig& whole_model, int64
 
 // The cost model applied to one rank's step record.
 struct RecordCost {
-  double compute_s = 0;         // every kernel
+  double compute_s = 0;         // the kernels of the micro-batch phases
+  double optimizer_s = 0;       // the kernels outside them: unscale/check, grad norm, update, param copy
+  double param_gather_s = 0;    // the part of tail_comm_s after the update (distributed optimizer)
   double phase_comm_s = 0;      // collectives inside the micro-batch phases (TP / SP)
   double tail_comm_s = 0;       // collectives outside them, pipeline messages excepted
   double p2p_message_s = 0;     // the longest pipeline message
@@ -51,7 +56,7 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
 
 struct StageTime {
   int stage = 0;
-  double compute_s = 0, tp_comm_s = 0, tail_comm_s = 0;
+  double compute_s = 0, tp_comm_s = 0, tail_comm_s = 0, optimizer_s = 0, param_gather_s = 0;
   double busy_s = 0;  // its phases, back to back
   double end_s = 0;   // its last backward ends (pipeline clock)
   double bubble = 0;  // idle share of the step time
@@ -60,7 +65,7 @@ struct StageTime {
 // One span of the simulated timeline (--profile with --dry_run).
 struct TimelineSpan {
   int stage = 0;
-  std::string name;  // "forward" / "backward" / "DP/grad communication"
+  std::string name;  // "forward" / "backward" / "DP/grad communication" / "optimizer step" / "param all-gather"
   int microbatch = -1, chunk = 0;
   double begin_s = 0, end_s = 0;
 };
