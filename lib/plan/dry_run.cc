@@ -29,6 +29,7 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   m.step = run_dry_step(args, *model, setup, state, to);
   m.group_spans_nodes = grid.groups_spanning_nodes(k.representative, planning_profile.devices_per_node);
   m.stats = dev.stats();
+  m.activation_buffers = dev.live_by_name(device::MemCategory::kActivations);
   return m;
 }
 
