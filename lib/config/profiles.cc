@@ -123,6 +123,16 @@ Setters cost_setters(const std::string& file, device::CostConstants& c) {
           {"comm_latency_us", number(&c.comm_latency_s, 1e-6)}};
 }
 
+device::IntraNodeTopology topology(const std::string& file, const YAML::Node& v) {
+  using device::IntraNodeTopology;
+  for (IntraNodeTopology t : {IntraNodeTopology::kRing, IntraNodeTopology::kFullMesh, IntraNodeTopology::kSwitch})
+    if (v.IsScalar() && v.Scalar() == device::topology_name(t)) return t;
+  throw ConfigError(fmt::format("{}: key 'intra_node_topology': got '{}' but expected ring, full_mesh or switch",
+                                where(file, v.Mark()), v.IsScalar() ? v.Scalar() : "a non-scalar"),
+                    "full_mesh: a direct link between every pair (910B HCCS); switch: NVSwitch; ring: one link per "
+                    "device");
+}
+
 Setters profile_setters(const std::string& file, DeviceProfileSpec& p, bool& has_hbm) {
   auto number = [&file](double* out) {
     return Setter([&file, out](const std::string& k, const YAML::Node& v) { *out = scalar_as<double>(file, k, v); });
@@ -151,6 +161,8 @@ Setters profile_setters(const std::string& file, DeviceProfileSpec& p, bool& has
       {"intra_node_link_gbps", number(&p.intra_node_link_gbps)},
       {"inter_node_link_gbps", number(&p.inter_node_link_gbps)},
       {"intra_node_link", text(&p.intra_node_link)},
+      {"intra_node_topology",
+       [&file, &p](const std::string&, const YAML::Node& v) { p.intra_node_topology = topology(file, v); }},
       {"devices_per_node", count(&p.devices_per_node)},
       {"allocator_block_bytes", integer(&p.allocator_block_bytes, 0, nullptr)},
       {"cpu_cores_per_node", count(&p.cpu_cores_per_node)},
@@ -195,6 +207,7 @@ DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std
   }
   if (!root.IsMap()) throw ConfigError(fmt::format("{}: expected a mapping of profile keys", file));
   DeviceProfileSpec p;
+  p.intra_node_topology = device::IntraNodeTopology::kRing;  // the conservative model unless the profile says
   p.name = fs::path(file).stem().string();
   p.chip_name.clear();
   // The rates have no default: a profile states them (device/profile.h's defaults are the 910B3's).

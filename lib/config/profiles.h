@@ -20,7 +20,8 @@ using DeviceProfileSpec = device::DeviceProfile;
 // `name_or_path`: a profile name (configs/devices/<name>.yaml) or a YAML file.
 // Keys: name, chip_name, hbm_bytes (or hbm_gib / hbm_mib), peak_tflops_16bit,
 // peak_tflops_fp32, hbm_gbps, intra_node_link_gbps, inter_node_link_gbps,
-// intra_node_link, devices_per_node, allocator_block_bytes,
+// intra_node_link, intra_node_topology (ring, the default | full_mesh |
+// switch: device/profile.h), devices_per_node, allocator_block_bytes,
 // cpu_cores_per_node, cpu_affinity (one "first-last" per device), and an
 // optional `cost:` map (compute_efficiency, memory_efficiency,
 // intra_link_efficiency, inter_link_efficiency, launch_overhead_us,

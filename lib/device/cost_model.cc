@@ -34,6 +34,9 @@ double CostModel::comm_seconds(Collective op, double bytes, int group_size, bool
       factor = 0;
       break;
   }
+  // A full mesh carries the ring's per-rank traffic over n-1 links at once.
+  const bool spread = op == Collective::kAllReduce || op == Collective::kAllGather || op == Collective::kReduceScatter;
+  if (spread && !inter_node && p_.intra_node_topology == IntraNodeTopology::kFullMesh) factor /= n - 1;
   return (bw > 0 ? factor * bytes / bw : 0.0) + c_.comm_latency_s;
 }
 

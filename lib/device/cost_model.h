@@ -1,6 +1,6 @@
 // The simulated NPU's clock: how long a kernel or a collective would take on
-// the device a DeviceProfile describes. A roofline for kernels and ring
-// formulas for collectives; the profiler places the simulated NPU timeline
+// the device a DeviceProfile describes. A roofline for kernels; ring or
+// full-mesh formulas for collectives, by the node's topology; the profiler places the simulated NPU timeline
 // with it and a dry run could estimate step time with it.
 //
 // The efficiencies and fixed costs come from the profile (profile.h,
@@ -26,17 +26,27 @@ class CostModel {
   // the fp32 rate otherwise.
   double kernel_seconds(double flops, double bytes, bool sixteen_bit) const;
 
-  // Ring algorithms over `group_size` ranks; `bytes` is CommEvent's payload
-  // (all_reduce / broadcast: the buffer; all_gather / reduce_scatter: the full
-  // unsharded buffer; point-to-point: the message):
-  //   all_reduce                  2(n-1)/n · bytes / bw
-  //   all_gather, reduce_scatter   (n-1)/n · bytes / bw
-  //   broadcast (pipelined ring)          bytes / bw
-  //   send / recv                         bytes / bw
+  // Collective time over `group_size` = n ranks; `bytes` = S is CommEvent's
+  // payload (all_reduce / broadcast: the buffer; all_gather / reduce_scatter:
+  // the full unsharded buffer; point-to-point: the message). bw is one link's
+  // bandwidth per direction times its efficiency; then comm_latency is added.
+  //
+  // A group that spans nodes, and a node of topology `ring` or `switch`: ring
+  // algorithms, bw = the inter-node link (RoCE / IB per device), the intra-
+  // node link (ring), or the device's bandwidth to the switch (NVSwitch,
+  // NCCL's ring through it):
+  //   all_reduce                  2(n-1)/n · S / bw
+  //   all_gather, reduce_scatter   (n-1)/n · S / bw
+  // A group inside a `full_mesh` node (910B HCCS: a link to each other
+  // device; HCCL's mesh algorithms): each rank sends its (n-1) chunks of S/n
+  // straight to the n-1 peers, one per link, all links at once:
+  //   all_gather, reduce_scatter   (n-1)/n · S / ((n-1) · bw) = S / (n · bw)
+  //   all_reduce (reduce_scatter + all_gather)            2 S / (n · bw)
+  // Every topology:
+  //   broadcast (pipelined ring)          S / bw
+  //   send / recv (one link)              S / bw
   //   barrier                     latency only
-  // plus comm_latency; bw = the intra-node link (HCCS) or, when the group
-  // spans nodes, the inter-node link (RoCE), times its efficiency. A group of
-  // one costs nothing (except point-to-point, which always has a peer).
+  // A group of one costs nothing (except point-to-point, which always has a peer).
   double comm_seconds(Collective op, double bytes, int group_size, bool inter_node) const;
 
   const CostConstants& constants() const { return c_; }

@@ -61,13 +61,16 @@ void Device::allocate(int64_t bytes, MemCategory category, const std::string& wh
   stats_.allocated = new_allocated;
   stats_.reserved = new_reserved;
   stats_.by_category[static_cast<int>(category)] += bytes;
+  live_[static_cast<int>(category)][what] += bytes;
   stats_.max_allocated = std::max(stats_.max_allocated, stats_.allocated);
   stats_.max_reserved = std::max(stats_.max_reserved, stats_.reserved);
 }
 
-void Device::release(int64_t bytes, MemCategory category) {
+void Device::release(int64_t bytes, MemCategory category, const std::string& what) {
   stats_.allocated -= bytes;
   stats_.by_category[static_cast<int>(category)] -= bytes;
+  auto& live = live_[static_cast<int>(category)];
+  if (auto it = live.find(what); it != live.end() && (it->second -= bytes) == 0) live.erase(it);
 }
 
 }  // namespace mtrain::device

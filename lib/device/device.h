@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "device/profile.h"
@@ -32,7 +33,13 @@ class Device {
 
   // Accounts `bytes` for `what`; throws OutOfMemoryError naming `what` and the breakdown.
   void allocate(int64_t bytes, MemCategory category, const std::string& what);
-  void release(int64_t bytes, MemCategory category);
+  // Gives back an allocation made with the same bytes, category and name.
+  void release(int64_t bytes, MemCategory category, const std::string& what);
+  // The live bytes of a category by allocation name (allocations of one name
+  // summed), in name order: what the dry run's report breaks a category into.
+  const std::map<std::string, int64_t>& live_by_name(MemCategory category) const {
+    return live_[static_cast<int>(category)];
+  }
 
   const DeviceProfile& profile() const { return profile_; }
   int index() const { return index_; }
@@ -45,6 +52,7 @@ class Device {
   DeviceProfile profile_;
   int index_;
   MemoryStats stats_;
+  std::array<std::map<std::string, int64_t>, static_cast<int>(MemCategory::kCount)> live_;
 };
 
 }  // namespace mtrain::device

@@ -82,9 +82,10 @@ std::string format_npu_smi_topo(const DeviceProfile& profile, int pool_size, con
     out += fmt::format("{}-{}\n", r.first, r.last);
   }
   out += fmt::format(
-      "\nLegend:\n\n  X    = the device itself\n  {:<4} = {} link between two devices of one node ({} GB/s per pair in "
-      "the profile)\n\n",
-      profile.intra_node_link, profile.intra_node_link, profile.intra_node_link_gbps);
+      "\nLegend:\n\n  X    = the device itself\n  {:<4} = {} link between two devices of one node ({} GB/s per "
+      "direction in the profile, topology {})\n\n",
+      profile.intra_node_link, profile.intra_node_link, profile.intra_node_link_gbps,
+      device::topology_name(profile.intra_node_topology));
   out += fmt::format("CPU Affinity: cores of each device's NUMA node on one {} node ({} cores).\n", profile.name,
                      profile.cpu_cores_per_node);
   const int m = static_cast<int>(machine_cores.size());

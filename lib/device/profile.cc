@@ -2,6 +2,18 @@
 
 namespace mtrain::device {
 
+const char* topology_name(IntraNodeTopology t) {
+  switch (t) {
+    case IntraNodeTopology::kRing:
+      return "ring";
+    case IntraNodeTopology::kFullMesh:
+      return "full_mesh";
+    case IntraNodeTopology::kSwitch:
+      return "switch";
+  }
+  return "?";
+}
+
 CoreRange even_core_share(int npu, int pool_size, int node_cores) {
   return {npu * node_cores / pool_size, (npu + 1) * node_cores / pool_size - 1};
 }

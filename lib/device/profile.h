@@ -34,6 +34,17 @@ struct CostConstants {
   double comm_latency_s = 10e-6;
 };
 
+// How the devices of one node are wired: which collective algorithm the
+// cost model assumes inside a node, and what intra_node_link_gbps measures
+// (cost_model.h has the formulas).
+enum class IntraNodeTopology {
+  kRing,      // one link per device used by a ring (the conservative model; a profile without the key)
+  kFullMesh,  // a direct link between every pair (910B HCCS); intra_node_link_gbps is per link
+  kSwitch,    // every device on a switch (NVSwitch); intra_node_link_gbps is the device's own bandwidth
+};
+// "ring", "full_mesh", "switch".
+const char* topology_name(IntraNodeTopology t);
+
 // An inclusive range of CPU core ids, as `npu-smi info -t topo` prints it ("144-167").
 struct CoreRange {
   int first = 0;
@@ -52,8 +63,10 @@ struct DeviceProfile {
   int64_t hbm_bytes = 64LL << 30;    // 64 GiB
   double peak_tflops_16bit = 294.9;  // cube unit, bf16/fp16
   double peak_tflops_fp32 = 73.7;
-  double hbm_gbps = 1600.0;              // HBM bandwidth, GB/s
-  double intra_node_link_gbps = 56.0;    // HCCS per NPU pair
+  double hbm_gbps = 1600.0;  // HBM bandwidth, GB/s
+  // GB/s per direction: one HCCS link (half the 56 GB/s bidirectional per NPU pair) of a full mesh.
+  double intra_node_link_gbps = 28.0;
+  IntraNodeTopology intra_node_topology = IntraNodeTopology::kFullMesh;
   double inter_node_link_gbps = 25.0;    // RoCE per NPU per direction
   std::string intra_node_link = "HCCS";  // the link kind `npu-smi info -t topo` shows between two devices of a node
   int devices_per_node = 8;

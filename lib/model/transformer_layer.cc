@@ -48,7 +48,9 @@ static Dims dims(const ModelConfig& c, int64_t B, int64_t T) {
 void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot) {
   const Dims d = dims(c, c.micro_batch, c.seq_length);
   const DType t = c.dtype;
-  const std::string p = "layer slot " + std::to_string(slot) + " ";
+  // The prefix says what the buffer is for the memory report (plan/activation_buffers.h):
+  // a layer's saved activations, or the one recompute buffer all recomputed layers share.
+  const std::string p = slot < 0 ? std::string("recompute buffer ") : "layer slot " + std::to_string(slot) + " ";
   a.ln1 = act_tensor(dev, {d.Nl, d.C}, t, p + "input norm", meta);
   a.ln1_rstd = act_tensor(dev, {d.Nl}, DType::kF32, p + "input norm rstd", meta);
   if (!c.rmsnorm) a.ln1_mean = act_tensor(dev, {d.Nl}, DType::kF32, p + "input norm mean", meta);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/errors.h"
+#include "profiler/kernel_region.h"
 
 namespace mtrain::optim {
 
@@ -124,7 +125,7 @@ class Concatenation {
 double grad_norm_sq_intervals(const float* grads, const std::vector<std::pair<int64_t, int64_t>>& intervals) {
   const Concatenation seq(grads, intervals);
   const int64_t n = seq.size();
-  if (n <= 0) return 0.0;
+  if (n <= 0 || profiler::shape_only()) return 0.0;  // a dry run's step: no data
   std::array<double, kBlocks> partial{};
   const int64_t block = (n + kBlocks - 1) / kBlocks;
 #pragma omp parallel for schedule(static)
@@ -155,7 +156,7 @@ double grad_norm_sq_intervals(const float* grads, const std::vector<std::pair<in
 }
 
 double grad_norm_sq_local(const float* grads, int64_t n) {
-  if (n <= 0) return 0.0;
+  if (n <= 0 || profiler::shape_only()) return 0.0;
   std::array<double, kBlocks> partial{};
   const int64_t block = (n + kBlocks - 1) / kBlocks;
 #pragma omp parallel for schedule(static)
@@ -174,6 +175,10 @@ double grad_norm_sq_local(const float* grads, int64_t n) {
   return total;
 }
 
+profiler::Region grad_norm_region(int64_t n) {
+  return profiler::memory_kernel("grad_norm_sq", 4.0 * static_cast<double>(n), 2.0 * static_cast<double>(n));
+}
+
 double grad_norm_from_sq(double total_sq) { return std::sqrt(total_sq); }
 
 double grad_norm(const float* grads, int64_t n) { return grad_norm_from_sq(grad_norm_sq_local(grads, n)); }
@@ -187,6 +192,9 @@ double clip_coefficient(double max_norm, double total_norm) {
 double clip_grads(float* grads, int64_t n, double max_norm, double total_norm) {
   const double coeff = clip_coefficient(max_norm, total_norm);
   if (coeff >= 1.0) return 1.0;
+  // Each gradient read and written at fp32 (8 bytes), one multiply.
+  profiler::Scope kernel(profiler::memory_kernel("clip_grads", 8.0 * static_cast<double>(n), static_cast<double>(n)));
+  if (profiler::shape_only()) return coeff;
   const float c = static_cast<float>(coeff);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) grads[i] *= c;

@@ -9,11 +9,19 @@
 // group for a distributed optimizer), then grad_norm_from_sq finishes it.
 // Sums are taken in double over a fixed number of blocks whose partials are
 // added in block order, so the result is independent of the thread count.
+//
+// For the cost model, clip_grads is a kernel region (8 bytes and 1 flop per
+// gradient); the norm's region is grad_norm_region, opened by the caller,
+// which knows what the device pass covers (train::GradSync). In a dry run's
+// shape-only step the norm is 0 and nothing is touched. The trainer does not
+// call clip_grads: it clips inside the optimizer's pass.
 #pragma once
 
 #include <cstdint>
 #include <utility>
 #include <vector>
+
+#include "profiler/probe.h"
 
 namespace mtrain::optim {
 
@@ -27,6 +35,9 @@ double grad_norm_sq_local(const float* grads, int64_t n);
 // elements this rank counts (TP duplicates excluded; with the distributed
 // optimizer only its owned shard). Throws Error(kInternal) for begin < 0 or end < begin.
 double grad_norm_sq_intervals(const float* grads, const std::vector<std::pair<int64_t, int64_t>>& intervals);
+// The norm pass over n fp32 gradients as a kernel region: each read once
+// (4 bytes), squared and added (2 flops).
+profiler::Region grad_norm_region(int64_t n);
 // sqrt of the (all-reduced) sum of squares; NaN/Inf pass through so the caller sees them.
 double grad_norm_from_sq(double total_sq);
 // Single-process convenience: grad_norm_from_sq(grad_norm_sq_local(grads, n)).

@@ -1,9 +1,11 @@
 #include "optim/loss_scaler.h"
 
 #include <algorithm>
+#include <bit>
 #include <string>
 
 #include "common/errors.h"
+#include "profiler/kernel_region.h"
 #include "tensor/precision.h"
 
 namespace mtrain::optim {
@@ -70,6 +72,25 @@ bool found_inf(const float* grads, int64_t n) { return !kernels::all_finite(grad
 void unscale_grads(float* grads, int64_t n, float inv_scale) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) grads[i] *= inv_scale;
+}
+
+bool unscale_and_find_inf(float* grads, const std::vector<std::pair<int64_t, int64_t>>& intervals, float inv_scale) {
+  double n = 0;
+  for (const auto& [b, e] : intervals) n += static_cast<double>(e - b);
+  profiler::Scope kernel(profiler::memory_kernel("unscale_and_check_inf", 8 * n, 2 * n));
+  if (profiler::shape_only()) return false;
+  constexpr uint32_t kInfBits = 0x7f800000u;  // exponent all ones: Inf or NaN
+  int64_t bad = 0;
+  for (const auto& [b, e] : intervals) {
+    float* g = grads + b;
+    const int64_t len = e - b;
+#pragma omp parallel for simd schedule(static) reduction(+ : bad)
+    for (int64_t i = 0; i < len; ++i) {
+      g[i] *= inv_scale;
+      bad += (std::bit_cast<uint32_t>(g[i]) & kInfBits) == kInfBits ? 1 : 0;
+    }
+  }
+  return bad != 0;
 }
 
 }  // namespace mtrain::optim

@@ -19,6 +19,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -86,6 +88,13 @@ class DynamicGradScaler final : public GradScaler {
 std::unique_ptr<GradScaler> make_grad_scaler(DType model_dtype, double loss_scale,
                                              const DynamicGradScalerConfig& dynamic);
 
+// Megatron's fused unscale-and-check (torch's _amp_foreach_non_finite_check_and_unscale_)
+// over the [begin, end) intervals of grads: each element multiplied by
+// inv_scale in place, true if any result is NaN or +-Inf. One kernel region,
+// "unscale_and_check_inf": 8 bytes (fp32 read and write) and 2 flops
+// (multiply, test) per element; in a dry run's shape-only step it touches
+// nothing and finds no overflow.
+bool unscale_and_find_inf(float* grads, const std::vector<std::pair<int64_t, int64_t>>& intervals, float inv_scale);
 // True if any of grads (n) is NaN or +-Inf.
 bool found_inf(const float* grads, int64_t n);
 // grads (n) *= inv_scale, in place.

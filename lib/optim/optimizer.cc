@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/errors.h"
+#include "profiler/kernel_region.h"
 #include "tensor/precision.h"
 
 namespace mtrain::optim {
@@ -203,19 +204,45 @@ std::vector<std::pair<std::string, Tensor*>> Optimizer::state_tensors() {
   return out;
 }
 
+// The device work of one step, per updated element, for the cost model (the
+// two kernels Megatron runs: the fused update, then the copy of the main
+// params into the 16-bit model params). Main grads and states are fp32.
+//   adam update: reads param, grad, m, v; writes param, m, v: 7 x 4 = 28 bytes;
+//     17 flops: g*scale 1, m 3, v 4, sqrt(v/bc2)+eps 3, (m/bc1)/denom + wd*p 4, p -= lr*u 2
+//   sgd update with momentum: reads param, grad, buf; writes param, buf: 5 x 4 = 20 bytes;
+//     7 flops: g*scale + wd*p 3, momentum*buf + d 2, p -= lr*buf 2
+//   sgd update without momentum: reads param, grad; writes param: 3 x 4 = 12 bytes;
+//     5 flops: p -= lr*(g*scale + wd*p)
+//   main->model copy (bf16/fp16 models): reads the fp32 main param (4), writes
+//     the model param at 2 bytes: 6 bytes; 1 flop (the rounding)
+// "param" in the update is the fp32 master for a 16-bit model, the model's own
+// fp32 param otherwise. Clipping adds nothing: it is the g*scale above.
+profiler::Region Optimizer::update_region() const {
+  const double n = static_cast<double>(state_numel_);
+  if (kind_ == Kind::kAdam) return profiler::memory_kernel("adam_update", 28 * n, 17 * n);
+  if (momentum_.defined()) return profiler::memory_kernel("sgd_update", 20 * n, 7 * n);
+  return profiler::memory_kernel("sgd_update", 12 * n, 5 * n);
+}
+
 void Optimizer::step(float* params, const float* grads, double lr, double grad_scale) {
   if (master_.defined() && !master_valid_) {
     throw Error(ExitCode::kInternal, "optimizer: step() before init_master_from() for a " +
                                          std::string(dtype_name(model_dtype_)) + " model");
   }
   ++step_count_;
-  if (meta_) return;
   const float scale = static_cast<float>(grad_scale);  // as clip_grads rounds its coefficient
-  if (kind_ == Kind::kAdam) {
-    adam_step(params, grads, lr, scale);
-  } else {
-    sgd_step(params, grads, lr, scale);
+  {
+    profiler::Scope kernel(update_region());
+    if (kind_ == Kind::kAdam && !meta_) adam_step(params, grads, lr, scale);
+    if (kind_ == Kind::kSgd && !meta_) sgd_step(params, grads, lr, scale);
   }
+  if (!master_.defined()) return;
+  const double n = static_cast<double>(state_numel_);
+  profiler::Scope kernel(profiler::memory_kernel("main_to_model_params_copy", 6 * n, n));
+  if (meta_) return;
+  const int64_t nseg = static_cast<int64_t>(segments_.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < nseg; ++k) publish_segment(params, segments_[k]);
 }
 
 void Optimizer::publish_segment(float* params, const Segment& s) const {
@@ -263,7 +290,6 @@ void Optimizer::adam_step(float* params, const float* grads, double lr, float gr
       const float update = (mi / bc1) / denom + decay * p[i];
       p[i] = p[i] - lr_f * update;
     }
-    if (master) publish_segment(params, s);
   }
 }
 
@@ -296,7 +322,6 @@ void Optimizer::sgd_step(float* params, const float* grads, double lr, float gra
 #pragma omp simd
       for (int64_t i = 0; i < n; ++i) p[i] = p[i] - lr_f * (g[i] * grad_scale + decay * p[i]);
     }
-    if (master) publish_segment(params, s);
   }
 }
 

@@ -15,7 +15,10 @@
 // they are accounted but hold no data and step() only counts (dry run).
 //
 // step() is one fused, OpenMP-parallel pass over fixed work segments built at
-// construction: no allocation, and bit-identical results for any thread count.
+// construction (then, for a 16-bit model, a second pass copying the master
+// into the params): no allocation, and bit-identical results for any thread
+// count. Each pass is a kernel region with its FLOPs and bytes (optimizer.cc),
+// in a dry run too, so the simulated step time includes the optimizer.
 //
 // Distributed optimizer (Megatron's --use_distributed_optimizer, ZeRO-1): the
 // sharded constructor takes the flat intervals this rank updates (for DP rank
@@ -32,6 +35,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "profiler/probe.h"
 #include "tensor/tensor.h"
 
 namespace mtrain::optim {
@@ -124,6 +128,8 @@ class Optimizer {
     bool decay = false;
   };
 
+  // The update kernel's region: FLOPs and bytes over the updated elements.
+  profiler::Region update_region() const;
   void allocate_states(device::Device& dev);
   void build_segments(const FlatIntervals& shard);
   void adam_step(float* params, const float* grads, double lr, float grad_scale);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,7 +31,9 @@ struct ClassMemory {
   int64_t parameters = 0;     // parameters this rank holds
   int activation_slots = 0;   // micro-batch activation slots the schedule keeps in flight (all chunks)
   device::MemoryStats stats;  // after construction and one training iteration, by category
-  StepRecord step;            // the kernels and collectives of that iteration, in order
+  // The live activation allocations by name at that point (activation_buffers.h breaks them down).
+  std::map<std::string, int64_t> activation_buffers;
+  StepRecord step;  // the kernels and collectives of that iteration, in order
   // Per group name ("tp", "dp", "pp", "world", ...): whether this rank's group spans nodes.
   std::vector<std::pair<std::string, bool>> group_spans_nodes;
 };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "model/model_config.h"
+#include "plan/activation_buffers.h"
 
 namespace mtrain::plan {
 
@@ -68,6 +69,12 @@ static double layer_difference(const config::Args& a) {
   return d;
 }
 
+// One row of a residual stream: this rank's tokens of a micro-batch x hidden, at the model's dtype.
+static int64_t residual_row_bytes(const DryRun& r) {
+  const model::ModelConfig& m = r.whole_model;
+  return m.tokens_local(m.micro_batch * m.seq_length) * m.hidden * dtype_bytes(m.dtype);
+}
+
 static const ClassMemory* first_stage(const DryRun& r) {
   const ClassMemory* best = nullptr;
   for (const ClassMemory& c : r.classes)
@@ -98,11 +105,9 @@ std::string formula_comparison(const DryRun& r, const config::Args& a) {
                    gib(act - f.activations));
   s += fmt::format(
       "    per layer and micro-batch {:+.1f} KiB: no dropout masks, per-head attention output kept, fp32 norm "
-      "statistics, flash log-sum-exp, K/V at query groups x head dim, SwiGLU fc1 2 ffn wide;\n"
-      "    the rest: the backward workspace shared by all layers, the residual-gradient buffers and each in-flight "
-      "micro-batch's stage output\n",
+      "statistics, flash log-sum-exp, K/V at query groups x head dim, SwiGLU fc1 2 ffn wide;\n",
       layer_difference(a) / 1024);
-  return s;
+  return s + format_activation_rest(activation_breakdown(c->activation_buffers, residual_row_bytes(r)), "    ");
 }
 
 }  // namespace mtrain::plan

@@ -1,10 +1,11 @@
 // `--profile` with `--dry_run`: the simulated step as a Chrome trace
 // (chrome://tracing, Perfetto): one row per pipeline stage on one screen,
 // each forward / backward of a micro-batch and chunk where the device clock
-// places it, the gaps between them the bubble, the blocking communication
-// after the last backward; overlapped DP communication (--overlap_grad_reduce,
-// --overlap_param_gather) on a row of its own under the stages, beside the
-// backward it overlaps. Times are the cost model's, not measured.
+// places it, the gaps between them the bubble, the blocking communication,
+// the optimizer step and the param all-gather after the last backward;
+// overlapped DP communication (--overlap_grad_reduce, --overlap_param_gather)
+// on a row of its own under the stages, beside the backward it overlaps.
+// Times are the cost model's, not measured.
 #pragma once
 
 #include <string>

@@ -126,6 +126,8 @@ std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vecto
     st.compute_s = std::max(st.compute_s, c.compute_s);
     st.tp_comm_s = std::max(st.tp_comm_s, c.phase_comm_s);
     st.tail_comm_s = std::max(st.tail_comm_s, c.tail_comm_s);
+    st.optimizer_s = std::max(st.optimizer_s, c.optimizer_s);
+    st.param_gather_s = std::max(st.param_gather_s, c.param_gather_s);
     st.dp_comm_s = std::max(st.dp_comm_s, c.dp_comm_s);
     st.overlapped_s = std::max(st.overlapped_s, c.dp_comm_s - c.dp_blocking_s);
     sim.p2p_s = std::max(sim.p2p_s, c.p2p_message_s);
@@ -201,17 +203,24 @@ StepTime step_time(const DryRun& r) {
     const double gather_delay = std::max(0.0, clocks[s].first - free_clocks[s].first);
     const double dp_blocking = st.dp_comm_s - st.overlapped_s;
     st.dp_exposed_s = dp_blocking + exposed[s] + gather_delay;
-    const double tail_begin = clocks[s].first + exposed[s];
-    if (st.tail_comm_s > 0)
-      t.timeline.push_back({s, "communication after backward", -1, 0, tail_begin, tail_begin + st.tail_comm_s});
+    // After the last backward (and the exposed part of the overlapped
+    // reduction): the blocking collectives, the optimizer, then the
+    // distributed optimizer's blocking param all-gather.
+    double at = clocks[s].first + exposed[s];
+    for (const auto& [name, d] : {std::pair{"communication after backward", st.tail_comm_s - st.param_gather_s},
+                                  std::pair{"optimizer step", st.optimizer_s},
+                                  std::pair{"param all-gather", st.param_gather_s}}) {
+      if (d > 0) t.timeline.push_back({s, name, -1, 0, at, at + d});
+      at += d;
+    }
     st.end_s = clocks[s].first;
     st.busy_s = clocks[s].second;
-    t.step_s = std::max(t.step_s, tail_begin + st.tail_comm_s);
+    t.step_s = std::max(t.step_s, at);
   }
   // Idle share; clamped at 0 against rounding when a stage never waits.
   for (size_t s = 0; s < stages.size(); ++s) {
     StageTime& st = stages[s];
-    const double used = st.busy_s + st.tail_comm_s + exposed[s];
+    const double used = st.busy_s + st.tail_comm_s + st.optimizer_s + exposed[s];
     st.bubble = t.step_s > 0 ? std::max(0.0, (t.step_s - used) / t.step_s) : 0.0;
   }
   t.stages = stages;
@@ -239,6 +248,8 @@ std::string time_report(const DryRun& r, const StepTime& t) {
         "{:.1f}%\n",
         s.stage, s.compute_s * 1e3, s.tp_comm_s * 1e3, s.dp_comm_s * 1e3, s.dp_exposed_s * 1e3,
         std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3, 100.0 * s.bubble);
+    out += fmt::format("    optimizer step {:.1f} ms (overflow check, grad norm, update, main-to-model param copy)\n",
+                       s.optimizer_s * 1e3);
   }
   const bool sixteen = r.whole_model.dtype != DType::kF32;
   out +=
@@ -246,8 +257,8 @@ std::string time_report(const DryRun& r, const StepTime& t) {
                   t.tokens_per_s_per_device, t.tflops_per_device, 100.0 * t.mfu,
                   sixteen ? r.profile.peak_tflops_16bit : r.profile.peak_tflops_fp32);
   out +=
-      "  (not modelled: the optimizer step's own time; overlapped DP communication (--overlap_grad_reduce, "
-      "--overlap_param_gather) shares no bandwidth or compute with the kernels; nothing else overlaps)\n";
+      "  (overlapped DP communication (--overlap_grad_reduce, --overlap_param_gather) shares no bandwidth or "
+      "compute with the kernels; nothing else overlaps)\n";
   return out;
 }
 

@@ -29,8 +29,12 @@
 //   waits for the buckets it reads (StepRecord::gathers_before_chunk: the
 //   trainer waits per chunk, not per layer). Exposed is the delay this adds
 //   to the stage's last backward (the pipeline played with and without).
-// - The optimizer step and the grad-norm pass open no kernel region yet, so
-//   they cost nothing here.
+// - The optimizer's kernels (fp16 unscale-and-check, grad-norm pass, the
+//   update, the main->model param copy: lib/optim, memory-bound) run after
+//   the blocking DP reduction and before the distributed optimizer's
+//   blocking param all-gather, on the critical path; the collectives in
+//   between (overflow flag, norm) are counted with the communication after
+//   backward.
 #pragma once
 
 #include <functional>
@@ -49,6 +53,8 @@ struct DryRun;
 struct StageTime {
   int stage = 0;
   double compute_s = 0, tp_comm_s = 0, tail_comm_s = 0;  // tail: blocking, after the last backward
+  double optimizer_s = 0;     // the optimizer's kernels (after the blocking DP reduction)
+  double param_gather_s = 0;  // the blocking param all-gather (part of tail_comm_s)
   double dp_comm_s = 0;                                  // DP gradient reduction + parameter gather, all of it
   double dp_exposed_s = 0;  // the part on the critical path (all of it when not overlapped)
   double overlapped_s = 0;  // the part run on the communication stream
@@ -60,7 +66,7 @@ struct StageTime {
 // One span of the simulated timeline (--profile with --dry_run).
 struct TimelineSpan {
   int stage = 0;
-  std::string name;  // "forward", "backward", "communication after backward", "DP grad reduce bucket", ...
+  std::string name;  // "forward", "backward", "communication after backward", "optimizer step", "DP grad reduce bucket", ...
   int microbatch = -1, chunk = 0;
   double begin_s = 0, end_s = 0;
   bool comm_stream = false;  // on the stage's DP communication stream (overlapped)

@@ -59,6 +59,17 @@ inline Region elementwise_kernel(const char* name, double elements, double flops
   return r;
 }
 
+// A pass over memory whose operands have different element sizes (the
+// optimizer's fp32 states beside 16-bit model params): `bytes` read plus
+// written, counted by the caller, not at the compute dtype.
+inline Region memory_kernel(const char* name, double bytes, double flops) {
+  Region r{Kind::kKernel, Pass::kNone, name};
+  if (!listening(Kind::kKernel)) return r;
+  r.flops = flops;
+  r.bytes = bytes;
+  return r;
+}
+
 // A fused attention kernel over (B, H, T, D) with `gemms` T×T×D GEMMs per
 // head; `elements` read plus written.
 inline Region attention_kernel(const char* name, int64_t B, int64_t H, int64_t T, int64_t D, int gemms,

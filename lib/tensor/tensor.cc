@@ -84,7 +84,7 @@ Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategor
 Tensor::~Tensor() { reset(); }
 
 void Tensor::reset() {
-  if (device_) device_->release(numel_ * dtype_bytes(dtype_), category_);
+  if (device_) device_->release(numel_ * dtype_bytes(dtype_), category_, name_);
   device_ = nullptr;
   data_.reset();
 }

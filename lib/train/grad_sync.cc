@@ -66,6 +66,14 @@ GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, 
     if (p.counts_in_norm) counted.push_back(iv);
   }
   norm_intervals_ = intersect(counted, updated_);
+  // The norm pass as the device model sees it: what TP rank 0 of this stage
+  // reads. A TP rank > 0 also skips the TP-replicated tensors (norm weights,
+  // a few thousand elements), but a dry run simulates one rank per stage and
+  // its record must equal every TP rank's.
+  Intervals tp0;
+  for (const model::ParamInfo& p : ps.infos())
+    if (p.counts_in_norm || !p.shared_embedding) tp0.emplace_back(p.offset, p.offset + p.numel);
+  norm_pass_elems_ = total(intersect(tp0, updated_));
 }
 
 void GradSync::begin_overlap(float* grads) {
@@ -124,17 +132,16 @@ void GradSync::reduce_shared_embedding(float* grads) {
 }
 
 bool GradSync::unscale_and_check(float* grads, float inv_scale) {
-  int32_t inf = 0;
-  for (const auto& [b, e] : updated_) {
-    if (profiler::shape_only()) break;
-    optim::unscale_grads(grads + b, e - b, inv_scale);
-    inf |= optim::found_inf(grads + b, e - b) ? 1 : 0;
-  }
+  const int32_t inf = optim::unscale_and_find_inf(grads, updated_, inv_scale) ? 1 : 0;
   return state_.world().all_reduce_value(inf, parallel::ReduceOp::kMax) != 0;
 }
 
 double GradSync::grad_norm(const float* grads) {
-  double sq = profiler::shape_only() ? 0.0 : optim::grad_norm_sq_intervals(grads, norm_intervals_);
+  double sq = 0;  // stays 0 in a dry run's step
+  {
+    profiler::Scope kernel(optim::grad_norm_region(norm_pass_elems_));
+    sq = optim::grad_norm_sq_intervals(grads, norm_intervals_);
+  }
   // Each DP replica holds the same gradients unless the optimizer is sharded.
   parallel::Comm& group = distributed_ ? state_.world() : state_.model();
   group.all_reduce(&sq, 1, parallel::ReduceOp::kSum);

@@ -85,6 +85,7 @@ class GradSync {
   std::vector<std::pair<int64_t, int64_t>> sp_params_;         // sequence-parallel gradients
   std::vector<std::pair<int64_t, int64_t>> shared_embedding_;  // tied embedding (first or last stage)
   std::vector<std::pair<int64_t, int64_t>> norm_intervals_;    // counted in the norm, within updated_
+  int64_t norm_pass_elems_ = 0;                                // the norm pass's device work (grad_sync.cc)
   std::vector<float> pack_;
 };
 

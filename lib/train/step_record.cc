@@ -93,8 +93,11 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
     const KernelRecord& k = r.kernels[i];
     const double t = cost.kernel_seconds(k.flops, k.bytes, sixteen_bit);
     kernel_sum[i + 1] = kernel_sum[i] + t;
+    if (k.phase < 0 || !is_microbatch_phase(r.phases[k.phase])) {
+      c.optimizer_s += t;
+      continue;
+    }
     c.compute_s += t;
-    if (k.phase < 0) continue;
     c.phase_s[k.phase] += t;
     if (first_kernel[k.phase] < 0) first_kernel[k.phase] = static_cast<int64_t>(i);
   }
@@ -119,6 +122,9 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
       phase_comm[m.phase] += t;
     } else {
       c.tail_comm_s += t;
+      // The distributed optimizer's param all-gather: the optimizer phase's only all-gather.
+      if (m.op == parallel::CommOp::kAllGather && m.phase >= 0 && r.phases[m.phase].name == "optimizer_step")
+        c.param_gather_s += t;
       if (is_dp_bucket_comm(r, m)) {
         c.dp_comm_s += t;
         c.dp_blocking_s += t;

@@ -109,7 +109,9 @@ struct OverlappedComm {
 
 // The cost model applied to one rank's step record.
 struct RecordCost {
-  double compute_s = 0;         // every kernel
+  double compute_s = 0;         // the kernels of the micro-batch phases
+  double optimizer_s = 0;       // the kernels outside them: unscale/check, grad norm, update, param copy
+  double param_gather_s = 0;    // the blocking param all-gather in tail_comm_s (distributed optimizer)
   double phase_comm_s = 0;      // blocking collectives inside the micro-batch phases (TP / SP)
   double tail_comm_s = 0;       // blocking collectives outside them, pipeline messages excepted
   double p2p_message_s = 0;     // the longest pipeline message
@@ -117,11 +119,11 @@ struct RecordCost {
   double dp_blocking_s = 0;     // the blocking ones (part of tail_comm_s)
   std::vector<double> phase_s;  // per StepRecord::phases entry: its kernels + its blocking collectives
   std::vector<OverlappedComm> overlapped;  // in start order
-  // This rank's device busy for the step: its kernels and its blocking
-  // collectives back to back. Pipeline messages, the wait for other stages
+  // This rank's device busy for the step: its kernels (the optimizer's too)
+  // and its blocking collectives back to back. Pipeline messages, the wait for other stages
   // (the bubble) and overlapped DP collectives (on their own stream) are not
   // in it; with one stage and no overlap it is the dry run's step time.
-  double busy_s() const { return compute_s + phase_comm_s + tail_comm_s; }
+  double busy_s() const { return compute_s + optimizer_s + phase_comm_s + tail_comm_s; }
   bool operator==(const RecordCost&) const = default;
 };
 // inter_node(group name): whether that group of the rank spans nodes.

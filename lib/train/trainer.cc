@@ -235,6 +235,9 @@ StepMetrics Trainer::train_step() {
   StepMetrics m;
   bool skip = false;
   double grad_norm = 0;
+  // Megatron's optimizer.step(): unscale and check, grad norm, update, param
+  // copy and (distributed optimizer) the all-gather; their kernels belong here.
+  profiler::Scope optimizer_phase({profiler::Kind::kPhase, profiler::Pass::kNone, "optimizer_step"});
   if (scaler_) {
     // Megatron's order: unscale, check the grads for overflow, update the
     // scaler; on overflow the step (and the lr schedule) is skipped.
@@ -274,11 +277,11 @@ StepMetrics Trainer::train_step() {
     // Clipping is applied inside the optimizer's pass (the same float product
     // as optim::clip_grads, without another sweep over the gradient buffer).
     const double clip_coeff = opts_.clip_grad > 0 ? optim::clip_coefficient(opts_.clip_grad, grad_norm) : 1.0;
-    profiler::Scope phase({profiler::Kind::kPhase, profiler::Pass::kNone, "optimizer_step"});
     optimizer_.step(ps.params().data(), grads, scheduler_.lr_at(successful_steps_), clip_coeff);
     grad_sync_->gather_params(ps.params().data());
     ++successful_steps_;
   }
+  optimizer_phase.end({});
   iteration_ = it;
   consumed_samples_ += train_data_.global_batch_samples();
 

@@ -19,7 +19,9 @@ TEST(DeviceProfiles, AscendProfilesCarryTheReferenceNumbers) {
   EXPECT_DOUBLE_EQ(b3.peak_tflops_16bit, 294.9);
   EXPECT_DOUBLE_EQ(b3.peak_tflops_fp32, 73.7);
   EXPECT_DOUBLE_EQ(b3.hbm_gbps, 1600);
-  EXPECT_DOUBLE_EQ(b3.intra_node_link_gbps, 56);
+  // 56 GB/s per NPU pair, bidirectional: 28 per link and direction, a link to each other NPU.
+  EXPECT_DOUBLE_EQ(b3.intra_node_link_gbps, 28);
+  EXPECT_EQ(b3.intra_node_topology, device::IntraNodeTopology::kFullMesh);
   EXPECT_DOUBLE_EQ(b3.inter_node_link_gbps, 25);
   EXPECT_EQ(b3.devices_per_node, 8);
   EXPECT_EQ(b3.allocator_block_bytes, 2LL << 20);
@@ -46,6 +48,11 @@ TEST(DeviceProfiles, ErrorsNameTheProblem) {
   std::string r = dir.write("dev3.yaml", "hbm_mib: 64\npeak_tflops_16bit: 1\npeak_tflops_fp32: 1\nhbm_gbps: 2\n");
   EXPECT_EQ(load_device_profile(r).hbm_bytes, 64LL << 20);
   EXPECT_EQ(load_device_profile(r).name, "dev3");
+  // No topology key: the conservative ring over one link.
+  EXPECT_EQ(load_device_profile(r).intra_node_topology, device::IntraNodeTopology::kRing);
+  std::string t = dir.write("dev4.yaml", "hbm_gib: 1\nintra_node_topology: torus\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(t); }, ExitCode::kConfig),
+            t + ":2:22: key 'intra_node_topology': got 'torus' but expected ring, full_mesh or switch");
   EXPECT_EQ(testing::config_error(testing::sft_with({"--device_profile", "Ascend910"})),
             "--device_profile Ascend910: unknown device profile 'Ascend910'; did you mean 'Ascend910B2'?");
 }
@@ -80,6 +87,7 @@ TEST(DeviceProfiles, GpuProfilesCarryTheDatasheetNumbers) {
   EXPECT_DOUBLE_EQ(a100.intra_node_link_gbps, 300);
   EXPECT_DOUBLE_EQ(a100.inter_node_link_gbps, 25);
   EXPECT_EQ(a100.intra_node_link, "NV12");
+  EXPECT_EQ(a100.intra_node_topology, device::IntraNodeTopology::kSwitch);
   EXPECT_EQ(a100.devices_per_node, 8);
   EXPECT_DOUBLE_EQ(a100.cost.memory_efficiency, 0.43);
   const DeviceProfileSpec h100 = load_device_profile("H100-SXM-80GB");
@@ -87,6 +95,7 @@ TEST(DeviceProfiles, GpuProfilesCarryTheDatasheetNumbers) {
   EXPECT_DOUBLE_EQ(h100.peak_tflops_16bit, 989);
   EXPECT_DOUBLE_EQ(h100.hbm_gbps, 3350);
   EXPECT_DOUBLE_EQ(h100.intra_node_link_gbps, 450);
+  EXPECT_EQ(h100.intra_node_topology, device::IntraNodeTopology::kSwitch);
   EXPECT_DOUBLE_EQ(h100.inter_node_link_gbps, 50);
   EXPECT_EQ(h100.chip_name, "H100-SXM5-80GB");
 }

@@ -1,7 +1,10 @@
 // The cost model's formulas against hand-computed numbers (Ascend 910B3
-// profile: 294.9 / 73.7 TFLOPS, 1600 GB/s HBM, 56 GB/s HCCS, 25 GB/s RoCE).
+// profile: 294.9 / 73.7 TFLOPS, 1600 GB/s HBM, 28 GB/s per HCCS link and
+// direction in a full mesh, 25 GB/s RoCE), and the collective algorithms of
+// each node topology against their formulas, from the shipped profiles' numbers.
 #include <gtest/gtest.h>
 
+#include "config/profiles.h"
 #include "device/cost_model.h"
 
 namespace mtrain::device {
@@ -38,12 +41,15 @@ TEST(CostModel, DefaultConstantsAddEfficiencyAndLaunchOverhead) {
   EXPECT_NEAR(m.kernel_seconds(0, 16e6, true), 30e-6, 1e-12);
   // An empty kernel still costs its launch.
   EXPECT_NEAR(m.kernel_seconds(0, 0, false), 5e-6, 1e-15);
-  // all_reduce 56 MB over 2 ranks intra: 2·1/2·56e6 / (56e9·0.65) + 10 µs = 1538.46 + 10 µs.
-  EXPECT_NEAR(m.comm_seconds(Collective::kAllReduce, 56e6, 2, false), 1e-3 / 0.65 + 10e-6, 1e-12);
+  // all_reduce 28 MB over 2 ranks intra (one link): 2·1/2·28e6 / (28e9·0.65) + 10 µs = 1538.46 + 10 µs.
+  EXPECT_NEAR(m.comm_seconds(Collective::kAllReduce, 28e6, 2, false), 1e-3 / 0.65 + 10e-6, 1e-12);
 }
 
 TEST(CostModel, RingFormulas) {
-  const CostModel m(DeviceProfile{}, round_constants());
+  DeviceProfile ring;
+  ring.intra_node_topology = IntraNodeTopology::kRing;
+  ring.intra_node_link_gbps = 56;
+  const CostModel m(ring, round_constants());
   const double B = 56e6;  // 1 ms at 56 GB/s
   // all_reduce over 8: 2·7/8 = 1.75 ms.
   EXPECT_NEAR(m.comm_seconds(Collective::kAllReduce, B, 8, false), 1.75e-3, 1e-12);
@@ -58,6 +64,67 @@ TEST(CostModel, RingFormulas) {
   // A group of one moves nothing; a barrier is latency only.
   EXPECT_EQ(m.comm_seconds(Collective::kAllReduce, B, 1, false), 0.0);
   EXPECT_EQ(m.comm_seconds(Collective::kBarrier, 0, 8, false), 0.0);
+}
+
+// A shipped profile's collective times against the formulas of its topology,
+// with the profile's own link bandwidth, efficiency and latency.
+struct Topo {
+  double bw;  // bytes/s per direction, efficiency applied
+  double latency;
+};
+Topo topo_of(const DeviceProfile& p, bool inter) {
+  return {(inter ? p.inter_node_link_gbps * p.cost.inter_link_efficiency
+                 : p.intra_node_link_gbps * p.cost.intra_link_efficiency) *
+              1e9,
+          p.cost.comm_latency_s};
+}
+
+TEST(CostModel, FullMeshSpreadsCollectivesOverTheLinksToEveryPeer) {
+  const DeviceProfile p = config::load_device_profile("Ascend910B3");
+  ASSERT_EQ(p.intra_node_topology, IntraNodeTopology::kFullMesh);
+  const CostModel m(p);
+  const Topo t = topo_of(p, false);
+  const double S = 64e6;
+  for (int n : {2, 4, 8}) {
+    // Each rank's n-1 chunks of S/n go out over n-1 links at once: S/n per link.
+    const double gather = S / n / t.bw;
+    EXPECT_NEAR(m.comm_seconds(Collective::kAllGather, S, n, false), gather + t.latency, 1e-12) << n;
+    EXPECT_NEAR(m.comm_seconds(Collective::kReduceScatter, S, n, false), gather + t.latency, 1e-12) << n;
+    EXPECT_NEAR(m.comm_seconds(Collective::kAllReduce, S, n, false), 2 * gather + t.latency, 1e-12) << n;
+  }
+  // Point-to-point and broadcast use one link.
+  EXPECT_NEAR(m.comm_seconds(Collective::kPointToPoint, S, 2, false), S / t.bw + t.latency, 1e-12);
+  EXPECT_NEAR(m.comm_seconds(Collective::kBroadcast, S, 8, false), S / t.bw + t.latency, 1e-12);
+  // A group spanning nodes is a ring over RoCE.
+  const Topo roce = topo_of(p, true);
+  EXPECT_NEAR(m.comm_seconds(Collective::kAllReduce, S, 16, true), 2.0 * 15 / 16 * S / roce.bw + roce.latency, 1e-12);
+  EXPECT_NEAR(m.comm_seconds(Collective::kAllGather, S, 4, true), 3.0 / 4 * S / roce.bw + roce.latency, 1e-12);
+}
+
+TEST(CostModel, SwitchRunsRingsAtEachGpusBandwidth) {
+  for (const char* name : {"A100-SXM-80GB", "H100-SXM-80GB"}) {
+    const DeviceProfile p = config::load_device_profile(name);
+    ASSERT_EQ(p.intra_node_topology, IntraNodeTopology::kSwitch) << name;
+    const CostModel m(p);
+    const Topo t = topo_of(p, false), ib = topo_of(p, true);
+    const double S = 64e6;
+    for (int n : {2, 8}) {
+      EXPECT_NEAR(m.comm_seconds(Collective::kAllReduce, S, n, false), 2.0 * (n - 1) / n * S / t.bw + t.latency, 1e-12);
+      EXPECT_NEAR(m.comm_seconds(Collective::kAllGather, S, n, false), (n - 1.0) / n * S / t.bw + t.latency, 1e-12);
+      EXPECT_NEAR(m.comm_seconds(Collective::kReduceScatter, S, n, true), (n - 1.0) / n * S / ib.bw + ib.latency,
+                  1e-12);
+    }
+  }
+}
+
+TEST(CostModel, FullMeshBeatsARingOverOneLinkByTheLinkCount) {
+  // The same 8-NPU all-reduce: a full mesh is n-1 = 7 times faster than a ring on one of its links.
+  DeviceProfile mesh, ring;
+  ring.intra_node_topology = IntraNodeTopology::kRing;
+  const CostModel a(mesh, round_constants()), b(ring, round_constants());
+  EXPECT_NEAR(
+      b.comm_seconds(Collective::kAllReduce, 1e9, 8, false) / a.comm_seconds(Collective::kAllReduce, 1e9, 8, false),
+      7.0, 1e-12);
 }
 
 }  // namespace

@@ -81,8 +81,9 @@ Cost real_cost(const StepRecord& r, const device::CostModel& cm, bool sixteen) {
   return c;
 }
 
-// Consistency: each stage's simulated compute is the cost model's time for
-// the kernels a real rank of that stage ran, its communication that of the
+// Consistency: each stage's simulated compute and optimizer step are the
+// cost model's time for the kernels a real rank of that stage ran (the
+// optimizer's included), its communication that of the
 // real rank's collectives; without a pipeline the step time is exactly their
 // sum (nothing overlaps, nothing waits).
 void expect_time_is_the_real_runs_cost(const DryRun& dry, const std::vector<std::shared_ptr<StepRecorder>>& real) {
@@ -94,7 +95,8 @@ void expect_time_is_the_real_runs_cost(const DryRun& dry, const std::vector<std:
     const StageTime& st = t.stages[c.rank_class.stage];
     const Cost r = real_cost(real[c.rank_class.representative]->record(), cm, sixteen);
     const double tol = 1e-12 * (r.compute_s + r.comm_s);  // summation order only
-    EXPECT_NEAR(st.compute_s, r.compute_s, tol) << "stage " << st.stage;
+    EXPECT_NEAR(st.compute_s + st.optimizer_s, r.compute_s, tol) << "stage " << st.stage;
+    EXPECT_GT(st.optimizer_s, 0) << "stage " << st.stage << ": the optimizer step costs no time";
     // Overlapped DP collectives run on their own stream: counted once, beside the rest.
     EXPECT_NEAR(st.tp_comm_s + st.tail_comm_s + st.overlapped_s, r.comm_s, tol) << "stage " << st.stage;
     if (dry.pp == 1 && st.overlapped_s == 0) {

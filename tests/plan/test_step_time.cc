@@ -1,6 +1,7 @@
 // The step-time arithmetic of a dry run against published formulas: the
 // pipeline simulation against the 1F1B and interleaved bubble formulas of Narayanan et al. 2021
 // (step = (m + (p - 1) / v) (t_f + t_b) for uniform stages, no message time).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -163,6 +164,39 @@ TEST(OverlappedParamGather, FirstForwardWaitsForItsBuckets) {
   EXPECT_NEAR(b.step_s, a.step_s + with.dg, 1e-12 * b.step_s);
   EXPECT_NEAR(b.stages[0].dp_exposed_s, a.stages[0].dp_exposed_s + with.dg, 1e-12 * b.step_s);
   EXPECT_NEAR(b.stages[0].dp_comm_s, a.stages[0].dp_comm_s + with.dg, 1e-12 * b.step_s);
+}
+
+// The optimizer's kernels (the phase after the last backward) run after the
+// DP/grad collectives and before the distributed optimizer's param
+// all-gather, each on the critical path; the report gives them their own line.
+TEST(StepTime, OptimizerStepAfterTheGradReductionBeforeTheParamGather) {
+  DryRun r = uniform_pipeline(1, 1, 1, 1e12);
+  StepRecord& rec = r.classes[0].step;
+  const int grad_sync = static_cast<int>(rec.phases.size());
+  rec.phases.push_back({"grad_sync", -1, 0});
+  rec.phases.push_back({"optimizer_step", -1, 0});
+  rec.comms.push_back({parallel::CommOp::kReduceScatter, "dp", 8, 64 << 20, 0, grad_sync});
+  rec.kernels.push_back({"adam_update", 17e9, 28e9, grad_sync + 1});
+  rec.kernels.push_back({"main_to_model_params_copy", 1e9, 6e9, grad_sync + 1});
+  rec.comms.push_back({parallel::CommOp::kAllGather, "dp", 8, 32 << 20, 0, grad_sync + 1});
+  const device::CostModel cm(r.profile);
+  const double phases = cm.kernel_seconds(1e12, 0, true) + cm.kernel_seconds(2e12, 0, true);
+  const double reduce = cm.comm_seconds(device::Collective::kReduceScatter, 64 << 20, 8, false);
+  const double gather = cm.comm_seconds(device::Collective::kAllGather, 32 << 20, 8, false);
+  const double optimizer = cm.kernel_seconds(17e9, 28e9, true) + cm.kernel_seconds(1e9, 6e9, true);
+  const StepTime t = step_time(r);
+  EXPECT_NEAR(t.stages[0].optimizer_s, optimizer, 1e-12);
+  EXPECT_NEAR(t.step_s, phases + reduce + optimizer + gather, 1e-12);
+  ASSERT_EQ(t.timeline.size(), 5u);  // forward, backward, then the three below
+  EXPECT_EQ(t.timeline[2].name, "communication after backward");
+  EXPECT_NEAR(t.timeline[2].end_s - t.timeline[2].begin_s, reduce, 1e-12);
+  EXPECT_EQ(t.timeline[3].name, "optimizer step");
+  EXPECT_NEAR(t.timeline[3].begin_s, t.timeline[2].end_s, 1e-15);
+  EXPECT_NEAR(t.timeline[3].end_s - t.timeline[3].begin_s, optimizer, 1e-12);
+  EXPECT_EQ(t.timeline[4].name, "param all-gather");
+  EXPECT_NEAR(t.timeline[4].end_s, t.step_s, 1e-15);
+  EXPECT_NE(time_report(r, t).find(fmt::format("optimizer step {:.1f} ms", optimizer * 1e3)), std::string::npos)
+      << time_report(r, t);
 }
 
 }  // namespace

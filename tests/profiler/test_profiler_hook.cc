@@ -191,6 +191,9 @@ TEST(Profiler, Level2AddsGemmKernelsWithTheirShapes) {
     }
   EXPECT_GT(gemms, 0);
   EXPECT_GT(count(npu, "linear_backward_dweight"), 0);
+  // The optimizer step's passes are kernels too (fp32 model: no param copy).
+  EXPECT_EQ(count(npu, "grad_norm_sq"), 1);
+  EXPECT_EQ(count(npu, "adam_update"), 1);
   expect_nested(npu, "phase", "kernel");
   // Kernels do not overlap on the simulated device.
   std::vector<std::pair<double, double>> k;
