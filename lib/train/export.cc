@@ -11,6 +11,7 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/errors.h"
 #include "parallel/local_comm.h"
+#include "train/export_lora.h"
 
 namespace mtrain::train {
 
@@ -49,7 +50,7 @@ checkpoint::ModelMeta checkpoint_model(const checkpoint::CheckpointReader& r) {
 // tensor the HF model needs must be there. Optimizer state is skipped.
 void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const HfModelShape& s) {
   for (const std::string& name : r.names()) {
-    if (name.rfind("optimizer.", 0) == 0) continue;
+    if (name.rfind("optimizer.", 0) == 0 || is_adapter_tensor(name)) continue;
     checkpoint::HfTensorMap m;
     try {
       m = checkpoint::hf_map_for_mcore(name, s);
@@ -67,6 +68,34 @@ void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const HfMod
                             "the checkpoint does not hold the whole model");
 }
 
+// The adapters --to_hf merges: --adapter_load's (a PEFT directory or an mtrain LoRA checkpoint) or the
+// checkpoint's own. A LoRA checkpoint without --merge_lora is refused: HF has no place for adapters.
+std::optional<ExportAdapters> adapters_to_merge(const ExportOptions& o, FileSystem& fs,
+                                                const checkpoint::CheckpointReader& r, const HfModelShape& s) {
+  std::optional<ExportAdapters> a;
+  if (o.adapter_load.empty()) {
+    a = checkpoint_adapters(r, s);
+  } else if (fs.exists(o.adapter_load + "/" + checkpoint::kPeftConfigFile)) {
+    checkpoint::PeftAdapter p = checkpoint::read_peft_adapter(fs, o.adapter_load, s);
+    a = ExportAdapters{std::move(p.config), std::move(p.tensors)};
+  } else {
+    a = checkpoint_adapters(checkpoint::CheckpointReader::open(fs, o.adapter_load), s);
+    if (!a)
+      throw CheckpointError(
+          fmt::format("--adapter_load {}: neither a PEFT adapter directory nor a LoRA checkpoint", o.adapter_load),
+          "give the directory `mtrain export --to_peft` or a --train_type lora run wrote");
+  }
+  if (a && !o.merge_lora)
+    throw CheckpointError(fmt::format("{}: the checkpoint holds LoRA adapters, which a Hugging Face model directory "
+                                      "has no place for",
+                                      r.path()),
+                          "merge them into the weights with --merge_lora true, or write a PEFT adapter with --to_peft");
+  if (!a && o.merge_lora)
+    throw CheckpointError(fmt::format("--merge_lora true: {} holds no LoRA adapters", r.path()),
+                          "leave --merge_lora out for a full-training checkpoint, or give --adapter_load");
+  return a;
+}
+
 int export_to_hf(const ExportOptions& o, FileSystem& fs) {
   const auto t0 = Clock::now();
   checkpoint::require_new_output_dir(fs, o.output_dir);
@@ -74,16 +103,21 @@ int export_to_hf(const ExportOptions& o, FileSystem& fs) {
   const checkpoint::ModelMeta meta = checkpoint_model(r);
   const HfModelShape shape = checkpoint::hf_shape_from_meta(meta);
   check_checkpoint_tensors(r, shape);
+  const std::optional<ExportAdapters> adapters = adapters_to_merge(o, fs, r, shape);
   const checkpoint::StDType dtype = o.torch_dtype ? *o.torch_dtype : checkpoint::st_dtype_of(shape.dtype);
   fmt::print(" loading checkpoint from {} at iteration {:7d}\n > model: {}\n", o.load, r.iteration(), describe(shape));
   fmt::print(" saving Hugging Face model ({}) to {}\n", torch_dtype_name(dtype), o.output_dir);
   std::fflush(stdout);
-  const auto fetch = [&](const std::string& name) {
+  if (adapters)
+    fmt::print(" merging LoRA adapters (rank {}, scale {}) into the weights\n", adapters->config.r, adapters->scale());
+  std::fflush(stdout);
+  checkpoint::HfTensorFetch fetch = [&](const std::string& name) {
     const Shape global = r.global_shape(name);
     std::vector<float> full(static_cast<size_t>(shape_numel(global)));
     r.read_block(name, std::vector<int64_t>(global.size(), 0), global, full.data());
     return full;
   };
+  if (adapters) fetch = merging_fetch(std::move(fetch), *adapters);
   const checkpoint::HfWriteResult w =
       checkpoint::write_hf_model(fs, o.output_dir, shape, fetch, o.max_shard_bytes, dtype);
   fmt::print("  successfully saved Hugging Face model to {}: {}, {}, {} bytes in {:.2f} s\n", o.output_dir,
@@ -126,7 +160,8 @@ int export_to_mcore(const ExportOptions& o, FileSystem& fs) {
 int run_export(const ExportOptions& options, FileSystem& fs) {
   if (options.direction == ExportOptions::Direction::kToHf) return export_to_hf(options, fs);
   if (options.direction == ExportOptions::Direction::kToMcore) return export_to_mcore(options, fs);
-  throw UsageError("mtrain export: say which way to convert: --to_hf or --to_mcore");
+  if (options.direction == ExportOptions::Direction::kToPeft) return export_to_peft(options, fs);
+  throw UsageError("mtrain export: say which way to convert: --to_hf or --to_mcore (or --to_peft)");
 }
 
 }  // namespace mtrain::train
