@@ -218,5 +218,45 @@ TEST_F(Peft, ExportIsPeftsFormatRoundTripsBitExactAndMerges) {
   EXPECT_GT(std::abs(base - la) / la, 10 * bound) << base << " vs " << la;
 }
 
+// --adapter_load starts a LoRA run from a PEFT directory or an mtrain LoRA
+// checkpoint: the first loss is the trained adapter's (that of --finetune
+// from the checkpoint itself, bit for bit: the frozen base is the same init),
+// not the fresh adapter's; settings the adapter does not fit are refused.
+TEST_F(Peft, AdapterLoadStartsFromAPeftDirectoryOrACheckpoint) {
+  const fs::path run_dir = tmp_ / "run", peft = tmp_ / "peft";
+  const std::string lora = std::string(kLora) + " --train_iters 1";
+  ASSERT_EQ(run(checkpoint_job(run_dir, std::string(kLora) + " --train_iters 2 --save_interval 2"), "train").exit_code,
+            0);
+  ASSERT_EQ(
+      run({"export", "--to_peft", "--load", run_dir.string(), "--output_dir", peft.string()}, "to_peft").exit_code, 0);
+  const auto first_loss = [&](const std::string& name, const std::string& extra) {
+    const RunResult r = run(checkpoint_job(tmp_ / name, lora + " " + extra), name);
+    EXPECT_EQ(r.exit_code, 0) << r.describe();
+    return r.exit_code == 0 ? train_rows(tmp_ / name).front().at("loss").get<double>() : -1.0;
+  };
+  const double finetune = first_loss("finetune", "--finetune --load " + run_dir.string());
+  const double from_peft = first_loss("from_peft", "--adapter_load " + peft.string());
+  const double from_ckpt = first_loss("from_ckpt", "--mcore_adapter " + run_dir.string());
+  EXPECT_EQ(from_peft, finetune);
+  EXPECT_EQ(from_ckpt, finetune);
+  EXPECT_NE(finetune, train_rows(run_dir).front().at("loss").get<double>()) << "the trained adapter was loaded";
+
+  const RunResult rank = run(checkpoint_job(tmp_ / "r8", lora + " --lora_rank 8 --adapter_load " + peft.string()));
+  EXPECT_EQ(rank.exit_code, 3) << rank.describe();
+  EXPECT_TRUE(contains(rank.err, "the adapter has rank 4, this run --lora_rank 8")) << rank.err;
+  EXPECT_TRUE(contains(rank.err, "set --lora_rank 4")) << rank.err;
+  const RunResult resume =
+      run(checkpoint_job(tmp_ / "rs", lora + " --load " + run_dir.string() + " --adapter_load " + peft.string()));
+  EXPECT_EQ(resume.exit_code, 3) << resume.describe();
+  EXPECT_TRUE(contains(resume.err, "add --finetune")) << resume.err;
+
+  json cfg = json::parse(file_bytes(peft / "adapter_config.json"));
+  cfg["use_dora"] = true;
+  std::ofstream(peft / "adapter_config.json") << cfg.dump();
+  const RunResult dora = run(checkpoint_job(tmp_ / "dora", lora + " --adapter_load " + peft.string()));
+  EXPECT_EQ(dora.exit_code, 5) << dora.describe();
+  EXPECT_TRUE(contains(dora.err, (peft / "adapter_config.json").string() + ": \"use_dora\" is true")) << dora.err;
+}
+
 }  // namespace
 }  // namespace mtrain::functional
