@@ -229,8 +229,8 @@ TEST_F(Peft, AdapterLoadStartsFromAPeftDirectoryOrACheckpoint) {
             0);
   ASSERT_EQ(
       run({"export", "--to_peft", "--load", run_dir.string(), "--output_dir", peft.string()}, "to_peft").exit_code, 0);
-  const auto first_loss = [&](const std::string& name, const std::string& extra) {
-    const RunResult r = run(checkpoint_job(tmp_ / name, lora + " " + extra), name);
+  const auto first_loss = [&](const std::string& name, const std::string& extra, const RunOptions& o = {}) {
+    const RunResult r = run(checkpoint_job(tmp_ / name, lora + " " + extra), name, o);
     EXPECT_EQ(r.exit_code, 0) << r.describe();
     return r.exit_code == 0 ? train_rows(tmp_ / name).front().at("loss").get<double>() : -1.0;
   };
@@ -240,6 +240,11 @@ TEST_F(Peft, AdapterLoadStartsFromAPeftDirectoryOrACheckpoint) {
   EXPECT_EQ(from_peft, finetune);
   EXPECT_EQ(from_ckpt, finetune);
   EXPECT_NE(finetune, train_rows(run_dir).front().at("loss").get<double>()) << "the trained adapter was loaded";
+  // Under TP=2 each rank takes its blocks (B by output rows, fc1's gate and up halves): the same loss up
+  // to the reduction order, within the fp32 bound of the merge test (16·688·2^-24 relative).
+  const double tp2 =
+      first_loss("tp2", "--tensor_model_parallel_size 2 --adapter_load " + peft.string(), launch_ranks(2));
+  EXPECT_LE(std::abs(tp2 - finetune) / finetune, 16.0 * 688 * std::ldexp(1.0, -24)) << tp2 << " vs " << finetune;
 
   const RunResult rank = run(checkpoint_job(tmp_ / "r8", lora + " --lora_rank 8 --adapter_load " + peft.string()));
   EXPECT_EQ(rank.exit_code, 3) << rank.describe();

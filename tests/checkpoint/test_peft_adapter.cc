@@ -168,5 +168,25 @@ TEST_F(PeftAdapterDir, ARankOrBaseThatDoesNotFitIsRefusedNamingTheTensor) {
   EXPECT_NE(err.find("is not a tensor of this base model"), std::string::npos) << err;
 }
 
+// Adapters on some layers only (--target_regex): PEFT would put target_modules
+// on every layer, so the config names exactly the adapted modules as a
+// whole-name regex (PEFT fullmatches a string against module names).
+TEST_F(PeftAdapterDir, LayersAdaptedDifferentlyGetAWholeNameRegex) {
+  Tensors layer0;
+  for (const auto& [name, v] : tensors_)
+    if (name.rfind("decoder.layers.0.self_attention.", 0) == 0) layer0[name] = v;
+  PeftLoraConfig c;
+  c.r = kRank;
+  write_peft_adapter(fs_, tmp_ / "peft0", shape_, c, layer0);
+  const auto j = nlohmann::json::parse(fs_.read_file(tmp_ / "peft0/adapter_config.json", 1 << 20));
+  EXPECT_EQ(j["target_modules"],
+            "model\\.layers\\.0\\.self_attn\\.k_proj|model\\.layers\\.0\\.self_attn\\.o_proj|"
+            "model\\.layers\\.0\\.self_attn\\.q_proj|model\\.layers\\.0\\.self_attn\\.v_proj");
+  EXPECT_EQ(j["modules_to_save"], nullptr);
+  const PeftAdapter a = read_peft_adapter(fs_, tmp_ / "peft0", shape_);
+  EXPECT_EQ(a.tensors.size(), 4u);
+  for (const auto& [name, v] : layer0) EXPECT_TRUE(same_bits(a.tensors.at(name), v)) << name;
+}
+
 }  // namespace
 }  // namespace mtrain::checkpoint
