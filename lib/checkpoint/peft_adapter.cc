@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -70,7 +71,9 @@ std::string peft_config_json(const PeftLoraConfig& c) {
       {"layers_pattern", nullptr},
       {"layers_to_transform", nullptr},
       {"loftq_config", json::object()},
-      {"lora_alpha", c.lora_alpha},
+      // PEFT's lora_alpha is an int unless given as a float: keep an integral alpha an int.
+      {"lora_alpha",
+       c.lora_alpha == std::floor(c.lora_alpha) ? json(static_cast<int64_t>(c.lora_alpha)) : json(c.lora_alpha)},
       {"lora_bias", false},
       {"lora_dropout", c.lora_dropout},
       {"megatron_config", nullptr},
@@ -83,6 +86,9 @@ std::string peft_config_json(const PeftLoraConfig& c) {
       {"target_modules", targets},
       {"task_type", "CAUSAL_LM"},
       {"use_dora", false},
+      {"trainable_token_indices", nullptr},
+      {"eva_config", nullptr},
+      {"corda_config", nullptr},
       {"use_rslora", c.use_rslora},
   };
   return j.dump(2) + "\n";

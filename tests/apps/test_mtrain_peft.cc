@@ -112,6 +112,7 @@ TEST_F(Peft, ExportIsPeftsFormatRoundTripsBitExactAndMerges) {
   EXPECT_EQ(cfg["peft_type"], "LORA");
   EXPECT_EQ(cfg["task_type"], "CAUSAL_LM");
   EXPECT_EQ(cfg["r"], 4);
+  EXPECT_TRUE(cfg["lora_alpha"].is_number_integer());
   EXPECT_EQ(cfg["lora_alpha"], 8);
   EXPECT_EQ(cfg["lora_dropout"], 0);
   EXPECT_EQ(cfg["use_rslora"], false);
