@@ -15,19 +15,6 @@ namespace mtrain::train {
 
 namespace {
 
-ExportAdapters read_adapters(FileSystem& fs, const std::string& dir, const checkpoint::HfModelShape& s) {
-  if (fs.exists(dir + "/" + checkpoint::kPeftConfigFile)) {
-    checkpoint::PeftAdapter p = checkpoint::read_peft_adapter(fs, dir, s);
-    return {std::move(p.config), std::move(p.tensors)};
-  }
-  std::optional<ExportAdapters> a = checkpoint_adapters(checkpoint::CheckpointReader::open(fs, dir), s);
-  if (!a)
-    throw CheckpointError(
-        fmt::format("--adapter_load {}: a checkpoint of a full-training run, not a LoRA adapter", dir),
-        "give a PEFT adapter directory or the output of a --train_type lora run");
-  return std::move(*a);
-}
-
 // The run's LoRA settings must be the adapter's: the same rank and scale, and every module it
 // adapts or trains in full targeted or saved by this run.
 void check_settings(const ExportAdapters& a, const lora::LoraConfig& c, const std::string& dir) {
@@ -73,7 +60,7 @@ void load_adapters(FileSystem& fs, const std::string& dir, TrainingState& t) {
   if (!c.lora.enabled)
     throw ConfigError(fmt::format("--adapter_load {} needs --train_type lora", dir),
                       "add --train_type lora with the adapter's --lora_rank and --lora_alpha");
-  const ExportAdapters a = read_adapters(fs, dir, checkpoint::hf_shape_from_meta(model_meta(c)));
+  const ExportAdapters a = read_adapters(fs, dir, checkpoint::hf_shape_from_meta(model_meta(c)), "--adapter_load");
   check_settings(a, c.lora, dir);
   model::ParamStore& ps = t.model.params();
   int64_t loaded = 0;

@@ -72,19 +72,8 @@ void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const HfMod
 // checkpoint's own. A LoRA checkpoint without --merge_lora is refused: HF has no place for adapters.
 std::optional<ExportAdapters> adapters_to_merge(const ExportOptions& o, FileSystem& fs,
                                                 const checkpoint::CheckpointReader& r, const HfModelShape& s) {
-  std::optional<ExportAdapters> a;
-  if (o.adapter_load.empty()) {
-    a = checkpoint_adapters(r, s);
-  } else if (fs.exists(o.adapter_load + "/" + checkpoint::kPeftConfigFile)) {
-    checkpoint::PeftAdapter p = checkpoint::read_peft_adapter(fs, o.adapter_load, s);
-    a = ExportAdapters{std::move(p.config), std::move(p.tensors)};
-  } else {
-    a = checkpoint_adapters(checkpoint::CheckpointReader::open(fs, o.adapter_load), s);
-    if (!a)
-      throw CheckpointError(
-          fmt::format("--adapter_load {}: neither a PEFT adapter directory nor a LoRA checkpoint", o.adapter_load),
-          "give the directory `mtrain export --to_peft` or a --train_type lora run wrote");
-  }
+  std::optional<ExportAdapters> a =
+      o.adapter_load.empty() ? checkpoint_adapters(r, s) : read_adapters(fs, o.adapter_load, s, "--adapter_load");
   if (a && !o.merge_lora)
     throw CheckpointError(fmt::format("{}: the checkpoint holds LoRA adapters, which a Hugging Face model directory "
                                       "has no place for",
@@ -96,7 +85,31 @@ std::optional<ExportAdapters> adapters_to_merge(const ExportOptions& o, FileSyst
   return a;
 }
 
+void print_saved(const ExportOptions& o, const checkpoint::HfWriteResult& w, Clock::time_point t0) {
+  fmt::print("  successfully saved Hugging Face model to {}: {}, {}, {} bytes in {:.2f} s\n", o.output_dir,
+             plural(static_cast<int64_t>(w.files.size()), "safetensors file"), plural(w.tensors, "tensor"), w.bytes,
+             seconds_since(t0));
+}
+
+// --to_hf --merge_lora true --model HF_DIR --adapter_load DIR: swift export's --model + --adapters.
+int merge_into_hf_model(const ExportOptions& o, FileSystem& fs) {
+  const auto t0 = Clock::now();
+  checkpoint::require_new_output_dir(fs, o.output_dir);
+  const checkpoint::HfModelReader hf = checkpoint::HfModelReader::open(fs, o.model);
+  const ExportAdapters a = read_adapters(fs, o.adapter_load, hf.shape(), "--adapter_load");
+  const checkpoint::StDType dtype = o.torch_dtype ? *o.torch_dtype : checkpoint::st_dtype_of(hf.shape().dtype);
+  fmt::print(" loading Hugging Face model from {}: {}\n", o.model, describe(hf.shape()));
+  fmt::print(" merging LoRA adapters from {} (rank {}, scale {}) into the weights\n", o.adapter_load, a.config.r,
+             a.scale());
+  fmt::print(" saving Hugging Face model ({}) to {}\n", torch_dtype_name(dtype), o.output_dir);
+  std::fflush(stdout);
+  const auto fetch = merging_fetch([&](const std::string& name) { return hf.read_full(name); }, a);
+  print_saved(o, checkpoint::write_hf_model(fs, o.output_dir, hf.shape(), fetch, o.max_shard_bytes, dtype), t0);
+  return 0;
+}
+
 int export_to_hf(const ExportOptions& o, FileSystem& fs) {
+  if (!o.model.empty()) return merge_into_hf_model(o, fs);
   const auto t0 = Clock::now();
   checkpoint::require_new_output_dir(fs, o.output_dir);
   const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(fs, o.load, o.ckpt_step);
@@ -118,11 +131,7 @@ int export_to_hf(const ExportOptions& o, FileSystem& fs) {
     return full;
   };
   if (adapters) fetch = merging_fetch(std::move(fetch), *adapters);
-  const checkpoint::HfWriteResult w =
-      checkpoint::write_hf_model(fs, o.output_dir, shape, fetch, o.max_shard_bytes, dtype);
-  fmt::print("  successfully saved Hugging Face model to {}: {}, {}, {} bytes in {:.2f} s\n", o.output_dir,
-             plural(static_cast<int64_t>(w.files.size()), "safetensors file"), plural(w.tensors, "tensor"), w.bytes,
-             seconds_since(t0));
+  print_saved(o, checkpoint::write_hf_model(fs, o.output_dir, shape, fetch, o.max_shard_bytes, dtype), t0);
   return 0;
 }
 

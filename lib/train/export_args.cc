@@ -124,7 +124,7 @@ void check_complete(const ExportOptions& o, const std::vector<std::string>& give
     usage("say which way to convert: --to_hf or --to_mcore (or --to_peft for a LoRA adapter)");
   const std::map<Direction, std::vector<std::string>> uses = {
       {Direction::kToHf,
-       {"load", "ckpt_step", "max_shard_size", "torch_dtype", "merge_lora", "adapter_load", "output_dir"}},
+       {"load", "model", "ckpt_step", "max_shard_size", "torch_dtype", "merge_lora", "adapter_load", "output_dir"}},
       {Direction::kToMcore, {"model", "output_dir"}},
       {Direction::kToPeft, {"load", "ckpt_step", "output_dir"}}};
   const std::vector<std::string>& allowed = uses.at(o.direction);
@@ -133,7 +133,12 @@ void check_complete(const ExportOptions& o, const std::vector<std::string>& give
     if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
       usage(fmt::format("--{} does not apply to {}", name, direction_name(o.direction)));
   }
-  if (o.direction != Direction::kToMcore && o.load.empty())
+  const bool hf_base = o.direction == Direction::kToHf && !o.model.empty();  // merge into an HF model
+  if (hf_base && (!o.load.empty() || o.adapter_load.empty() || o.ckpt_step))
+    usage(
+        "--to_hf --model HF_DIR merges an adapter into an HF model: give --merge_lora true --adapter_load DIR, "
+        "and no --load / --ckpt_step");
+  if (o.direction != Direction::kToMcore && !hf_base && o.load.empty())
     usage(fmt::format("{} needs --load <mtrain checkpoint directory>", direction_name(o.direction)));
   if (o.direction == Direction::kToMcore && o.model.empty())
     usage("--to_mcore needs --model <Hugging Face model directory>");
@@ -197,7 +202,8 @@ std::string export_help() {
       "  --to_peft           LoRA checkpoint -> Hugging Face PEFT adapter (adapter_config.json, "
       "adapter_model.safetensors)\n"
       "  --merge_lora B      --to_hf of a LoRA checkpoint: write W + scale*B*A (required for one)\n"
-      "  --adapter_load DIR  with --merge_lora: merge this PEFT adapter or LoRA checkpoint into --load's base\n"
+      "  --adapter_load DIR  with --merge_lora: merge this PEFT adapter or LoRA checkpoint into the base\n"
+      "                      (--load's checkpoint, or the HF directory --model names)\n"
       "                      (aliases --adapters, --mcore_adapters)\n"
       "  --load DIR          mtrain checkpoint directory (alias --mcore_model); its latest iteration\n"
       "  --ckpt_step N       export iteration N instead of the latest\n"

@@ -29,6 +29,12 @@ struct ExportAdapters {
 std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointReader& r,
                                                   const checkpoint::HfModelShape& s);
 
+// The adapters in `dir`: a PEFT directory (adapter_config.json) or an mtrain
+// LoRA checkpoint. Throws CheckpointError naming `what` (the flag) and the
+// directory for anything else.
+ExportAdapters read_adapters(FileSystem& fs, const std::string& dir, const checkpoint::HfModelShape& s,
+                             const std::string& what);
+
 // True for the tensors only a LoRA run has (lora_A / lora_B).
 bool is_adapter_tensor(const std::string& name);
 

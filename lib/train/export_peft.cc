@@ -81,6 +81,19 @@ std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointRe
   return a;
 }
 
+ExportAdapters read_adapters(FileSystem& fs, const std::string& dir, const checkpoint::HfModelShape& s,
+                             const std::string& what) {
+  if (fs.exists(dir + "/" + checkpoint::kPeftConfigFile)) {
+    checkpoint::PeftAdapter p = checkpoint::read_peft_adapter(fs, dir, s);
+    return {std::move(p.config), std::move(p.tensors)};
+  }
+  std::optional<ExportAdapters> a = checkpoint_adapters(checkpoint::CheckpointReader::open(fs, dir), s);
+  if (!a)
+    throw CheckpointError(fmt::format("{} {}: neither a PEFT adapter directory nor a LoRA checkpoint", what, dir),
+                          "give the directory `mtrain export --to_peft` or a --train_type lora run wrote");
+  return std::move(*a);
+}
+
 checkpoint::HfTensorFetch merging_fetch(checkpoint::HfTensorFetch fetch, const ExportAdapters& adapters) {
   return [fetch = std::move(fetch), &adapters](const std::string& name) {
     if (const auto it = adapters.tensors.find(name); it != adapters.tensors.end()) return it->second;

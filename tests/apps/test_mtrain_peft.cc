@@ -264,5 +264,36 @@ TEST_F(Peft, AdapterLoadStartsFromAPeftDirectoryOrACheckpoint) {
   EXPECT_TRUE(contains(dora.err, (peft / "adapter_config.json").string() + ": \"use_dora\" is true")) << dora.err;
 }
 
+// swift export --model BASE --adapters PEFT --merge_lora: a LoRA run on an HF
+// base, its PEFT export merged into that HF directory, gives the bytes of
+// merging the run's own checkpoint.
+TEST_F(Peft, MergingIntoTheHfBaseEqualsMergingTheCheckpoint) {
+  const fs::path full = tmp_ / "full", base = tmp_ / "base", lora = tmp_ / "lora", peft = tmp_ / "peft";
+  ASSERT_EQ(run(checkpoint_job(full, "--train_iters 1 --save_interval 1"), "full").exit_code, 0);
+  ASSERT_EQ(run({"export", "--to_hf", "--load", full.string(), "--output_dir", base.string()}, "base").exit_code, 0);
+  const RunResult t = run(checkpoint_job(lora, std::string(kLora) +
+                                                   " --train_iters 2 --save_interval 2 --tokenizer "
+                                                   "configs/demo/tokenizer.json --model " +
+                                                   base.string()),
+                          "lora");
+  ASSERT_EQ(t.exit_code, 0) << t.describe();
+  ASSERT_EQ(run({"export", "--to_peft", "--load", lora.string(), "--output_dir", peft.string()}, "peft").exit_code, 0);
+  const json cfg = json::parse(file_bytes(peft / "adapter_config.json"));
+  EXPECT_EQ(cfg["base_model_name_or_path"], base.string());
+  const RunResult a = run({"export", "--to_hf", "--merge_lora", "--model", base.string(), "--adapter_load",
+                           peft.string(), "--output_dir", (tmp_ / "a").string()},
+                          "merge_hf");
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  const RunResult b = run(
+      {"export", "--to_hf", "--merge_lora", "--load", lora.string(), "--output_dir", (tmp_ / "b").string()}, "merge");
+  ASSERT_EQ(b.exit_code, 0) << b.describe();
+  EXPECT_EQ(file_bytes(tmp_ / "a/model.safetensors"), file_bytes(tmp_ / "b/model.safetensors"));
+  EXPECT_NE(file_bytes(tmp_ / "a/model.safetensors"), file_bytes(base / "model.safetensors"));
+  const RunResult no_adapter =
+      run({"export", "--to_hf", "--model", base.string(), "--output_dir", (tmp_ / "c").string()}, "no_adapter");
+  EXPECT_EQ(no_adapter.exit_code, 2) << no_adapter.describe();
+  EXPECT_TRUE(contains(no_adapter.err, "--merge_lora true --adapter_load DIR")) << no_adapter.err;
+}
+
 }  // namespace
 }  // namespace mtrain::functional
