@@ -94,19 +94,40 @@ std::map<std::string, Shape> peft_expected(int64_t layers, int64_t vocab) {
   return out;
 }
 
-TEST_F(Peft, ExportIsPeftsFormatRoundTripsBitExactAndMerges) {
-  const fs::path run_dir = tmp_ / "run", peft = tmp_ / "peft";
-  const RunResult t = run(
-      checkpoint_job(run_dir, std::string(kLora) + " --train_iters 2 --save_interval 2 --tensor_model_parallel_size 2"),
-      "train", launch_ranks(2));
-  ASSERT_EQ(t.exit_code, 0) << t.describe();
-  const RunResult e = run({"export", "--to_peft", "--load", run_dir.string(), "--output_dir", peft.string()}, "peft");
-  ASSERT_EQ(e.exit_code, 0) << e.describe();
-
-  const auto ckpt = checkpoint::CheckpointReader::open(pfs_, run_dir.string());
+// One LoRA run trained under TP=2 and exported --to_peft, shared by the
+// PeftExport tests (a suite-level fixture: the run is the expensive part).
+class PeftExport : public Peft {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(make_temp_dir("peft"));
+    const RunResult t = run_mtrain(
+        checkpoint_job(*dir_ / "run", std::string(kLora) + " --train_iters 2 "
+                                                           "--save_interval 2 --tensor_model_parallel_size 2"),
+        *dir_, "train", launch_ranks(2));
+    const RunResult e = run_mtrain(
+        {"export", "--to_peft", "--load", (*dir_ / "run").string(), "--output_dir", (*dir_ / "peft").string()}, *dir_,
+        "peft");
+    ok_ = t.exit_code == 0 && e.exit_code == 0;
+    if (!ok_) std::fprintf(stderr, "%s\n%s\n", t.describe().c_str(), e.describe().c_str());
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*dir_, ec);
+    delete dir_;
+  }
+  void SetUp() override {
+    Peft::SetUp();
+    ASSERT_TRUE(ok_) << "the LoRA run or its export failed (see above)";
+  }
+  const fs::path run_dir = *dir_ / "run", peft = *dir_ / "peft";
+  const checkpoint::CheckpointReader ckpt = checkpoint::CheckpointReader::open(pfs_, run_dir.string());
   const json state = json::parse(ckpt.state_json());
   const int64_t vocab = state["model"]["vocab_size"];
+  static inline fs::path* dir_ = nullptr;
+  static inline bool ok_ = false;
+};
 
+TEST_F(PeftExport, ConfigIsPeftsLoraConfig) {
   // adapter_config.json: PEFT's LoraConfig keys and values.
   const json cfg = json::parse(file_bytes(peft / "adapter_config.json"));
   EXPECT_EQ(cfg["peft_type"], "LORA");
@@ -122,7 +143,9 @@ TEST_F(Peft, ExportIsPeftsFormatRoundTripsBitExactAndMerges) {
   EXPECT_EQ(cfg["rank_pattern"], json::object());
   EXPECT_EQ(cfg["modules_to_save"], json({"embed_tokens"}));
   EXPECT_EQ(cfg["target_modules"], json({"down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"}));
+}
 
+TEST_F(PeftExport, TensorsHavePeftsNamesShapesAndDtype) {
   // adapter_model.safetensors: exactly PEFT's names and shapes, F32, pt metadata.
   const RawSafetensors st = read_raw(peft / "adapter_model.safetensors");
   EXPECT_EQ(st.header["__metadata__"], json({{"format", "pt"}}));
@@ -133,7 +156,10 @@ TEST_F(Peft, ExportIsPeftsFormatRoundTripsBitExactAndMerges) {
     EXPECT_EQ(t["dtype"], "F32") << name;
   }
   EXPECT_EQ(got, peft_expected(4, vocab));
+}
 
+TEST_F(PeftExport, FusedAdaptersSplitExactly) {
+  const RawSafetensors st = read_raw(peft / "adapter_model.safetensors");
   // The split: q/k/v (gate/up) carry the fused A, and the fused B's rows by
   // Megatron's per-group layout [q_{2g}, q_{2g+1}, k_g, v_g] x 64 rows.
   const int64_t D = 64, R = 2;
@@ -160,7 +186,9 @@ TEST_F(Peft, ExportIsPeftsFormatRoundTripsBitExactAndMerges) {
   }
   EXPECT_GT(std::abs(ckpt_tensor(ckpt, "decoder.layers.0.self_attention.linear_qkv.lora_B.weight")[5]), 0.f)
       << "trained: B is not PEFT's zero init";
+}
 
+TEST_F(PeftExport, PeftBackToMtrainIsBitExact) {
   // PEFT -> mtrain: every adapter tensor bit for bit, the embedding's vocabulary rows too.
   const auto shape = checkpoint::hf_shape_from_meta(checkpoint::model_meta_from_json(state["model"], "state"));
   const checkpoint::PeftAdapter back = checkpoint::read_peft_adapter(pfs_, peft.string(), shape);
@@ -175,7 +203,9 @@ TEST_F(Peft, ExportIsPeftsFormatRoundTripsBitExactAndMerges) {
   const auto emb = ckpt_tensor(ckpt, "embedding.word_embeddings.weight");
   EXPECT_TRUE(same_bits(rows_of(back.tensors.at("embedding.word_embeddings.weight"), 256, 0, vocab),
                         rows_of(emb, 256, 0, vocab)));
+}
 
+TEST_F(PeftExport, MergedModelIsTheAdapterForwardAndPeftMergesTheSame) {
   // A LoRA checkpoint needs --merge_lora for --to_hf.
   const RunResult plain = run({"export", "--to_hf", "--load", run_dir.string(), "--output_dir", (tmp_ / "x").string()});
   EXPECT_EQ(plain.exit_code, 5) << plain.describe();
