@@ -48,7 +48,9 @@ std::vector<FlagSpec> lora_flags() {
       {.name = "adapter_load",
        .field = &Args::adapter_load,
        .group = T,
-       .help = "Start from a saved LoRA adapter (not supported yet).",
+       .help = "Start the adapters (and modules_to_save) from a Hugging Face PEFT directory or an mtrain LoRA "
+               "checkpoint, on top of the base (--model, --load --finetune, or the init); needs the adapter's "
+               "--lora_rank / --lora_alpha.",
        .aliases = {"mcore_adapter"}},
       {.name = "merge_lora",
        .field = &Args::merge_lora,

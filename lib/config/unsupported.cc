@@ -23,10 +23,6 @@ struct Unsupported {
 
 const std::vector<Unsupported>& unsupported_settings() {
   static const std::vector<Unsupported> list = {
-      {"adapter_load",
-       {},
-       "loading a LoRA adapter (--adapter_load / --mcore_adapter) is not supported yet",
-       "train a new adapter (leave --adapter_load unset); adapter checkpoints and PEFT import come later"},
       {"merge_lora",
        {"false"},
        "merging LoRA into the base weights (--merge_lora) is not supported yet",

@@ -14,7 +14,7 @@ namespace {
 // LoRA flags have no meaning in a full fine-tune: refuse them rather than ignore them.
 void refuse_without_lora(const Args& a) {
   for (const char* name : {"lora_rank", "lora_alpha", "lora_dropout", "lora_bias", "use_rslora", "target_modules",
-                           "target_regex", "modules_to_save"}) {
+                           "target_regex", "modules_to_save", "adapter_load"}) {
     const FlagSpec& spec = *find_flag(name)->spec;
     if (!flag_has_default_value(spec, a))
       throw ConfigError(fmt::format("--{} applies only to LoRA training, but --train_type is {}", name, a.train_type),

@@ -11,6 +11,7 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/errors.h"
 #include "parallel/local_comm.h"
+#include "train/export_lora.h"
 
 namespace mtrain::train {
 
@@ -49,7 +50,7 @@ checkpoint::ModelMeta checkpoint_model(const checkpoint::CheckpointReader& r) {
 // tensor the HF model needs must be there. Optimizer state is skipped.
 void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const HfModelShape& s) {
   for (const std::string& name : r.names()) {
-    if (name.rfind("optimizer.", 0) == 0) continue;
+    if (name.rfind("optimizer.", 0) == 0 || is_adapter_tensor(name)) continue;
     checkpoint::HfTensorMap m;
     try {
       m = checkpoint::hf_map_for_mcore(name, s);
@@ -67,28 +68,70 @@ void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const HfMod
                             "the checkpoint does not hold the whole model");
 }
 
+// The adapters --to_hf merges: --adapter_load's (a PEFT directory or an mtrain LoRA checkpoint) or the
+// checkpoint's own. A LoRA checkpoint without --merge_lora is refused: HF has no place for adapters.
+std::optional<ExportAdapters> adapters_to_merge(const ExportOptions& o, FileSystem& fs,
+                                                const checkpoint::CheckpointReader& r, const HfModelShape& s) {
+  std::optional<ExportAdapters> a =
+      o.adapter_load.empty() ? checkpoint_adapters(r, s) : read_adapters(fs, o.adapter_load, s, "--adapter_load");
+  if (a && !o.merge_lora)
+    throw CheckpointError(fmt::format("{}: the checkpoint holds LoRA adapters, which a Hugging Face model directory "
+                                      "has no place for",
+                                      r.path()),
+                          "merge them into the weights with --merge_lora true, or write a PEFT adapter with --to_peft");
+  if (!a && o.merge_lora)
+    throw CheckpointError(fmt::format("--merge_lora true: {} holds no LoRA adapters", r.path()),
+                          "leave --merge_lora out for a full-training checkpoint, or give --adapter_load");
+  return a;
+}
+
+void print_saved(const ExportOptions& o, const checkpoint::HfWriteResult& w, Clock::time_point t0) {
+  fmt::print("  successfully saved Hugging Face model to {}: {}, {}, {} bytes in {:.2f} s\n", o.output_dir,
+             plural(static_cast<int64_t>(w.files.size()), "safetensors file"), plural(w.tensors, "tensor"), w.bytes,
+             seconds_since(t0));
+}
+
+// --to_hf --merge_lora true --model HF_DIR --adapter_load DIR: swift export's --model + --adapters.
+int merge_into_hf_model(const ExportOptions& o, FileSystem& fs) {
+  const auto t0 = Clock::now();
+  checkpoint::require_new_output_dir(fs, o.output_dir);
+  const checkpoint::HfModelReader hf = checkpoint::HfModelReader::open(fs, o.model);
+  const ExportAdapters a = read_adapters(fs, o.adapter_load, hf.shape(), "--adapter_load");
+  const checkpoint::StDType dtype = o.torch_dtype ? *o.torch_dtype : checkpoint::st_dtype_of(hf.shape().dtype);
+  fmt::print(" loading Hugging Face model from {}: {}\n", o.model, describe(hf.shape()));
+  fmt::print(" merging LoRA adapters from {} (rank {}, scale {}) into the weights\n", o.adapter_load, a.config.r,
+             a.scale());
+  fmt::print(" saving Hugging Face model ({}) to {}\n", torch_dtype_name(dtype), o.output_dir);
+  std::fflush(stdout);
+  const auto fetch = merging_fetch([&](const std::string& name) { return hf.read_full(name); }, a);
+  print_saved(o, checkpoint::write_hf_model(fs, o.output_dir, hf.shape(), fetch, o.max_shard_bytes, dtype), t0);
+  return 0;
+}
+
 int export_to_hf(const ExportOptions& o, FileSystem& fs) {
+  if (!o.model.empty()) return merge_into_hf_model(o, fs);
   const auto t0 = Clock::now();
   checkpoint::require_new_output_dir(fs, o.output_dir);
   const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(fs, o.load, o.ckpt_step);
   const checkpoint::ModelMeta meta = checkpoint_model(r);
   const HfModelShape shape = checkpoint::hf_shape_from_meta(meta);
   check_checkpoint_tensors(r, shape);
+  const std::optional<ExportAdapters> adapters = adapters_to_merge(o, fs, r, shape);
   const checkpoint::StDType dtype = o.torch_dtype ? *o.torch_dtype : checkpoint::st_dtype_of(shape.dtype);
   fmt::print(" loading checkpoint from {} at iteration {:7d}\n > model: {}\n", o.load, r.iteration(), describe(shape));
   fmt::print(" saving Hugging Face model ({}) to {}\n", torch_dtype_name(dtype), o.output_dir);
   std::fflush(stdout);
-  const auto fetch = [&](const std::string& name) {
+  if (adapters)
+    fmt::print(" merging LoRA adapters (rank {}, scale {}) into the weights\n", adapters->config.r, adapters->scale());
+  std::fflush(stdout);
+  checkpoint::HfTensorFetch fetch = [&](const std::string& name) {
     const Shape global = r.global_shape(name);
     std::vector<float> full(static_cast<size_t>(shape_numel(global)));
     r.read_block(name, std::vector<int64_t>(global.size(), 0), global, full.data());
     return full;
   };
-  const checkpoint::HfWriteResult w =
-      checkpoint::write_hf_model(fs, o.output_dir, shape, fetch, o.max_shard_bytes, dtype);
-  fmt::print("  successfully saved Hugging Face model to {}: {}, {}, {} bytes in {:.2f} s\n", o.output_dir,
-             plural(static_cast<int64_t>(w.files.size()), "safetensors file"), plural(w.tensors, "tensor"), w.bytes,
-             seconds_since(t0));
+  if (adapters) fetch = merging_fetch(std::move(fetch), *adapters);
+  print_saved(o, checkpoint::write_hf_model(fs, o.output_dir, shape, fetch, o.max_shard_bytes, dtype), t0);
   return 0;
 }
 
@@ -126,7 +169,8 @@ int export_to_mcore(const ExportOptions& o, FileSystem& fs) {
 int run_export(const ExportOptions& options, FileSystem& fs) {
   if (options.direction == ExportOptions::Direction::kToHf) return export_to_hf(options, fs);
   if (options.direction == ExportOptions::Direction::kToMcore) return export_to_mcore(options, fs);
-  throw UsageError("mtrain export: say which way to convert: --to_hf or --to_mcore");
+  if (options.direction == ExportOptions::Direction::kToPeft) return export_to_peft(options, fs);
+  throw UsageError("mtrain export: say which way to convert: --to_hf or --to_mcore (or --to_peft)");
 }
 
 }  // namespace mtrain::train

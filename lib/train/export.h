@@ -5,6 +5,12 @@
 //   mtrain export --to_hf --load CKPT --output_dir HF_DIR [--ckpt_step N]
 //                 [--max_shard_size 5GB] [--torch_dtype float32|bfloat16|float16]
 //   mtrain export --to_mcore --model HF_DIR --output_dir CKPT
+//   mtrain export --to_peft --load LORA_CKPT --output_dir PEFT_DIR [--ckpt_step N]
+//
+// A LoRA checkpoint goes --to_peft (its adapters as a Hugging Face PEFT
+// directory, export_lora.h) or --to_hf --merge_lora true (W + scale·B·A);
+// --adapter_load DIR merges a PEFT directory's or another LoRA checkpoint's
+// adapters into --load's base instead.
 //
 // --to_hf reads every model tensor of the checkpoint whole (any saved TP/PP
 // layout), its shape from the state's "model" (ModelMeta), and writes an HF
@@ -26,7 +32,7 @@
 namespace mtrain::train {
 
 struct ExportOptions {
-  enum class Direction { kNone, kToHf, kToMcore };
+  enum class Direction { kNone, kToHf, kToMcore, kToPeft };
   Direction direction = Direction::kNone;
   std::string load;                                // --load / --mcore_model: the mtrain checkpoint directory (--to_hf)
   std::string model;                               // --model: the HF model directory (--to_mcore)
@@ -34,6 +40,8 @@ struct ExportOptions {
   std::optional<int64_t> ckpt_step;                // --to_hf: this iteration instead of the tracker's
   int64_t max_shard_bytes = 5'000'000'000;         // --to_hf: --max_shard_size (transformers' 5GB)
   std::optional<checkpoint::StDType> torch_dtype;  // --to_hf; None = the checkpoint's params_dtype
+  bool merge_lora = false;                         // --to_hf: merge the adapters into the weights
+  std::string adapter_load;                        // --to_hf --merge_lora: adapters from here (PEFT dir or LoRA ckpt)
   bool help = false;
 };
 

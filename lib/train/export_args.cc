@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <map>
 #include <optional>
 
 #include "checkpoint/hf_layout.h"
@@ -19,12 +20,25 @@ using Direction = ExportOptions::Direction;
 constexpr const char* kUsage =
     "mtrain export --to_hf --load CKPT --output_dir HF_DIR [--ckpt_step N] [--max_shard_size 5GB] "
     "[--torch_dtype float32|bfloat16|float16]\n"
-    "       mtrain export --to_mcore --model HF_DIR --output_dir CKPT";
+    "       mtrain export --to_mcore --model HF_DIR --output_dir CKPT\n"
+    "       mtrain export --to_peft --load LORA_CKPT --output_dir PEFT_DIR [--ckpt_step N]\n"
+    "       mtrain export --to_hf --merge_lora true --load CKPT [--adapter_load PEFT_DIR|LORA_CKPT] --output_dir "
+    "HF_DIR";
 
 // Every option and its aliases (normalized spelling); the first name is canonical.
 const std::vector<std::vector<std::string>> kOptions = {
-    {"to_hf"},     {"to_mcore"},       {"load", "mcore_model"},  {"model"}, {"output_dir", "save"},
-    {"ckpt_step"}, {"max_shard_size"}, {"torch_dtype", "dtype"}, {"help"},
+    {"to_hf"},
+    {"to_mcore"},
+    {"load", "mcore_model"},
+    {"model"},
+    {"output_dir", "save"},
+    {"ckpt_step"},
+    {"max_shard_size"},
+    {"torch_dtype", "dtype"},
+    {"help"},
+    {"to_peft"},
+    {"merge_lora"},
+    {"adapter_load", "adapters", "mcore_adapters", "mcore_adapter"},
 };
 
 [[noreturn]] void usage(const std::string& what) { throw UsageError(what, std::string("usage: ") + kUsage); }
@@ -68,7 +82,7 @@ Token next_token(const std::vector<std::string>& args, size_t& i, bool is_bool) 
 
 bool is_bool_option(const std::string& token) {
   const std::string name = config::normalize_flag_name(token.substr(2, token.find('=') - 2));
-  return name == "to_hf" || name == "to_mcore" || name == "help";
+  return name == "to_hf" || name == "to_mcore" || name == "to_peft" || name == "merge_lora" || name == "help";
 }
 
 bool truthy(const Token& t) {
@@ -95,22 +109,41 @@ checkpoint::StDType parse_dtype(const std::string& v) {
 
 void set_direction(ExportOptions& o, Direction d, bool on) {
   if (!on) return;
-  if (o.direction != Direction::kNone && o.direction != d) usage("give one of --to_hf and --to_mcore, not both");
+  if (o.direction != Direction::kNone && o.direction != d)
+    usage("give one direction (--to_hf, --to_mcore or --to_peft), not both");
   o.direction = d;
+}
+
+const char* direction_name(Direction d) {
+  return d == Direction::kToHf ? "--to_hf" : d == Direction::kToMcore ? "--to_mcore" : "--to_peft";
 }
 
 // Everything given must be used by the chosen direction; everything needed must be given.
 void check_complete(const ExportOptions& o, const std::vector<std::string>& given) {
-  if (o.direction == Direction::kNone) usage("say which way to convert: --to_hf or --to_mcore");
-  const bool to_hf = o.direction == Direction::kToHf;
-  const std::vector<std::string> only_hf = {"load", "ckpt_step", "max_shard_size", "torch_dtype"};
+  if (o.direction == Direction::kNone)
+    usage("say which way to convert: --to_hf or --to_mcore (or --to_peft for a LoRA adapter)");
+  const std::map<Direction, std::vector<std::string>> uses = {
+      {Direction::kToHf,
+       {"load", "model", "ckpt_step", "max_shard_size", "torch_dtype", "merge_lora", "adapter_load", "output_dir"}},
+      {Direction::kToMcore, {"model", "output_dir"}},
+      {Direction::kToPeft, {"load", "ckpt_step", "output_dir"}}};
+  const std::vector<std::string>& allowed = uses.at(o.direction);
   for (const std::string& name : given) {
-    const bool hf_only = std::find(only_hf.begin(), only_hf.end(), name) != only_hf.end();
-    if ((hf_only && !to_hf) || (name == "model" && to_hf))
-      usage(fmt::format("--{} does not apply to {}", name, to_hf ? "--to_hf" : "--to_mcore"));
+    if (name == "help" || name == "to_hf" || name == "to_mcore" || name == "to_peft") continue;
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end())
+      usage(fmt::format("--{} does not apply to {}", name, direction_name(o.direction)));
   }
-  if (to_hf && o.load.empty()) usage("--to_hf needs --load <mtrain checkpoint directory>");
-  if (!to_hf && o.model.empty()) usage("--to_mcore needs --model <Hugging Face model directory>");
+  const bool hf_base = o.direction == Direction::kToHf && !o.model.empty();  // merge into an HF model
+  if (hf_base && (!o.load.empty() || o.adapter_load.empty() || o.ckpt_step))
+    usage(
+        "--to_hf --model HF_DIR merges an adapter into an HF model: give --merge_lora true --adapter_load DIR, "
+        "and no --load / --ckpt_step");
+  if (o.direction != Direction::kToMcore && !hf_base && o.load.empty())
+    usage(fmt::format("{} needs --load <mtrain checkpoint directory>", direction_name(o.direction)));
+  if (o.direction == Direction::kToMcore && o.model.empty())
+    usage("--to_mcore needs --model <Hugging Face model directory>");
+  if (!o.adapter_load.empty() && !o.merge_lora)
+    usage("--adapter_load needs --merge_lora true (mtrain export writes the merged model)");
   if (o.output_dir.empty()) usage("--output_dir is required");
 }
 
@@ -128,10 +161,16 @@ ExportOptions parse_export_args(const std::vector<std::string>& args) {
       set_direction(o, Direction::kToHf, truthy(t));
     } else if (t.name == "to_mcore") {
       set_direction(o, Direction::kToMcore, truthy(t));
+    } else if (t.name == "to_peft") {
+      set_direction(o, Direction::kToPeft, truthy(t));
+    } else if (t.name == "merge_lora") {
+      o.merge_lora = truthy(t);
     } else if (t.value->empty()) {
       usage(fmt::format("--{} must not be empty", t.name));
     } else if (t.name == "load") {
       o.load = *t.value;
+    } else if (t.name == "adapter_load") {
+      o.adapter_load = *t.value;
     } else if (t.name == "model") {
       o.model = *t.value;
     } else if (t.name == "output_dir") {
@@ -160,6 +199,12 @@ std::string export_help() {
       "  --to_hf             checkpoint -> HF directory (config.json, model*.safetensors[, index])\n"
       "  --to_mcore          HF directory -> mtrain checkpoint at iteration 0 (full tensors: loads under any "
       "TP/PP)\n"
+      "  --to_peft           LoRA checkpoint -> Hugging Face PEFT adapter (adapter_config.json, "
+      "adapter_model.safetensors)\n"
+      "  --merge_lora B      --to_hf of a LoRA checkpoint: write W + scale*B*A (required for one)\n"
+      "  --adapter_load DIR  with --merge_lora: merge this PEFT adapter or LoRA checkpoint into the base\n"
+      "                      (--load's checkpoint, or the HF directory --model names)\n"
+      "                      (aliases --adapters, --mcore_adapters)\n"
       "  --load DIR          mtrain checkpoint directory (alias --mcore_model); its latest iteration\n"
       "  --ckpt_step N       export iteration N instead of the latest\n"
       "  --model DIR         Hugging Face model directory\n"

@@ -24,6 +24,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/pipeline_schedule.h"
+#include "train/adapter_load.h"
 #include "train/checkpointing.h"
 #include "train/cpu_binding.h"
 #include "train/data_pipeline.h"
@@ -258,8 +259,13 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   std::optional<Resumed> resumed;
   // --load (--mcore_model) wins over --model's weights, as in Megatron-SWIFT;
   // --model still gives the shape and tokenizer.
+  if (args.adapter_load && args.load && !args.finetune)
+    throw ConfigError(fmt::format("--adapter_load {} with --load {}: a resumed run already has its adapters",
+                                  *args.adapter_load, *args.load),
+                      "add --finetune to start the adapters from --adapter_load on --load's base weights");
   if (args.load) resumed = load_training_checkpoint(fs, load_settings(args), ts);
   if (!resumed && args.model) load_hf_model(fs, *args.model, ts);
+  if (args.adapter_load) load_adapters(fs, *args.adapter_load, ts);  // on top of the base, before training
   if (resumed && resumed->seed) to.seed = *resumed->seed;
   SaveSettings save = save_settings(args);
   // --use_checkpoint_opt_param_scheduler: train (and save) on the checkpoint's schedule.

@@ -255,6 +255,10 @@ TEST_F(Export, BadOptionsExit2) {
   EXPECT_TRUE(contains(usage_error({"--to_mcore", "--model", "x", "--output_dir", "y", "--ckpt_step", "3"}, "unused"),
                        "--ckpt_step does not apply to --to_mcore"));
   EXPECT_TRUE(contains(usage_error({"--to_hf", "--load", "x"}, "no_out"), "--output_dir is required"));
+  EXPECT_TRUE(contains(usage_error({"--to_peft", "--load", "x", "--output_dir", "y", "--merge_lora"}, "peft_merge"),
+                       "--merge_lora does not apply to --to_peft"));
+  EXPECT_TRUE(contains(usage_error({"--to_hf", "--load", "x", "--output_dir", "y", "--adapters", "z"}, "no_merge"),
+                       "--adapter_load needs --merge_lora true"));
   EXPECT_TRUE(contains(usage_error({"--to_hf", "--load", "x", "--output_dir", "y", "--torch_dtype", "int8"}, "dtype"),
                        "--torch_dtype int8"));
   EXPECT_TRUE(contains(usage_error({"--to_hf", "--load", "x", "--output_dir", "y", "--max_shard_size", "5XB"}, "size"),

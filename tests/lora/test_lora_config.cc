@@ -57,11 +57,11 @@ TEST(LoraFlags, BadValuesAndNotYetImplementedSettingsAreRefusedByName) {
   EXPECT_EQ(refused({"--train_type", "lora", "--lora_rank", "0"}), "--lora_rank must be >= 1, got 0");
   EXPECT_EQ(refused({"--train_type", "lora", "--lora_dropout", "1"}), "--lora_dropout must be in [0, 1), got 1");
   EXPECT_EQ(refused({"--lora_rank", "16"}), "--lora_rank applies only to LoRA training, but --train_type is full");
+  EXPECT_EQ(refused({"--mcore_adapter", "ckpt"}),
+            "--adapter_load applies only to LoRA training, but --train_type is full");
   EXPECT_EQ(refused({"--target_modules", "q_proj"}),
             "--target_modules applies only to LoRA training, but --train_type is full");
   const std::vector<std::pair<Names, std::string>> not_yet = {
-      {{"--mcore_adapter", "ckpt"},
-       "--adapter_load ckpt: loading a LoRA adapter (--adapter_load / --mcore_adapter) is not supported yet"},
       {{"--merge_lora", "true"},
        "--merge_lora true: merging LoRA into the base weights (--merge_lora) is not supported yet"},
       {{"--lora_dtype", "bfloat16"},
