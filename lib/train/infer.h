@@ -10,7 +10,8 @@
 // --load <checkpoint dir> (the training run's args.json beside it gives the
 // model, tokenizer and template; --model then only adds what it lacks).
 // Weights load into the model's ParamStore before generation starts, the
-// point where LoRA adapters (--adapters, later) will be applied or merged.
+// point where a LoRA adapter (--adapters, or a LoRA checkpoint's own) is
+// applied as LoRA layers or, with --merge_lora true, merged into the weights.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,8 @@ struct InferOptions {
   // The model (config::Args as a training run would build it).
   std::optional<std::string> model, load, tokenizer, template_name, device_profile;
   std::optional<int> ckpt_step, num_threads;
+  std::vector<std::string> adapters;  // one PEFT dir or mtrain LoRA checkpoint
+  bool merge_lora = false;
   int tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
   // Generation (swift's RequestConfig; None: generation_config.json, else HF's defaults).
   std::optional<int64_t> max_new_tokens;  // None: until a stop token or the model's seq_length

@@ -14,7 +14,8 @@ namespace mtrain::train {
 namespace {
 
 constexpr const char* kUsage =
-    "mtrain infer (--model HF_DIR | --load CKPT_DIR) [--template T] [--system S] [--max_new_tokens N]\n"
+    "mtrain infer (--model HF_DIR | --load CKPT_DIR) [--adapters DIR] [--merge_lora true] [--template T] [--system S] "
+    "[--max_new_tokens N]\n"
     "       [--temperature T] [--top_k K] [--top_p P] [--repetition_penalty R] [--seed S] [--stream true|false]\n"
     "       [--val_dataset FILE... | --load_data_args true] [--result_path FILE.jsonl]";
 
@@ -112,9 +113,7 @@ void set_option(InferOptions& o, const Token& t) {
   if (n == "help") return void(o.help = truthy(t));
   if (n == "stream") return void(o.stream = truthy(t));
   if (n == "load_data_args") return void(o.load_data_args = truthy(t));
-  if (n == "adapters" || n == "merge_lora")
-    throw UsageError(fmt::format("--{} is not supported yet: mtrain infer runs full models only", n),
-                     "merge the adapter into the model first, or infer with the base --model / --load for now");
+  if (n == "merge_lora") return void(o.merge_lora = truthy(t));
   const std::string& v = t.values[0];
   if (v.empty()) usage(fmt::format("--{} must not be empty", n));
   if (n == "model") o.model = v;
@@ -125,6 +124,7 @@ void set_option(InferOptions& o, const Token& t) {
   if (n == "device_profile") o.device_profile = v;
   if (n == "result_path") o.result_path = v;
   if (n == "val_dataset") o.val_dataset = t.values;
+  if (n == "adapters") o.adapters = t.values;
   if (n == "ckpt_step") o.ckpt_step = number<int>(t, 0, "an iteration number (>= 0)");
   if (n == "num_threads") o.num_threads = number<int>(t, 1, "a thread count (>= 1)");
   if (n == "tensor_model_parallel_size") o.tensor_model_parallel_size = number<int>(t, 1, "a size (>= 1)");
@@ -154,6 +154,12 @@ InferOptions parse_infer_args(const std::vector<std::string>& args) {
     usage("--load_data_args true reads the training run's args.json, which needs --load <checkpoint dir>");
   if (o.load_data_args && !o.val_dataset.empty()) usage("give --val_dataset or --load_data_args true, not both");
   if (o.ckpt_step && !o.load) usage("--ckpt_step needs --load");
+  if (o.merge_lora && o.adapters.empty() && !o.load)  // a LoRA checkpoint (--load) brings its own adapters
+    usage("--merge_lora true merges LoRA adapters, but there are none: add --adapters <PEFT dir or LoRA checkpoint>");
+  // swift takes a list; summing several adapters' deltas (PEFT's multiple active adapters) is not implemented.
+  if (o.adapters.size() > 1)
+    usage(fmt::format("--adapters takes one adapter directory, got {}; several at once are not supported",
+                      o.adapters.size()));
   return o;
 }
 
@@ -180,7 +186,9 @@ std::string infer_help() {
       "  --result_path FILE        JSONL output (default <load or result>/infer_result/<time>.jsonl)\n"
       "  --tensor_model_parallel_size N, --pipeline_model_parallel_size N   under mpirun / NPROC_PER_NODE\n"
       "  --device_profile NAME, --num_threads N\n"
-      "  --adapters, --merge_lora  not supported yet\n\n"
+      "  --adapters DIR            a LoRA adapter on the base: a PEFT directory or an mtrain LoRA checkpoint\n"
+      "                            (a LoRA checkpoint as --load brings its own adapter)\n"
+      "  --merge_lora true         merge W + scale*B*A into the weights at load (default: LoRA layers, no dropout)\n\n"
       "Exit codes: 2 bad options, 3 bad model flags, 4 dataset / tokenizer, 5 checkpoint, 6 out of memory.\n",
       kUsage);
 }

@@ -15,10 +15,17 @@
 #include "device/device.h"
 #include "model/gpt.h"
 #include "parallel/parallel_state.h"
+#include "train/export_lora.h"
 #include "train/infer.h"
 #include "train/inference_session.h"
 
 namespace mtrain::train {
+
+// --adapters / --merge_lora (infer_adapters.cc): one adapter and where it came from.
+struct InferAdapters {
+  std::string dir;
+  ExportAdapters adapters;
+};
 
 struct InferModel {
   config::Args args;  // as a training run of this model would have them
@@ -29,9 +36,21 @@ struct InferModel {
   std::optional<data::Tokenizer> tokenizer;
   data::ChatTemplate chat_template = data::ChatTemplate::kChatml;
   std::vector<int32_t> stop_ids;
+  std::optional<InferAdapters> adapters;
   std::string system;  // --system, else the template's default ("" = none)
   bool print = false;  // rank 0: reads input, prints, writes results
 };
+
+// The adapter to apply (--adapters, or with --merge_lora a LoRA checkpoint's
+// own), read against the model of `args` (vocab_size set), and `args` changed
+// to the model it runs on: LoRA layers of the adapter's rank and scale
+// (dropout off), or the plain model for merged weights. nullopt: none to
+// apply. Throws UsageError for --merge_lora without adapters, CheckpointError
+// (exit 5) naming the file and tensor for an adapter that does not fit.
+std::optional<InferAdapters> prepare_adapters(const InferOptions& o, config::Args& args);
+// Loads `model` from `base` with the adapter over it (merged when `merge`).
+void load_adapted_weights(const checkpoint::WeightSource& base, const InferAdapters& a, bool merge,
+                          model::GptModel& model);
 
 // Arguments, device, model with its weights, tokenizer and template. Every
 // problem is found here, before the first prompt.

@@ -126,6 +126,16 @@ void check_checkpoint_model(const checkpoint::CheckpointReader& r, const model::
                           "drop --model, or --load a checkpoint of this model");
 }
 
+// The base weights, with the adapter over them (applied or merged) when there is one.
+void load_source(const checkpoint::WeightSource& base, const InferOptions& o, InferModel& m) {
+  if (!m.adapters) return load_inference_weights(base, *m.model);
+  load_adapted_weights(base, *m.adapters, o.merge_lora, *m.model);
+  if (m.print)
+    fmt::print(" {} LoRA adapter {} (rank {}, alpha {}, {} tensors)\n", o.merge_lora ? "merged" : "applied",
+               m.adapters->dir, m.adapters->adapters.config.r, m.adapters->adapters.config.lora_alpha,
+               m.adapters->adapters.tensors.size());
+}
+
 void load_weights(const InferOptions& o, InferModel& m) {
   PosixFileSystem fs;
   const model::ModelConfig& c = m.model->config();
@@ -133,14 +143,13 @@ void load_weights(const InferOptions& o, InferModel& m) {
     const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(
         fs, *o.load, o.ckpt_step ? std::optional<int64_t>(*o.ckpt_step) : std::nullopt);
     check_checkpoint_model(r, c);
-    load_inference_weights(r, *m.model);
+    load_source(r, o, m);
     if (m.print) fmt::print(" loaded checkpoint {} at iteration {}\n", *o.load, r.iteration());
   } else {
     const checkpoint::HfModelReader r = checkpoint::HfModelReader::open(fs, *o.model, c.padded_vocab);
-    load_inference_weights(r, *m.model);
+    load_source(r, o, m);
     if (m.print) fmt::print(" loaded Hugging Face weights from {}\n", *o.model);
   }
-  // LoRA adapters (--adapters, --merge_lora) will be applied here, on top of the base weights.
 }
 
 }  // namespace
@@ -152,6 +161,7 @@ InferModel load_infer_model(const InferOptions& o, const InferContext& ctx) {
   m.args = model_args(o, world);
   m.tokenizer.emplace(data::Tokenizer::load(*m.args.tokenizer));
   if (!m.args.vocab_size) m.args.vocab_size = static_cast<int>(m.tokenizer->vocab_size());
+  m.adapters = prepare_adapters(o, m.args);  // before the model is built: it decides its LoRA layers
   m.chat_template = chat_template_of(m.args, *m.tokenizer);
   m.system = o.system ? *o.system : data::default_system_prompt(m.chat_template);
   const data::SpecialTokenIds& sp = m.tokenizer->special();
