@@ -33,6 +33,9 @@ struct InferOptions {
   std::optional<int> ckpt_step, num_threads;
   std::vector<std::string> adapters;  // one PEFT dir or mtrain LoRA checkpoint
   bool merge_lora = false;
+  // --adapters CKPT alone (swift infer --adapters): CKPT became --load, as a
+  // LoRA checkpoint carries its base and its args.json names the model.
+  bool load_from_adapters = false;
   int tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1;
   // Generation (swift's RequestConfig; None: generation_config.json, else HF's defaults).
   std::optional<int64_t> max_new_tokens;  // None: until a stop token or the model's seq_length

@@ -149,6 +149,15 @@ InferOptions parse_infer_args(const std::vector<std::string>& args) {
   InferOptions o;
   for (size_t i = 0; i < args.size(); ++i) set_option(o, next_token(args, i));
   if (o.help) return o;
+  // swift takes a list; summing several adapters' deltas (PEFT's multiple active adapters) is not implemented.
+  if (o.adapters.size() > 1)
+    usage(fmt::format("--adapters takes one adapter directory, got {}; several at once are not supported",
+                      o.adapters.size()));
+  if (!o.model && !o.load && o.adapters.size() == 1) {  // swift infer --adapters CKPT: the base from its args
+    o.load = o.adapters.front();
+    o.adapters.clear();
+    o.load_from_adapters = true;
+  }
   if (!o.model && !o.load) usage("mtrain infer needs a model: --model <Hugging Face dir> or --load <checkpoint dir>");
   if (o.load_data_args && !o.load)
     usage("--load_data_args true reads the training run's args.json, which needs --load <checkpoint dir>");
@@ -156,10 +165,6 @@ InferOptions parse_infer_args(const std::vector<std::string>& args) {
   if (o.ckpt_step && !o.load) usage("--ckpt_step needs --load");
   if (o.merge_lora && o.adapters.empty() && !o.load)  // a LoRA checkpoint (--load) brings its own adapters
     usage("--merge_lora true merges LoRA adapters, but there are none: add --adapters <PEFT dir or LoRA checkpoint>");
-  // swift takes a list; summing several adapters' deltas (PEFT's multiple active adapters) is not implemented.
-  if (o.adapters.size() > 1)
-    usage(fmt::format("--adapters takes one adapter directory, got {}; several at once are not supported",
-                      o.adapters.size()));
   return o;
 }
 
@@ -187,7 +192,7 @@ std::string infer_help() {
       "  --tensor_model_parallel_size N, --pipeline_model_parallel_size N   under mpirun / NPROC_PER_NODE\n"
       "  --device_profile NAME, --num_threads N\n"
       "  --adapters DIR            a LoRA adapter on the base: a PEFT directory or an mtrain LoRA checkpoint\n"
-      "                            (a LoRA checkpoint as --load brings its own adapter)\n"
+      "                            (a LoRA checkpoint as --load, or as --adapters alone, brings its base and adapter)\n"
       "  --merge_lora true         merge W + scale*B*A into the weights at load (default: LoRA layers, no dropout)\n\n"
       "Exit codes: 2 bad options, 3 bad model flags, 4 dataset / tokenizer, 5 checkpoint, 6 out of memory.\n",
       kUsage);

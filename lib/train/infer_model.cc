@@ -61,6 +61,12 @@ config::Args model_args(const InferOptions& o, int world_size) {
     throw CheckpointError(fmt::format("--load {}: no such directory", *o.load),
                           "--load takes the --output_dir (--save) of an mtrain training run");
   std::optional<config::Args> a = o.load ? run_args_of(*o.load) : std::nullopt;
+  if (o.load_from_adapters && (!a || a->train_type != "lora"))
+    throw UsageError(fmt::format("--adapters {} without --model or --load: only an mtrain LoRA training checkpoint "
+                                 "names its base model, and this is none",
+                                 *o.load),
+                     "add the base: --model <Hugging Face dir> or --load <checkpoint dir> (a PEFT adapter's "
+                     "adapter_config.json names it in base_model_name_or_path)");
   if (!a && !o.model)
     throw CheckpointError(fmt::format("--load {}: no args.json there, so the model's shape, tokenizer and template "
                                       "are unknown",

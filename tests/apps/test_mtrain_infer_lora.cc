@@ -112,12 +112,15 @@ TEST_F(InferLora, PeftDirectoryEqualsTheCheckpointItCameFrom) {
   const Answer own = answer("--load @lora");
   const Answer ckpt = answer("--load @full --adapters @lora");
   const Answer own_merged = answer("--load @lora --merge_lora true");
+  const Answer alone = answer("--adapters @lora");  // swift infer --adapters CKPT: the base from the checkpoint
   EXPECT_EQ(own.tokens, peft.tokens);
   EXPECT_EQ(ckpt.tokens, peft.tokens);
   EXPECT_EQ(own_merged.tokens, peft.tokens);
+  EXPECT_EQ(alone.tokens, peft.tokens);
   EXPECT_LE(rel_diff(peft, own), kBound);
   EXPECT_LE(rel_diff(peft, ckpt), kBound);
   EXPECT_LE(rel_diff(peft, own_merged), kBound);
+  EXPECT_LE(rel_diff(peft, alone), kBound);
 }
 
 TEST_F(InferLora, Tp2AnswersLikeOneDevice) {
@@ -171,6 +174,12 @@ TEST_F(InferLora, BadInputIsRefusedWithTheReadmesExitCode) {
       "two");
   EXPECT_EQ(two.exit_code, 2) << two.describe();
   EXPECT_TRUE(contains(two.err, "--adapters takes one adapter directory, got 2")) << two.err;
+
+  for (const char* dir : {"peft", "full"}) {  // alone, only a LoRA checkpoint names its base
+    const RunResult alone = run_mtrain({"infer", "--adapters", (d / dir).string()}, d, "alone");
+    EXPECT_EQ(alone.exit_code, 2) << alone.describe();
+    EXPECT_TRUE(contains(alone.err, "without --model or --load: only an mtrain LoRA training checkpoint")) << alone.err;
+  }
 
   const RunResult stacked =
       run_mtrain({"infer", "--load", (d / "lora").string(), "--adapters", (d / "peft").string()}, d, "stacked");
