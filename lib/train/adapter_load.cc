@@ -44,15 +44,6 @@ void check_settings(const ExportAdapters& a, const lora::LoraConfig& c, const st
   }
 }
 
-// Copies block `b` of the full row-major tensor `full` (shape `full_shape`) to `out`.
-void copy_block(float* out, const std::vector<float>& full, const Shape& full_shape, const detail::ParamBlock& b) {
-  const int64_t cols = full_shape.size() > 1 ? full_shape[1] : 1;
-  const int64_t rows = b.shape[0], width = b.shape.size() > 1 ? b.shape[1] : 1;
-  const int64_t col0 = b.offsets.size() > 1 ? b.offsets[1] : 0;
-  for (int64_t r = 0; r < rows; ++r)
-    std::copy_n(full.data() + (b.offsets[0] + r) * cols + col0, width, out + r * width);
-}
-
 }  // namespace
 
 void load_adapters(FileSystem& fs, const std::string& dir, TrainingState& t) {
@@ -73,7 +64,7 @@ void load_adapters(FileSystem& fs, const std::string& dir, TrainingState& t) {
                       it->second.size(), shape_str(p.full_shape), shape_numel(p.full_shape)),
           "the adapter was trained on another base model");
     for (const detail::ParamBlock& b : detail::param_blocks(p))
-      copy_block(ps.params().data() + p.offset + b.local_offset, it->second, p.full_shape, b);
+      detail::copy_block(ps.params().data() + p.offset + b.local_offset, it->second, p.full_shape, b.offsets, b.shape);
     ++loaded;
   }
   t.optimizer.init_master_from(ps.params().data());

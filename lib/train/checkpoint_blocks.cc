@@ -53,6 +53,15 @@ std::vector<float> full_state(const Tensor& state, const optim::Optimizer& opt, 
   return flat;
 }
 
+void copy_block(float* out, const std::vector<float>& full, const Shape& full_shape,
+                const std::vector<int64_t>& offsets, const Shape& shape) {
+  const int64_t cols = full_shape.size() > 1 ? full_shape[1] : 1;
+  const int64_t rows = shape.at(0), width = shape.size() > 1 ? shape[1] : 1;
+  const int64_t col0 = offsets.size() > 1 ? offsets[1] : 0;
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(full.data() + (offsets.at(0) + r) * cols + col0, width, out + r * width);
+}
+
 void take_state(Tensor& state, const optim::Optimizer& opt, const std::vector<float>& flat) {
   float* dst = state.data();
   for (const auto& [b, e] : opt.state_intervals()) dst = std::copy(flat.begin() + b, flat.begin() + e, dst);

@@ -26,6 +26,11 @@ struct ParamBlock {
 // rows and its up rows, which sit F rows apart in the full tensor).
 std::vector<ParamBlock> param_blocks(const model::ParamInfo& p);
 
+// Copies the block at `offsets` of shape `shape` (1-D or 2-D) out of the
+// row-major tensor `full` of shape `full_shape` into `out` (dense).
+void copy_block(float* out, const std::vector<float>& full, const Shape& full_shape,
+                const std::vector<int64_t>& offsets, const Shape& shape);
+
 // The checkpoint name a parameter is read from: the tied-embedding copy on
 // the last stage reads the word embeddings. Only parameters whose own name
 // this is are written.

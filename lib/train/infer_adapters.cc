@@ -11,6 +11,7 @@
 
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/errors.h"
+#include "train/checkpoint_blocks.h"
 #include "train/checkpointing.h"
 #include "train/infer_internal.h"
 #include "train/rank_build.h"
@@ -47,11 +48,7 @@ class AdapterSource : public checkpoint::WeightSource {
     const bool adapted = a_.adapters.tensors.count(name) || (merge_ && has_adapter(name));
     if (!adapted) return base_.read_block(name, offsets, shape, out);
     const std::vector<float> full = merged_(name);  // the adapter's tensor, or the merged weight
-    const Shape g = global_shape(name);
-    const int64_t cols = g.size() > 1 ? g[1] : 1, rows = shape.at(0), width = shape.size() > 1 ? shape[1] : 1;
-    const int64_t col0 = offsets.size() > 1 ? offsets[1] : 0;
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(full.data() + (offsets.at(0) + r) * cols + col0, width, out + r * width);
+    detail::copy_block(out, full, global_shape(name), offsets, shape);
   }
 
  private:
