@@ -2,9 +2,9 @@
 // an HF base, its PEFT export and its merged export. The adapter as LoRA
 // layers, merged at load, merged by `export --to_hf --merge_lora true`, from
 // the PEFT directory or from the LoRA checkpoint itself all give the same
-// greedy tokens and logits within the fp32 bound of the merge; TP 2 answers
-// like one device; bad input exits with the README's code (label mpi: the TP
-// 2 case launches 2 ranks through mpirun).
+// greedy tokens and logits within the fp32 bound of the merge; TP 2 and PP 2
+// answer like one device; bad input exits with the README's code (label mpi:
+// the TP / PP cases launch 2 ranks through mpirun).
 #include <cmath>
 
 #include "mtrain_runner.h"
@@ -123,7 +123,7 @@ TEST_F(InferLora, PeftDirectoryEqualsTheCheckpointItCameFrom) {
   EXPECT_LE(rel_diff(peft, alone), kBound);
 }
 
-TEST_F(InferLora, Tp2AnswersLikeOneDevice) {
+TEST_F(InferLora, Tp2AndPp2AnswerLikeOneDevice) {
   const fs::path d = *dir_;
   std::istringstream all(read_text(fs::path(MTRAIN_SOURCE_DIR) / "configs/demo/sft.jsonl"));
   std::string rows, line;
@@ -146,6 +146,7 @@ TEST_F(InferLora, Tp2AnswersLikeOneDevice) {
   ASSERT_EQ(one.size(), 3u);
   EXPECT_EQ(infer("tp2", 2, "--tensor_model_parallel_size 2"), one);
   EXPECT_EQ(infer("tp2_merged", 2, "--tensor_model_parallel_size 2 --merge_lora true"), one);
+  EXPECT_EQ(infer("pp2", 2, "--pipeline_model_parallel_size 2"), one);
 }
 
 TEST_F(InferLora, BadInputIsRefusedWithTheReadmesExitCode) {
@@ -180,6 +181,20 @@ TEST_F(InferLora, BadInputIsRefusedWithTheReadmesExitCode) {
     EXPECT_EQ(alone.exit_code, 2) << alone.describe();
     EXPECT_TRUE(contains(alone.err, "without --model or --load: only an mtrain LoRA training checkpoint")) << alone.err;
   }
+
+  // A fractional lora_alpha: the LoRA layers (an integer --lora_alpha) cannot hold it; merged, it runs.
+  fs::copy(d / "peft", d / "peft_frac", fs::copy_options::recursive);
+  nlohmann::json cfg = nlohmann::json::parse(read_text(d / "peft_frac/adapter_config.json"));
+  cfg["lora_alpha"] = 8.5;
+  write_text(d / "peft_frac/adapter_config.json", cfg.dump());
+  const std::vector<std::string> frac = concat(
+      {"infer", "--model", (d / "base").string(), "--adapters", (d / "peft_frac").string(), "--max_new_tokens", "2"},
+      words(kTokenizer));
+  const RunResult unmerged = run_mtrain(frac, d, "frac");
+  EXPECT_EQ(unmerged.exit_code, 3) << unmerged.describe();
+  EXPECT_TRUE(contains(unmerged.err, "lora_alpha 8.5 is not an integer")) << unmerged.err;
+  EXPECT_TRUE(contains(unmerged.err, "--merge_lora true")) << unmerged.err;
+  EXPECT_EQ(run_mtrain(concat(frac, {"--merge_lora", "true"}), d, "frac_merged").exit_code, 0);
 
   const RunResult stacked =
       run_mtrain({"infer", "--load", (d / "lora").string(), "--adapters", (d / "peft").string()}, d, "stacked");
