@@ -25,7 +25,9 @@ class InferLora : public ::testing::Test {
     fs::current_path(MTRAIN_SOURCE_DIR);  // the runs' args.json name the tokenizer relative to the sources
     dir_ = new fs::path(make_temp_dir("infer_lora"));
     const fs::path d = *dir_;
-    const std::string lora = "--train_type lora --lora_rank 4 --lora_alpha 8 --lora_dropout 0 --lr 1e-2";
+    const std::string lora =
+        "--train_type lora --lora_rank 4 --lora_alpha 8 --lora_dropout 0 --lr 1e-2 --modules_to_save word_embeddings "
+        "--lora_bias all";
     const auto ok = [&](const std::vector<std::string>& args, const std::string& tag) {
       const RunResult r = run_mtrain(args, d, tag);
       if (r.exit_code != 0) std::fprintf(stderr, "%s\n", r.describe().c_str());
