@@ -113,6 +113,7 @@ void load_base_reference(FileSystem& fs, const json& ref, TrainingState& t) {
   }
   const checkpoint::CheckpointReader r =
       checkpoint::CheckpointReader::open(fs, dir, ref.at("iteration").get<int64_t>());
+  if (t.parallel.rank() == 0) fmt::print(" > the frozen LoRA base: checkpoint {} (checksum verified)\n", r.path());
   load_model_weights(r, t);
 }
 
