@@ -132,5 +132,33 @@ TEST_F(LoraAdapterCheckpoint, RefusesAChangedBase) {
   EXPECT_NE(changed.err.find("changed"), std::string::npos) << changed.err;
 }
 
+// A Hugging Face directory as the base (--model): each weight file is checksummed.
+TEST_F(LoraAdapterCheckpoint, RefusesAChangedHuggingFaceBase) {
+  const RunResult base = run(concat(words("sft configs/sft_demo.yaml --train_iters 1 --lr_warmup_iters 0 "
+                                          "--micro_batch_size 2 --global_batch_size 8 --eval_interval 100 "
+                                          "--eval_iters 1 --num_threads 1 --num_generate_samples 0"),
+                                    {"--output_dir", (tmp_ / "base").string()}),
+                             "base");
+  ASSERT_EQ(base.exit_code, 0) << base.describe();
+  const fs::path hf = tmp_ / "hf";
+  const RunResult e =
+      run({"export", "--to_hf", "--load", (tmp_ / "base").string(), "--output_dir", hf.string()}, "export");
+  ASSERT_EQ(e.exit_code, 0) << e.describe();
+  ASSERT_EQ(lora("ada", 20, "--model " + hf.string()).exit_code, 0);
+  ASSERT_EQ(lora("ok", 20, "--model " + hf.string() + " " + resume_from("ada")).exit_code, 0);
+  const fs::path weights = hf / "model.safetensors";
+  ASSERT_TRUE(fs::exists(weights));
+  {  // one weight changes (the last byte of the data); the file stays valid
+    std::fstream f(weights, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 1));
+  }
+  const RunResult changed = lora("changed", 20, "--model " + hf.string() + " " + resume_from("ada"));
+  EXPECT_EQ(changed.exit_code, 5) << changed.describe();
+  EXPECT_NE(changed.err.find(weights.string()), std::string::npos) << changed.err;
+}
+
 }  // namespace
 }  // namespace mtrain::functional
