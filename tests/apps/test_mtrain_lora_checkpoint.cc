@@ -36,6 +36,14 @@ class LoraAdapterCheckpoint : public MtrainTest {
     auto a = concat(lora_args(tmp_ / out, iters), words(extra));
     return ranks == 1 ? run(a, out) : run(a, out, launch_ranks(ranks));
   }
+  // One iteration of full training under <tmp>/base: a base for LoRA.
+  RunResult full_base() {
+    return run(concat(words("sft configs/sft_demo.yaml --train_iters 1 --lr_warmup_iters 0 --micro_batch_size 2 "
+                            "--global_batch_size 8 --eval_interval 100 --eval_iters 1 --num_threads 1 "
+                            "--num_generate_samples 0"),
+                      {"--output_dir", (tmp_ / "base").string()}),
+               "base");
+  }
   std::string resume_from(const std::string& dir) { return "--load " + (tmp_ / dir).string() + " --ckpt_step 10"; }
   void expect_same(const std::string& full, const std::string& resumed, double bound) {
     const auto a = train_rows(tmp_ / full), b = train_rows(tmp_ / resumed);
@@ -116,11 +124,7 @@ TEST_F(LoraAdapterCheckpoint, RefusesAChangedBase) {
   EXPECT_NE(seed.err.find("--seed"), std::string::npos) << seed.err;
 
   // A full checkpoint as the base (--load ... --finetune), then changed.
-  const RunResult base = run(concat(words("sft configs/sft_demo.yaml --train_iters 1 --lr_warmup_iters 0 "
-                                          "--micro_batch_size 2 --global_batch_size 8 --eval_interval 100 "
-                                          "--eval_iters 1 --num_threads 1 --num_generate_samples 0"),
-                                    {"--output_dir", (tmp_ / "base").string()}),
-                             "base");
+  const RunResult base = full_base();
   ASSERT_EQ(base.exit_code, 0) << base.describe();
   ASSERT_EQ(lora("ada", 20, "--finetune --load " + (tmp_ / "base").string()).exit_code, 0);
   ASSERT_EQ(lora("ok", 20, resume_from("ada")).exit_code, 0) << "the unchanged base is accepted";
@@ -134,11 +138,7 @@ TEST_F(LoraAdapterCheckpoint, RefusesAChangedBase) {
 
 // A Hugging Face directory as the base (--model): each weight file is checksummed.
 TEST_F(LoraAdapterCheckpoint, RefusesAChangedHuggingFaceBase) {
-  const RunResult base = run(concat(words("sft configs/sft_demo.yaml --train_iters 1 --lr_warmup_iters 0 "
-                                          "--micro_batch_size 2 --global_batch_size 8 --eval_interval 100 "
-                                          "--eval_iters 1 --num_threads 1 --num_generate_samples 0"),
-                                    {"--output_dir", (tmp_ / "base").string()}),
-                             "base");
+  const RunResult base = full_base();
   ASSERT_EQ(base.exit_code, 0) << base.describe();
   const fs::path hf = tmp_ / "hf";
   const RunResult e =
