@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -14,6 +15,7 @@
 #include "common/errors.h"
 #include "nlohmann/json.hpp"
 #include "tensor/precision.h"
+#include "train/base_reference.h"
 #include "train/checkpoint_blocks.h"
 #include "train/checkpointing.h"
 
@@ -29,6 +31,7 @@ LoadSettings load_settings(const config::Args& a) {
   s.optim = !a.no_load_optim;
   s.rng = !a.no_load_rng;
   s.exit_on_missing = a.exit_on_missing_checkpoint;
+  s.seed = static_cast<uint64_t>(a.seed);
   s.schedule = param_schedule(a);
   s.schedule_choice = schedule_choice(a);
   return s;
@@ -50,17 +53,21 @@ bool vocab_rows(const model::ParamInfo& p, const model::ModelConfig& c) {
 // parameter has no optimizer state; a parameter the base model lacks (a LoRA
 // adapter) is read when the source holds it (resume) and keeps its initial
 // value otherwise (a base model: --model, or --load of a full checkpoint).
-bool read_from_source(const checkpoint::WeightSource& src, const model::ParamInfo& p, const std::string& prefix) {
-  if (!prefix.empty() && !p.trainable) return false;
+// A LoRA checkpoint (`trainable_only`) holds no frozen weights: its base is
+// loaded from the reference it records (base_reference.h).
+bool read_from_source(const checkpoint::WeightSource& src, const model::ParamInfo& p, const std::string& prefix,
+                      bool trainable_only) {
+  if ((trainable_only || !prefix.empty()) && !p.trainable) return false;
   return p.in_base || src.has(prefix + detail::source_name(p));
 }
 
 // Refuses, naming the tensor, a parameter the source lacks or holds in
 // another shape. Returns the source's vocabulary rows (0: none read).
-int64_t check_weights(const checkpoint::WeightSource& src, model::GptModel& m, const std::string& prefix) {
+int64_t check_weights(const checkpoint::WeightSource& src, model::GptModel& m, const std::string& prefix,
+                      bool trainable_only = false) {
   int64_t rows = 0;
   for (const model::ParamInfo& p : m.params().infos()) {
-    if (!read_from_source(src, p, prefix)) continue;
+    if (!read_from_source(src, p, prefix, trainable_only)) continue;
     const std::string name = prefix + detail::source_name(p);
     if (!src.has(name))
       throw CheckpointError(fmt::format("{}: tensor {} is missing", src.describe(), name),
@@ -93,9 +100,10 @@ std::vector<detail::ParamBlock> source_blocks(const model::ParamInfo& p, const m
 
 // Refuses, before anything is read, a checkpoint whose saved blocks do not
 // cover this rank's blocks (a rank's file missing from the manifest).
-void check_coverage(const checkpoint::CheckpointReader& r, model::GptModel& m, const std::string& prefix) {
+void check_coverage(const checkpoint::CheckpointReader& r, model::GptModel& m, const std::string& prefix,
+                    bool trainable_only) {
   for (const model::ParamInfo& p : m.params().infos()) {
-    if (!read_from_source(r, p, prefix)) continue;
+    if (!read_from_source(r, p, prefix, trainable_only)) continue;
     const std::string name = prefix + detail::source_name(p);
     for (const detail::ParamBlock& b : source_blocks(p, m.config(), r.global_shape(name).at(0)))
       r.check_block(name, b.offsets, b.shape);
@@ -104,9 +112,10 @@ void check_coverage(const checkpoint::CheckpointReader& r, model::GptModel& m, c
 
 // Reads this rank's blocks of every parameter into `flat` (the parameter
 // layout). Vocabulary rows past the source's are left as they are.
-void read_params(const checkpoint::WeightSource& src, model::GptModel& m, const std::string& prefix, float* flat) {
+void read_params(const checkpoint::WeightSource& src, model::GptModel& m, const std::string& prefix, float* flat,
+                 bool trainable_only = false) {
   for (const model::ParamInfo& p : m.params().infos()) {
-    if (!read_from_source(src, p, prefix)) continue;
+    if (!read_from_source(src, p, prefix, trainable_only)) continue;
     const std::string name = prefix + detail::source_name(p);
     for (const detail::ParamBlock& b : source_blocks(p, m.config(), src.global_shape(name).at(0)))
       src.read_block(name, b.offsets, b.shape, flat + p.offset + b.local_offset);
@@ -193,7 +202,7 @@ void read_optimizer(const checkpoint::CheckpointReader& r, TrainingState& t, boo
     std::vector<float> flat(static_cast<size_t>(ps.numel()), 0.0f);
     // A master copy's rows past the checkpoint's vocabulary padding start as the weights.
     if (name == "fp32_param") std::copy_n(ps.params().data(), ps.numel(), flat.data());
-    read_params(r, t.model, prefix, flat.data());
+    read_params(r, t.model, prefix, flat.data(), true);
     detail::take_state(*tensor, t.optimizer, flat);
   }
 }
@@ -203,9 +212,9 @@ void read_optimizer(const checkpoint::CheckpointReader& r, TrainingState& t, boo
 namespace {
 
 // load_model_weights after its checks: the weights, then the master copy.
-void apply_model_weights(const checkpoint::WeightSource& src, TrainingState& t) {
+void apply_model_weights(const checkpoint::WeightSource& src, TrainingState& t, bool trainable_only = false) {
   model::ParamStore& ps = t.model.params();
-  read_params(src, t.model, "", ps.params().data());
+  read_params(src, t.model, "", ps.params().data(), trainable_only);
   // The fp32 master starts from the loaded values; a bf16/fp16 model holds them rounded.
   t.optimizer.init_master_from(ps.params().data());
   kernels::round_to_dtype(ps.params().data(), ps.params().numel(), t.model.config().dtype);  // frozen ones too
@@ -249,11 +258,13 @@ struct SavedState {
   int64_t optimizer_step = 0;
   std::optional<optim::DynamicGradScalerState> scaler;
   bool master = false;     // the checkpoint holds fp32 master weights
+  bool lora = false;       // trainable tensors only, the base by reference
   int64_t vocab_rows = 0;  // the checkpoint's embedding rows (check_weights)
   std::optional<ScheduleResolution> schedule;
 };
 
-SavedState parse_state(const checkpoint::CheckpointReader& r, const json& st, const LoadSettings& s, TrainingState& t) {
+SavedState parse_state(FileSystem& fs, const checkpoint::CheckpointReader& r, const json& st, const LoadSettings& s,
+                       TrainingState& t) {
   const std::string& where = r.path();
   SavedState out;
   const checkpoint::ModelMeta saved = checkpoint::model_meta_from_json(member(st, "model", where), where);
@@ -261,8 +272,10 @@ SavedState parse_state(const checkpoint::CheckpointReader& r, const json& st, co
   if (!diff.empty())
     throw CheckpointError(fmt::format("{}: the checkpoint is of another model:\n  {}", where, fmt::join(diff, "\n  ")),
                           "pass the model flags the checkpoint was saved with (its \"args\" are in manifest.json)");
-  out.vocab_rows = check_weights(r, t.model, "");
-  check_coverage(r, t.model, "");
+  out.lora = st.contains("base");
+  if (out.lora) verify_base_reference(fs, st.at("base"), s.seed, where);
+  out.vocab_rows = check_weights(r, t.model, "", out.lora);
+  check_coverage(r, t.model, "", out.lora);
   const bool optim = s.optim && !s.finetune, rng = s.rng && !s.finetune;
   if (!s.finetune) {
     out.counters = counters_from(st, where);
@@ -289,11 +302,13 @@ SavedState parse_state(const checkpoint::CheckpointReader& r, const json& st, co
     for (const auto& [name, tensor] : t.optimizer.state_tensors()) {
       const std::string prefix = "optimizer." + name + "/";
       if (name == "fp32_param") {
-        out.master = r.has(prefix + detail::source_name(t.model.params().infos().front()));
+        const auto& infos = t.model.params().infos();
+        const auto first = std::find_if(infos.begin(), infos.end(), [](const auto& p) { return p.trainable; });
+        out.master = first != infos.end() && r.has(prefix + detail::source_name(*first));
         if (!out.master) continue;  // saved from an fp32 run: the master starts from the weights
       }
       check_weights(r, t.model, prefix);
-      check_coverage(r, t.model, prefix);
+      check_coverage(r, t.model, prefix, true);
     }
     const json& g = member(st, "grad_scaler", where);
     if (!g.is_null() && dynamic_cast<optim::DynamicGradScaler*>(t.scaler)) {
@@ -365,7 +380,7 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
     throw CheckpointError(fmt::format("{}: the checkpoint state is not valid JSON: {}", where, e.what()));
   }
   // 1. Everything that can refuse the checkpoint, before any state changes.
-  const SavedState saved = parse_state(r, st, s, t);
+  const SavedState saved = parse_state(fs, r, st, s, t);
   const int64_t saved_rows = saved.vocab_rows;
   if (!s.finetune) t.data.set_position(saved.position);  // DataError if the dataset changed
 
@@ -374,7 +389,10 @@ std::optional<Resumed> load_training_checkpoint(FileSystem& fs, const LoadSettin
   res.counters = saved.counters;
   res.seed = saved.seed;
   if (saved.schedule) res.schedule = saved.schedule->schedule;
-  apply_model_weights(r, t);  // checked in parse_state
+  if (saved.lora) load_base_reference(fs, st.at("base"), t);
+  apply_model_weights(r, t, saved.lora);  // checked in parse_state
+  // What a LoRA run started from this checkpoint records as its base.
+  res.base = saved.lora ? st.at("base") : checkpoint_base_reference(fs, s.dir, r.iteration());
   if (s.optim && !s.finetune) {
     read_optimizer(r, t, saved.master);
     t.optimizer.set_step_count(saved.optimizer_step);

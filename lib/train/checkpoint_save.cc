@@ -99,16 +99,18 @@ std::string state_json(const SaveSettings& s, TrainingState& t, const TrainerCou
     }
   }
   if (s.rng) j["rng"] = {{"seed", s.seed}};
+  if (!s.base_json.empty()) j["base"] = json::parse(s.base_json);
   return j.dump();
 }
 
 // Every block of `data` (a flat buffer in the parameter layout) this rank holds.
 void add_blocks(std::vector<checkpoint::ShardedTensor>& out, const model::ParamStore& ps, const std::string& prefix,
-                const float* data, const parallel::RankCoords& rc, int dp) {
+                const float* data, const parallel::RankCoords& rc, int dp, bool trainable_only) {
   for (size_t i = 0; i < ps.infos().size(); ++i) {
     const model::ParamInfo& p = ps.infos()[i];
     if (!detail::saved_under_own_name(p)) continue;
-    if (!prefix.empty() && !p.trainable) continue;  // a frozen parameter has no optimizer state
+    // A frozen parameter has no optimizer state; a LoRA checkpoint records the base by reference.
+    if ((trainable_only || !prefix.empty()) && !p.trainable) continue;
     const bool writer = detail::writes_param(p, static_cast<int>(i), rc, dp);
     for (const detail::ParamBlock& b : detail::param_blocks(p)) {
       out.push_back({prefix + p.name, p.full_shape, b.offsets, b.shape, data + p.offset + b.local_offset, writer});
@@ -139,13 +141,14 @@ checkpoint::SaveResult save_training_checkpoint(FileSystem& fs, const SaveSettin
   const parallel::RankCoords rc = t.parallel.coords();
   const int dp = t.parallel.grid().dp();
   std::vector<checkpoint::ShardedTensor> tensors;
-  add_blocks(tensors, ps, "", ps.params().data(), rc, dp);
+  const bool lora = !s.base_json.empty();
+  add_blocks(tensors, ps, "", ps.params().data(), rc, dp, lora);
   std::vector<std::vector<float>> states;  // alive until the save is done
   if (s.optim) {
     for (const auto& [name, tensor] : t.optimizer.state_tensors()) {
       states.push_back(
           detail::full_state(*tensor, t.optimizer, t.parallel, ps.unpadded_numel(), ps.numel(), t.bucket_elems));
-      add_blocks(tensors, ps, "optimizer." + name + "/", states.back().data(), rc, dp);
+      add_blocks(tensors, ps, "optimizer." + name + "/", states.back().data(), rc, dp, lora);
     }
   }
   checkpoint::SaveOptions o;

@@ -38,6 +38,7 @@
 #include "common/file_system.h"
 #include "config/args.h"
 #include "model/gpt.h"
+#include "nlohmann/json.hpp"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
@@ -70,7 +71,10 @@ struct SaveSettings {
   double timeout_seconds = 600;    // a save stalled this long ends the run (exit 5)
   uint64_t seed = 42;              // the run's RNG state
   std::string args_json;           // the run's arguments, recorded in the state
-  ParamSchedule schedule;          // recorded with the optimizer state
+  // A LoRA run (frozen parameters): the base reference (base_reference.h);
+  // then only trainable tensors are saved. Empty: a full checkpoint.
+  std::string base_json;
+  ParamSchedule schedule;  // recorded with the optimizer state
 };
 SaveSettings save_settings(const config::Args& args);
 
@@ -89,6 +93,7 @@ struct LoadSettings {
   bool optim = true;                 // --no_load_optim: false
   bool rng = true;                   // --no_load_rng: false
   bool exit_on_missing = false;
+  uint64_t seed = 42;      // --seed: a randomly initialised LoRA base must match it
   ParamSchedule schedule;  // this run's, checked against the checkpoint's
   ScheduleChoice schedule_choice = ScheduleChoice::kCheck;
 };
@@ -101,6 +106,7 @@ struct Resumed {
   // The schedule to train on when the optimizer state was loaded: this run's,
   // or the checkpoint's with --use_checkpoint_opt_param_scheduler.
   std::optional<ParamSchedule> schedule;
+  nlohmann::json base;  // the base reference a LoRA run from here saves (base_reference.h)
 };
 
 // Loads the weights (and, unless finetuning, the optimizer, scaler, data

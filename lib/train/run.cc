@@ -25,6 +25,7 @@
 #include "optim/optimizer.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/adapter_load.h"
+#include "train/base_reference.h"
 #include "train/checkpointing.h"
 #include "train/cpu_binding.h"
 #include "train/data_pipeline.h"
@@ -268,6 +269,13 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   if (args.adapter_load) load_adapters(fs, *args.adapter_load, ts);  // on top of the base, before training
   if (resumed && resumed->seed) to.seed = *resumed->seed;
   SaveSettings save = save_settings(args);
+  // LoRA: checkpoints hold the trainable tensors and name the frozen base (base_reference.h).
+  if (model.params().trainable_count() != model.params().count()) {
+    const nlohmann::json base = resumed      ? resumed->base
+                                : args.model ? hf_base_reference(fs, *args.model)
+                                             : random_base_reference(static_cast<uint64_t>(args.seed));
+    save.base_json = base.dump();
+  }
   // --use_checkpoint_opt_param_scheduler: train (and save) on the checkpoint's schedule.
   if (resumed && resumed->schedule) {
     setup.scheduler = optim::LrScheduler(resumed->schedule->lr);

@@ -2,8 +2,8 @@
 // global batch, 20 iterations of `mtrain sft --train_type lora` (adapters on
 // every linear, adapter dropout on) at (TP, PP, DP) = (2,1,1), (1,2,1),
 // (1,1,2) and (2,2,2) with sequence parallelism give the per-iteration loss
-// and grad norm of the single-device run; the frozen base is saved bit for
-// bit as it started, on every layout, while the adapters moved.
+// and grad norm of the single-device run; the checkpoints hold adapters
+// only, on every layout, and the adapters moved.
 //
 // Bound: relative difference <= 1e-5, the bound and argument of
 // test_mtrain_parallel.cc (lr 3e-4 keeps the fp32 reordering of TP/DP sums,
@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <regex>
 #include <string>
@@ -54,20 +53,17 @@ std::vector<float> tensor(const checkpoint::CheckpointReader& r, const std::stri
 bool adapter(const std::string& name) { return name.find(".lora_") != std::string::npos; }
 bool weight(const std::string& name) { return name.rfind("optimizer.", 0) != 0; }
 
-// Base tensors of `b` equal `a`'s bit for bit; every adapter weight of `a` differs from `moved`.
-void expect_frozen_base(const fs::path& a, const fs::path& b, int64_t iteration) {
+// A LoRA checkpoint names its frozen base instead of holding it
+// (test_mtrain_lora_checkpoint.cc): every tensor in it is an adapter's.
+void expect_adapters_only(const fs::path& dir, int64_t iteration) {
   PosixFileSystem pfs;
-  const auto ra = checkpoint::CheckpointReader::open(pfs, a.string(), iteration);
-  const auto rb = checkpoint::CheckpointReader::open(pfs, b.string());
-  int base = 0;
-  for (const std::string& name : rb.names()) {
-    if (!weight(name) || adapter(name)) continue;
-    ++base;
-    const std::vector<float> x = tensor(ra, name), y = tensor(rb, name);
-    ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << name << " changed";
-    EXPECT_FALSE(rb.has("optimizer.exp_avg/" + name)) << name << ": a frozen weight has no optimizer state";
+  const auto r = checkpoint::CheckpointReader::open(pfs, dir.string(), iteration);
+  int adapters = 0;
+  for (const std::string& name : r.names()) {
+    EXPECT_TRUE(adapter(name)) << name << ": the frozen base is not saved";
+    adapters += weight(name);
   }
-  EXPECT_GT(base, 10);
+  EXPECT_GT(adapters, 10);
 }
 
 class LoraTraining : public MtrainTest, public ::testing::WithParamInterface<Layout> {};
@@ -90,9 +86,8 @@ TEST_P(LoraTraining, MatchesSingleDeviceAndLeavesTheBaseFrozen) {
   }
   // The adapters learn: the loss falls over the 20 iterations.
   EXPECT_LT(a.back().at("loss").get<double>(), a.front().at("loss").get<double>());
-  // The base at iteration 20 is the base at iteration 10, and the same on this layout.
-  expect_frozen_base(tmp_ / "ref", tmp_ / "ref", 10);
-  expect_frozen_base(tmp_ / "ref", tmp_ / "par", 20);
+  expect_adapters_only(tmp_ / "ref", 10);
+  expect_adapters_only(tmp_ / "par", 20);
   PosixFileSystem pfs;
   const auto r10 = checkpoint::CheckpointReader::open(pfs, (tmp_ / "ref").string(), 10);
   const auto r20 = checkpoint::CheckpointReader::open(pfs, (tmp_ / "ref").string(), 20);
@@ -101,8 +96,8 @@ TEST_P(LoraTraining, MatchesSingleDeviceAndLeavesTheBaseFrozen) {
   EXPECT_NE(tensor(r10, b0), tensor(r20, b0)) << "the adapters train";
 }
 
-// Checkpoints of a LoRA run hold everything for now (frozen base included;
-// optimizer state for the adapters only): 2 + resume 2 == 4, bit for bit.
+// A LoRA run resumes from its adapter-only checkpoint: 2 + resume 2 == 4,
+// bit for bit (10 + 10 and other layouts: test_mtrain_lora_checkpoint.cc).
 class LoraCheckpoint : public MtrainTest {};
 
 TEST_F(LoraCheckpoint, ResumeContinuesExactly) {
