@@ -21,6 +21,21 @@ inline float uniform01(uint64_t seed, uint64_t index) {
   return static_cast<float>(mix64(seed ^ mix64(index)) >> 40) * (1.0f / 16777216.0f);
 }
 
+// Token numbering of per-token dropout counters, independent of padding: the
+// block's row n is global row g = row0 + n; with seq > 0 (rows per sequence
+// in this batch) token t of sequence b gets b * pitch + t, pitch being the
+// longest a sequence may be (--seq_length), so padding a batch (sequence
+// parallelism rounds T up to a multiple of TP) never moves a real token's mask.
+struct TokenNumbering {
+  int64_t row0 = 0;   // first row of the block in the (unsharded) batch
+  int64_t seq = 0;    // rows per sequence in this batch (0: g itself is the number)
+  int64_t pitch = 0;  // rows per sequence in the numbering
+};
+inline int64_t numbered_token(const TokenNumbering& t, int64_t n) {
+  const int64_t g = t.row0 + n;
+  return t.seq > 0 ? (g / t.seq) * t.pitch + g % t.seq : g;
+}
+
 // Derives a sub-stream seed, e.g. stream(seed, {iteration, microbatch, layer, site}).
 inline uint64_t stream_seed(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0, uint64_t d = 0) {
   uint64_t s = mix64(seed);

@@ -143,9 +143,12 @@ void norm_backward(const ModelConfig& c, ParamStore& ps, int w, int b, float* dx
   }
 }
 
-// The token-shard offset of this rank's dropout masks (sequence parallel).
-int64_t mask_offset(const ModelConfig& c, int64_t N) {
-  return c.sequence_parallel ? c.tp_rank * c.tokens_local(N) * c.hidden : 0;
+// The numbering of this rank's hidden-dropout rows: its token shard under
+// sequence parallelism, token t of sequence b as b * seq_length + t so the
+// padding of a batch (to a multiple of TP under SP) never moves a mask.
+TokenNumbering mask_rows(const ModelConfig& c, int64_t B, int64_t T) {
+  const int64_t row0 = c.sequence_parallel ? c.tp_rank * c.tokens_local(B * T) : 0;
+  return TokenNumbering{row0, T, std::max(T, c.seq_length)};
 }
 
 // The column-parallel input: the norm output itself, or under sequence
@@ -200,7 +203,8 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
   float* scratch = w.scratch.data();
   const float p_att = training ? c.attention_dropout : 0.f;
   const float p_hid = training ? c.hidden_dropout : 0.f;
-  const int64_t moff = mask_offset(c, d.N), h0 = c.tp_rank * d.H;
+  const TokenNumbering moff = mask_rows(c, d.B, d.T);
+  const int64_t h0 = c.tp_rank * d.H;
 
   // Attention block: qkv column-parallel, heads local, proj row-parallel.
   {
@@ -237,11 +241,11 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
                                   kv->past, kv->capacity, d.D, kv->scores);
     } else if (f.flash_attention) {
       k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids,
-                                 d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0, c.heads);
+                                 d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0, c.heads, c.seq_length);
     } else {
       float* probs = c.recompute == Recompute::kSelective ? w.probs.data() : a.softmax_stats.data();
       k::attention_unfused_forward(a.att.data(), probs, a.q.data(), a.k.data(), a.v.data(), b.doc_ids, d.B, d.H, d.G,
-                                   d.T, d.D, p_att, att_seed, f.masked_softmax, scratch, h0, c.heads);
+                                   d.T, d.D, p_att, att_seed, f.masked_softmax, scratch, h0, c.heads, c.seq_length);
     }
     round_act(c, a.att.data(), d.B * d.H * d.T * d.D);
     m.end({pr.heads("output", a.att.data(), d.H)});
@@ -319,7 +323,7 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
   {
     pf::Scope op(pr.op("mlp_bda", c.fusions.bias_dropout, "--bias_dropout_fusion"), {pr.tokens("grad_output", dres)});
     k::bias_dropout_add_backward(w.d_proj.data(), opt_grad(ps, lp.fc2_b), dres, d.Nl, d.C, p_hid,
-                                 stream_seed(seed, kSiteMlpResidual), mask_offset(c, d.N));
+                                 stream_seed(seed, kSiteMlpResidual), mask_rows(c, d.B, d.T));
     op.end({pr.tokens("grad_input", w.d_proj.data())});
   }
   pf::Scope mlp(pr.module("mlp"), {pr.tokens("grad_output", w.d_proj.data())});
@@ -381,7 +385,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
   {
     pf::Scope op(pr.op("self_attn_bda", f.bias_dropout, "--bias_dropout_fusion"), {pr.tokens("grad_output", dres)});
     k::bias_dropout_add_backward(w.d_proj.data(), opt_grad(ps, lp.proj_b), dres, d.Nl, d.C, p_hid,
-                                 stream_seed(seed, kSiteAttnResidual), mask_offset(c, d.N));
+                                 stream_seed(seed, kSiteAttnResidual), mask_rows(c, d.B, d.T));
     op.end({pr.tokens("grad_input", w.d_proj.data())});
   }
   pf::Scope attn(pr.module("self_attention"), {pr.tokens("grad_output", w.d_proj.data())});
@@ -402,7 +406,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
     if (f.flash_attention) {
       k::attention_flash_backward(w.d_q.data(), w.d_k.data(), w.d_v.data(), w.d_att.data(), a.q.data(), a.k.data(),
                                   a.v.data(), a.att.data(), a.softmax_stats.data(), b.doc_ids, d.B, d.H, d.G, d.T, d.D,
-                                  p_att, att_seed, scratch, h0, c.heads);
+                                  p_att, att_seed, scratch, h0, c.heads, c.seq_length);
     } else {
       float* probs = a.softmax_stats.data();
       if (c.recompute == Recompute::kSelective) {
@@ -410,12 +414,12 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
         // (core attention only) into a buffer shared by all layers.
         probs = w.probs.data();
         k::attention_unfused_forward(w.d_q.data(), probs, a.q.data(), a.k.data(), a.v.data(), b.doc_ids, d.B, d.H, d.G,
-                                     d.T, d.D, p_att, att_seed, f.masked_softmax, scratch, h0, c.heads);
+                                     d.T, d.D, p_att, att_seed, f.masked_softmax, scratch, h0, c.heads, c.seq_length);
         round_act(c, probs, d.B * d.H * d.T * d.T);
       }
       k::attention_unfused_backward(w.d_q.data(), w.d_k.data(), w.d_v.data(), w.d_att.data(), a.q.data(), a.k.data(),
                                     a.v.data(), probs, b.doc_ids, d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0,
-                                    c.heads);
+                                    c.heads, c.seq_length);
     }
     m.end({pr.heads("grad_query", w.d_q.data(), d.H), pr.heads("grad_key", w.d_k.data(), d.G),
            pr.heads("grad_value", w.d_v.data(), d.G)});

@@ -246,7 +246,8 @@ void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const floa
 // ---- Dropout -----------------------------------------------------------------------------------
 
 void bias_dropout_add_forward(float* out, const float* inp, const float* bias, const float* residual, int64_t N,
-                              int64_t C, float p, uint64_t seed, bool fused, float* scratch, int64_t index_offset) {
+                              int64_t C, float p, uint64_t seed, bool fused, float* scratch,
+                              const TokenNumbering& rows) {
   profiler::Scope prof(profiler::elementwise_kernel("bias_dropout_add_forward", 4.0 * N * C, 3.0 * N * C));
   if (profiler::shape_only()) return;
   const int64_t n = N * C;
@@ -255,11 +256,11 @@ void bias_dropout_add_forward(float* out, const float* inp, const float* bias, c
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < N; ++i) {
       if (p > 0.0f) {
+        const int64_t base = numbered_token(rows, i) * C;
         for (int64_t j = 0; j < C; ++j) {
           const int64_t e = i * C + j;
           const float v = inp[e] + (bias ? bias[j] : 0.0f);
-          out[e] = residual[e] +
-                   v * detail::dropout_multiplier(seed, static_cast<uint64_t>(index_offset + e), p, keep_scale);
+          out[e] = residual[e] + v * detail::dropout_multiplier(seed, static_cast<uint64_t>(base + j), p, keep_scale);
         }
       } else {
         for (int64_t j = 0; j < C; ++j)
@@ -276,7 +277,7 @@ void bias_dropout_add_forward(float* out, const float* inp, const float* bias, c
   }
   if (p > 0.0f) {
     profiler::Scope step(op_step("dropout"), {step_ref("input", v, N, C)});
-    dropout_forward(v, v, n, p, seed, index_offset);
+    dropout_forward(v, v, N, C, p, seed, rows);
     step.end({step_ref("output", v, N, C)});
   }
   profiler::Scope step(op_step("residual_add"), {step_ref("input", v, N, C), step_ref("residual", residual, N, C)});
@@ -286,14 +287,16 @@ void bias_dropout_add_forward(float* out, const float* inp, const float* bias, c
 }
 
 void bias_dropout_add_backward(float* dinp, float* dbias, const float* dout, int64_t N, int64_t C, float p,
-                               uint64_t seed, int64_t index_offset) {
+                               uint64_t seed, const TokenNumbering& rows) {
   profiler::Scope prof(profiler::elementwise_kernel("bias_dropout_add_backward", 3.0 * N * C, 2.0 * N * C));
   if (profiler::shape_only()) return;
-  dropout_backward(dinp, dout, N * C, p, seed, index_offset);
+  dropout_backward(dinp, dout, N, C, p, seed, rows);
   if (dbias) detail::column_sums_accumulate(dbias, dinp, N, C, C);
 }
 
-void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t index_offset) {
+void dropout_forward(float* out, const float* inp, int64_t N, int64_t C, float p, uint64_t seed,
+                     const TokenNumbering& rows) {
+  const int64_t n = N * C;
   profiler::Scope prof(profiler::elementwise_kernel("dropout_forward", 2.0 * n, 2.0 * n));
   if (profiler::shape_only()) return;
   if (p <= 0.0f) {
@@ -304,12 +307,17 @@ void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t 
   }
   const float keep_scale = detail::dropout_keep_scale(p);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t e = 0; e < n; ++e)
-    out[e] = inp[e] * detail::dropout_multiplier(seed, static_cast<uint64_t>(index_offset + e), p, keep_scale);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t base = numbered_token(rows, i) * C;
+    for (int64_t j = 0; j < C; ++j)
+      out[i * C + j] =
+          inp[i * C + j] * detail::dropout_multiplier(seed, static_cast<uint64_t>(base + j), p, keep_scale);
+  }
 }
 
-void dropout_backward(float* din, const float* dout, int64_t n, float p, uint64_t seed, int64_t index_offset) {
-  dropout_forward(din, dout, n, p, seed, index_offset);  // the mask is its own adjoint
+void dropout_backward(float* din, const float* dout, int64_t N, int64_t C, float p, uint64_t seed,
+                      const TokenNumbering& rows) {
+  dropout_forward(din, dout, N, C, p, seed, rows);  // the mask is its own adjoint
 }
 
 int64_t bias_swiglu_scratch_floats(int64_t N, int64_t F) { return 3 * N * F; }

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "common/rng.h"
+
 namespace mtrain::kernels {
 
 // SwiGLU (--swiglu). inp (N, 2F): each row is [gate (F) | up (F)] (Megatron's
@@ -25,24 +27,28 @@ void bias_gelu_forward(float* out, const float* inp, const float* bias, int64_t 
 void bias_gelu_backward(float* dinp, float* dbias, const float* dout, const float* inp, const float* bias, int64_t N,
                         int64_t F, bool fused, float* scratch);
 
-// Dropout index offset: element e of the buffer draws mask index
-// index_offset + e, so a shard of a larger tensor (a sequence-parallel rank's
-// tokens [r*N/tp, (r+1)*N/tp) pass index_offset = r*(N/tp)*C) gets exactly the
-// mask the corresponding slice of the unsharded call gets.
+// Dropout numbering: element (n, j) of an (N, C) buffer draws mask index
+// numbered_token(rows, n) * C + j (common/rng.h), so a token shard of a larger
+// tensor (a sequence-parallel rank's tokens from rows.row0) and a batch padded
+// to another length (rows.seq / rows.pitch) draw exactly the masks of the same
+// tokens of the unsharded, unpadded call. The default numbers rows flat.
 
 // out (N,C) = residual (N,C) + dropout(inp (N,C) + bias (C), p). bias may be null.
 // out may alias residual. scratch: N*C floats when !fused.
 void bias_dropout_add_forward(float* out, const float* inp, const float* bias, const float* residual, int64_t N,
-                              int64_t C, float p, uint64_t seed, bool fused, float* scratch, int64_t index_offset = 0);
+                              int64_t C, float p, uint64_t seed, bool fused, float* scratch,
+                              const TokenNumbering& rows = {});
 // dinp (N,C) = dropout_backward(dout) OVERWRITTEN; dbias (C) ACCUMULATED (skipped if null).
 // (The residual's gradient is dout itself; the caller keeps it.)
 void bias_dropout_add_backward(float* dinp, float* dbias, const float* dout, int64_t N, int64_t C, float p,
-                               uint64_t seed, int64_t index_offset = 0);
+                               uint64_t seed, const TokenNumbering& rows = {});
 
-// Plain dropout (embedding dropout): out (n) = inp * keep / (1-p). out may alias inp.
-void dropout_forward(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t index_offset = 0);
-// din (n) = dout * keep / (1-p). din may alias dout.
-void dropout_backward(float* din, const float* dout, int64_t n, float p, uint64_t seed, int64_t index_offset = 0);
+// Plain dropout (embedding dropout): out (N,C) = inp * keep / (1-p). out may alias inp.
+void dropout_forward(float* out, const float* inp, int64_t N, int64_t C, float p, uint64_t seed,
+                     const TokenNumbering& rows = {});
+// din (N,C) = dout * keep / (1-p). din may alias dout.
+void dropout_backward(float* din, const float* dout, int64_t N, int64_t C, float p, uint64_t seed,
+                      const TokenNumbering& rows = {});
 
 // Scratch floats the unfused (!fused) paths need, forward and backward alike.
 // The fused paths ignore scratch (it may be null).

@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -68,14 +69,13 @@ void masked_softmax_unfused(float* p, float* s, const int32_t* doc, int64_t T, f
 }
 
 // dst (T, T) = src * dropout multipliers of pair (b, h).
-void apply_attention_dropout(float* dst, const float* src, int64_t b, int64_t h, int64_t H, int64_t T, float p,
-                             uint64_t seed) {
+void apply_attention_dropout(float* dst, const float* src, int64_t b, int64_t h, const detail::AttentionMask& H,
+                             int64_t T, float p, uint64_t seed) {
   const float keep_scale = detail::dropout_keep_scale(p);
   for (int64_t tq = 0; tq < T; ++tq)
     for (int64_t tk = 0; tk < T; ++tk)
-      dst[tq * T + tk] =
-          src[tq * T + tk] *
-          detail::dropout_multiplier(seed, detail::attention_dropout_index(b, h, H, T, tq, tk), p, keep_scale);
+      dst[tq * T + tk] = src[tq * T + tk] * detail::dropout_multiplier(
+                                                seed, detail::attention_dropout_index(b, h, H, tq, tk), p, keep_scale);
 }
 
 // c (M, N) = alpha * op(a) · op(b) + beta * c, row-major, leading dims given.
@@ -145,12 +145,13 @@ void heads_merge_backward(float* dinp, const float* dout, int64_t B, int64_t H, 
 void attention_unfused_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                                const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
                                float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch,
-                               int64_t head_offset, int64_t total_heads) {
+                               int64_t head_offset, int64_t total_heads, int64_t mask_seq) {
   profiler::Scope prof(
       profiler::attention_kernel("attention_unfused_forward", B, H, T, D, 2, B * H * T * (4.0 * D + T)));
   if (profiler::shape_only()) return;
   const int64_t R = H / G;
-  const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
+  const detail::AttentionMask H_mask{detail::attention_dropout_heads(H, head_offset, total_heads),
+                                     std::max(T, mask_seq)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // One (b, h) pair per task; BLAS runs single-threaded inside the region.
 #pragma omp parallel for schedule(dynamic) if (B * H * T * T * D > kParallelWork)
@@ -181,13 +182,14 @@ void attention_unfused_forward(float* out, float* probs, const float* q, const f
 void attention_unfused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                 const float* v, const float* probs, const int32_t* doc_ids, int64_t B, int64_t H,
                                 int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch,
-                                int64_t head_offset, int64_t total_heads) {
+                                int64_t head_offset, int64_t total_heads, int64_t mask_seq) {
   profiler::Scope prof(
       profiler::attention_kernel("attention_unfused_backward", B, H, T, D, 4, B * H * T * (7.0 * D + 2.0 * T)));
   if (profiler::shape_only()) return;
   (void)doc_ids;  // invisible entries have probs == 0, so the mask is already in probs
   const int64_t R = H / G;
-  const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
+  const detail::AttentionMask H_mask{detail::attention_dropout_heads(H, head_offset, total_heads),
+                                     std::max(T, mask_seq)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const float keep_scale = detail::dropout_keep_scale(dropout_p);
   // dv (b, g) = sum over the group's heads, in head order, of dropped(P)^T · dout.
@@ -217,7 +219,7 @@ void attention_unfused_backward(float* dq, float* dk, float* dv, const float* do
       if (dropout_p > 0.0f)
         for (int64_t tk = 0; tk <= tq; ++tk)
           row[tk] *= detail::dropout_multiplier(
-              seed, detail::attention_dropout_index(b, head_offset + h, H_mask, T, tq, tk), dropout_p, keep_scale);
+              seed, detail::attention_dropout_index(b, head_offset + h, H_mask, tq, tk), dropout_p, keep_scale);
       float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
       for (int64_t tk = 0; tk <= tq; ++tk) dot += row[tk] * prow[tk];

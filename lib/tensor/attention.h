@@ -14,6 +14,9 @@
 // dropout index (local head h draws the mask of global head head_offset + h
 // out of total_heads), so a TP rank's heads are masked exactly like the same
 // heads of the single-device run. head_offset + H > total_heads throws.
+// mask_seq (0 = T) is the sequence length the dropout index is numbered with
+// (--seq_length): a batch padded past its longest row (sequence parallelism
+// rounds T up to a multiple of TP) keeps the masks of its real positions.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +42,12 @@ void heads_merge_backward(float* dinp, const float* dout, int64_t B, int64_t H, 
 void attention_unfused_forward(float* out, float* probs, const float* q, const float* k, const float* v,
                                const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
                                float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch,
-                               int64_t head_offset = 0, int64_t total_heads = 0);
+                               int64_t head_offset = 0, int64_t total_heads = 0, int64_t mask_seq = 0);
 // dq (B,H,T,D), dk, dv (B,G,T,D) all OVERWRITTEN.
 void attention_unfused_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                 const float* v, const float* probs, const int32_t* doc_ids, int64_t B, int64_t H,
                                 int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch,
-                                int64_t head_offset = 0, int64_t total_heads = 0);
+                                int64_t head_offset = 0, int64_t total_heads = 0, int64_t mask_seq = 0);
 int64_t attention_unfused_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
 
 // Flash-style: tiles of queries x keys with an online softmax; saves only the
@@ -57,11 +60,11 @@ int64_t attention_unfused_scratch_floats(int64_t B, int64_t H, int64_t G, int64_
 void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
                              float dropout_p, uint64_t seed, float* scratch, int64_t head_offset = 0,
-                             int64_t total_heads = 0);
+                             int64_t total_heads = 0, int64_t mask_seq = 0);
 void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, const int32_t* doc_ids, int64_t B,
                               int64_t H, int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed,
-                              float* scratch, int64_t head_offset = 0, int64_t total_heads = 0);
+                              float* scratch, int64_t head_offset = 0, int64_t total_heads = 0, int64_t mask_seq = 0);
 int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
 
 }  // namespace mtrain::kernels

@@ -65,16 +65,16 @@ inline bool tile_unmasked(const int32_t* doc, int64_t q0, int64_t k0, int64_t nk
 }
 
 // In the per-pair helpers below, (b, h, H) only place the dropout mask: h is
-// the global head and H the head count of attention_dropout_index.
+// the global head and H the numbering (heads, pitch) of attention_dropout_index.
 
 // Dropout multipliers of a tile into z (nq rows, stride kK).
-void tile_dropout(float* z, int64_t b, int64_t h, int64_t H, int64_t T, int64_t q0, int64_t nq, int64_t k0, int64_t nk,
-                  float p, uint64_t seed) {
+void tile_dropout(float* z, int64_t b, int64_t h, const detail::AttentionMask& H, int64_t q0, int64_t nq, int64_t k0,
+                  int64_t nk, float p, uint64_t seed) {
   const float keep_scale = detail::dropout_keep_scale(p);
   for (int64_t i = 0; i < nq; ++i)
     for (int64_t j = 0; j < nk; ++j)
       z[i * kK + j] =
-          detail::dropout_multiplier(seed, detail::attention_dropout_index(b, h, H, T, q0 + i, k0 + j), p, keep_scale);
+          detail::dropout_multiplier(seed, detail::attention_dropout_index(b, h, H, q0 + i, k0 + j), p, keep_scale);
 }
 
 // Online-softmax update of one query tile against one key tile. S (nq, kK)
@@ -113,8 +113,8 @@ void online_softmax_tile(float* S, float* o, float* row_max, float* row_sum, con
 }
 
 void flash_forward_pair(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc,
-                        int64_t b, int64_t h, int64_t H, int64_t T, int64_t D, float p, uint64_t seed, float scale,
-                        float* task) {
+                        int64_t b, int64_t h, const detail::AttentionMask& H, int64_t T, int64_t D, float p,
+                        uint64_t seed, float scale, float* task) {
   float* S = task;                        // (kQ, kK)
   float* row_max = task + kQ * kK;        // (kQ)
   float* row_sum = row_max + kQ;          // (kQ)
@@ -134,8 +134,8 @@ void flash_forward_pair(float* out, float* lse, const float* q, const float* k, 
         const float keep_scale = detail::dropout_keep_scale(p);
         for (int64_t i = 0; i < nq; ++i)
           for (int64_t j = 0; j < nk; ++j)
-            S[i * kK + j] *= detail::dropout_multiplier(
-                seed, detail::attention_dropout_index(b, h, H, T, q0 + i, k0 + j), p, keep_scale);
+            S[i * kK + j] *= detail::dropout_multiplier(seed, detail::attention_dropout_index(b, h, H, q0 + i, k0 + j),
+                                                        p, keep_scale);
       }
       gemm(false, false, nq, D, nk, 1.0f, S, kK, v + k0 * D, D, 1.0f, o, D);
     }
@@ -152,8 +152,8 @@ void flash_forward_pair(float* out, float* lse, const float* q, const float* k, 
 // kt, vt: the group's keys and values transposed per tile (transpose_tiles).
 void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* kt, const float* vt, const float* out, const float* lse, const int32_t* doc,
-                          int64_t b, int64_t h, int64_t H, int64_t T, int64_t D, int64_t q0, float p, uint64_t seed,
-                          float scale, float* task) {
+                          int64_t b, int64_t h, const detail::AttentionMask& H, int64_t T, int64_t D, int64_t q0,
+                          float p, uint64_t seed, float scale, float* task) {
   const int64_t nq = std::min(kQ, T - q0);
   float* P = task;                 // (kQ, kK)
   float* dP = task + kQ * kK;      // (kQ, kK)
@@ -185,7 +185,7 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
     }
     const float* PV = P;  // the probabilities that multiplied v in forward
     if (p > 0.0f) {
-      tile_dropout(Z, b, h, H, T, q0, nq, k0, nk, p, seed);
+      tile_dropout(Z, b, h, H, q0, nq, k0, nk, p, seed);
       for (int64_t i = 0; i < nq; ++i)
         for (int64_t j = 0; j < nk; ++j) dP[i * kK + j] = P[i * kK + j] * Z[i * kK + j];
       PV = dP;
@@ -208,11 +208,13 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
 
 void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                             float dropout_p, uint64_t seed, float* scratch, int64_t head_offset, int64_t total_heads) {
+                             float dropout_p, uint64_t seed, float* scratch, int64_t head_offset, int64_t total_heads,
+                             int64_t mask_seq) {
   profiler::Scope prof(profiler::attention_kernel("attention_flash_forward", B, H, T, D, 2, B * H * T * (4.0 * D + 1)));
   if (profiler::shape_only()) return;
   const int64_t R = H / G;
-  const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
+  const detail::AttentionMask H_mask{detail::attention_dropout_heads(H, head_offset, total_heads),
+                                     std::max(T, mask_seq)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel for schedule(dynamic) if (B * H * T * T * D > kParallelWork)
   for (int64_t pair = 0; pair < B * H; ++pair) {
@@ -226,12 +228,13 @@ void attention_flash_forward(float* out, float* lse, const float* q, const float
 void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                               const float* v, const float* out, const float* lse, const int32_t* doc_ids, int64_t B,
                               int64_t H, int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed,
-                              float* scratch, int64_t head_offset, int64_t total_heads) {
+                              float* scratch, int64_t head_offset, int64_t total_heads, int64_t mask_seq) {
   profiler::Scope prof(
       profiler::attention_kernel("attention_flash_backward", B, H, T, D, 5, B * H * T * (8.0 * D + 1)));
   if (profiler::shape_only()) return;
   const int64_t R = H / G;
-  const int64_t H_mask = detail::attention_dropout_heads(H, head_offset, total_heads);
+  const detail::AttentionMask H_mask{detail::attention_dropout_heads(H, head_offset, total_heads),
+                                     std::max(T, mask_seq)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // One task per (b, g): it owns dk, dv of the group and the dq of its R
   // heads, and walks heads and tiles in a fixed order (deterministic).

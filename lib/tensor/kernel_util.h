@@ -76,9 +76,17 @@ inline float dropout_multiplier(uint64_t seed, uint64_t index, float p, float ke
 // 1/(1-p); 0 when p >= 1 (everything dropped).
 inline float dropout_keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
+// Where attention masks are numbered: `heads` heads per sequence and `pitch`
+// positions per sequence (the longest a sequence may be, not the batch's
+// padded length), so neither head sharding nor padding moves a mask.
+struct AttentionMask {
+  int64_t heads = 0;
+  int64_t pitch = 0;
+};
+
 // Flattened (b, h, tq, tk) dropout index shared by the unfused and flash paths.
-inline uint64_t attention_dropout_index(int64_t b, int64_t h, int64_t H, int64_t T, int64_t tq, int64_t tk) {
-  return static_cast<uint64_t>(((b * H + h) * T + tq) * T + tk);
+inline uint64_t attention_dropout_index(int64_t b, int64_t h, const AttentionMask& m, int64_t tq, int64_t tk) {
+  return static_cast<uint64_t>(((b * m.heads + h) * m.pitch + tq) * m.pitch + tk);
 }
 
 // The head count H of attention_dropout_index for a call on H local heads

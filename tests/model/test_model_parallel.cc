@@ -52,33 +52,32 @@ Reference run_reference(const ModelConfig& c, const testing::RandomBatch& rb, in
   return r;
 }
 
-class ModelTensorParallel : public ::testing::TestWithParam<Case> {};
+// The first T_ref positions of each of the B rows of (B, T) values.
+std::vector<float> leading_positions(const float* x, int64_t B, int64_t T, int64_t T_ref) {
+  std::vector<float> out;
+  for (int64_t b = 0; b < B; ++b) out.insert(out.end(), x + b * T, x + b * T + T_ref);
+  return out;
+}
 
-TEST_P(ModelTensorParallel, ShardsMatchTheWholeModel) {
-  omp_set_num_threads(1);
-  const Case& k = GetParam();
-  const int64_t B = 2, T = 8;
-  const testing::RandomBatch rb = testing::random_batch(B, T, k.config.vocab, 11);
-  const Reference ref = run_reference(k.config, rb, B, T);
-  parallel::SimWorld world(k.tp);
+// Runs `base` on TP ranks over rb's (B, T) batch and checks each rank's
+// losses (first T_ref positions of each row) and gradient shards against ref.
+void expect_tp_matches(const ModelConfig& base, int tp_size, bool sp, const Reference& ref,
+                       const testing::RandomBatch& rb, int64_t B, int64_t T, int64_t T_ref) {
+  parallel::SimWorld world(tp_size);
   world.run([&](int rank) {
-    ModelConfig c = k.config;
-    c.tp = k.tp;
+    ModelConfig c = base;
+    c.tp = tp_size;
     c.tp_rank = rank;
-    c.sequence_parallel = k.sp;
-    auto tp = world.make_comm(
-        "tp",
-        [&] {
-          parallel::RankGroup g;
-          for (int r = 0; r < k.tp; ++r) g.push_back(r);
-          return g;
-        }(),
-        rank);
+    c.sequence_parallel = sp;
+    parallel::RankGroup group;
+    for (int r = 0; r < tp_size; ++r) group.push_back(r);
+    auto tp = world.make_comm("tp", group, rank);
     device::Device dev(device::DeviceProfile{}, rank);
     GptModel m(c, dev, *tp);
     const TokenBatch b = rb.view(B, T, false);
     m.forward(b, 5, true);
-    EXPECT_TRUE(mtrain::testing::close_in_max_norm(m.losses(), ref.losses.data(), B * T, testing::kPathRtol))
+    const std::vector<float> losses = leading_positions(m.losses(), B, T, T_ref);
+    EXPECT_TRUE(mtrain::testing::close_in_max_norm(losses.data(), ref.losses.data(), B * T_ref, testing::kPathRtol))
         << "per-token losses on TP rank " << rank;
     m.backward(b, rb.weights.data(), 5, true, true);
     for (int i = 0; i < static_cast<int>(m.params().infos().size()); ++i) {
@@ -96,6 +95,35 @@ TEST_P(ModelTensorParallel, ShardsMatchTheWholeModel) {
           << "grad of " << p.name << " on TP rank " << rank;
     }
   });
+}
+
+class ModelTensorParallel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ModelTensorParallel, ShardsMatchTheWholeModel) {
+  omp_set_num_threads(1);
+  const Case& k = GetParam();
+  const int64_t B = 2, T = 8;
+  const testing::RandomBatch rb = testing::random_batch(B, T, k.config.vocab, 11);
+  const Reference ref = run_reference(k.config, rb, B, T);
+  expect_tp_matches(k.config, k.tp, k.sp, ref, rb, B, T, T);
+}
+
+// rb's (B, T) rows padded to T_pad as the data loader pads them: pad tokens
+// after the last real one, carrying no loss (weight 0).
+testing::RandomBatch padded(const testing::RandomBatch& rb, int64_t B, int64_t T, int64_t T_pad) {
+  testing::RandomBatch out;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T_pad; ++t) {
+      const bool real = t < T;
+      const int64_t e = b * T + t;
+      out.tokens.push_back(real ? rb.tokens[e] : 0);
+      out.targets.push_back(real ? rb.targets[e] : 0);
+      out.positions.push_back(real ? rb.positions[e] : static_cast<int32_t>(t));
+      out.doc_ids.push_back(real ? rb.doc_ids[e] : 0);
+      out.weights.push_back(real ? rb.weights[e] : 0.f);
+    }
+  }
+  return out;
 }
 
 ModelConfig with_dropout(ModelConfig c) {
@@ -117,6 +145,23 @@ INSTANTIATE_TEST_SUITE_P(Variants, ModelTensorParallel,
                                            Case{"gpt2_tp2_sp", with_dropout(testing::tiny_gpt2()), 2, true},
                                            Case{"gpt2_tp4", testing::tiny_gpt2(), 4, false}),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// Sequence parallelism pads rows of 7 tokens to 8 (a multiple of TP): with
+// dropout on, the masks of the second row's tokens must not move with the
+// padding, so the padded TP2+SP run equals the unpadded single-device run.
+TEST(ModelTensorParallel, PaddedSequenceParallelMatchesUnpaddedRun) {
+  omp_set_num_threads(1);
+  for (bool flash : {true, false}) {
+    ModelConfig c = with_dropout(testing::tiny_llama());
+    c.fusions.flash_attention = flash;
+    const int64_t B = 2, T = 7, T_pad = 8;
+    ASSERT_EQ(c.seq_length, T_pad);
+    const testing::RandomBatch rb = testing::random_batch(B, T, c.vocab, 17);
+    const Reference ref = run_reference(c, rb, B, T);
+    SCOPED_TRACE(flash ? "flash attention" : "unfused attention");
+    expect_tp_matches(c, 2, true, ref, padded(rb, B, T, T_pad), B, T_pad, T);
+  }
+}
 
 // Pipeline chunks run one after another compute the whole model.
 TEST(ModelChunks, ChunksComposeToTheWholeModel) {

@@ -158,10 +158,10 @@ TEST(DropoutGrad, Plain) {
   const int64_t n = 40;
   Vec inp = randn(n, 25), w = randn(n, 26), out(n), din(n);
   auto loss = [&] {
-    dropout_forward(out.data(), inp.data(), n, 0.4f, 5);
+    dropout_forward(out.data(), inp.data(), 1, n, 0.4f, 5);
     return dot(out, w);
   };
-  dropout_backward(din.data(), w.data(), n, 0.4f, 5);
+  dropout_backward(din.data(), w.data(), 1, n, 0.4f, 5);
   EXPECT_TRUE(fd_check("din", inp, din, loss));
 }
 

@@ -144,8 +144,8 @@ TEST(Reference, DropoutMaskConvention) {
   const uint64_t seed = 4242;
   const Vec inp = randn(n, 9), bias = randn(C, 10), residual = randn(n, 11), dout = randn(n, 12);
   Vec out(n), din(n), scratch(n), dbias(C, 1.0f), bda(n), bda_din(n);
-  dropout_forward(out.data(), inp.data(), n, p, seed);
-  dropout_backward(din.data(), dout.data(), n, p, seed);
+  dropout_forward(out.data(), inp.data(), 1, n, p, seed);
+  dropout_backward(din.data(), dout.data(), 1, n, p, seed);
   bias_dropout_add_forward(bda.data(), inp.data(), bias.data(), residual.data(), N, C, p, seed, false, scratch.data());
   bias_dropout_add_backward(bda_din.data(), dbias.data(), dout.data(), N, C, p, seed);
   int64_t dropped = 0;
@@ -163,7 +163,7 @@ TEST(Reference, DropoutMaskConvention) {
   EXPECT_NEAR(static_cast<double>(dropped) / n, p, 0.03);
   EXPECT_TRUE(all_close(dbias, dbias_ref, 1e-5, 1e-5));
   // p == 0 is an exact identity.
-  dropout_forward(out.data(), inp.data(), n, 0.0f, seed);
+  dropout_forward(out.data(), inp.data(), 1, n, 0.0f, seed);
   EXPECT_TRUE(testing::bit_equal(out, inp));
 }
 

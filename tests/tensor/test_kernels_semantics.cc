@@ -229,7 +229,7 @@ Vec heads_of(const Vec& x, int64_t B, int64_t H, int64_t h0, int64_t Hl, int64_t
   return out;
 }
 
-// A token shard (rows [r*N/tp, (r+1)*N/tp)) with index_offset = r*(N/tp)*C
+// A token shard (rows [r*N/tp, (r+1)*N/tp)) numbered from row0 = r*(N/tp)
 // draws exactly the mask of the same rows of the unsharded call.
 TEST(ShardedDropout, IndexOffsetMatchesSliceOfFullRun) {
   const int64_t N = 48, C = 40, tp = 4, Nl = N / tp;
@@ -241,24 +241,24 @@ TEST(ShardedDropout, IndexOffsetMatchesSliceOfFullRun) {
     bias_dropout_add_forward(out.data(), inp.data(), bias.data(), residual.data(), N, C, p, seed, fused,
                              scratch.data());
     bias_dropout_add_backward(din.data(), db.data(), dout.data(), N, C, p, seed);
-    dropout_forward(drop.data(), inp.data(), N * C, p, seed);
-    dropout_backward(ddrop.data(), dout.data(), N * C, p, seed);
+    dropout_forward(drop.data(), inp.data(), N, C, p, seed);
+    dropout_backward(ddrop.data(), dout.data(), N, C, p, seed);
     for (int64_t r = 0; r < tp; ++r) {
-      const int64_t offset = r * Nl * C;
+      const TokenNumbering offset{r * Nl};
       const Vec x = rows_of(inp, r * Nl, Nl, C), res = rows_of(residual, r * Nl, Nl, C),
                 g = rows_of(dout, r * Nl, Nl, C);
       Vec o(Nl * C), di(Nl * C), d(Nl * C), dd(Nl * C), dbl(C, 0.0f), naive(Nl * C);
       bias_dropout_add_forward(o.data(), x.data(), bias.data(), res.data(), Nl, C, p, seed, fused, scratch.data(),
                                offset);
       bias_dropout_add_backward(di.data(), dbl.data(), g.data(), Nl, C, p, seed, offset);
-      dropout_forward(d.data(), x.data(), Nl * C, p, seed, offset);
-      dropout_backward(dd.data(), g.data(), Nl * C, p, seed, offset);
+      dropout_forward(d.data(), x.data(), Nl, C, p, seed, offset);
+      dropout_backward(dd.data(), g.data(), Nl, C, p, seed, offset);
       EXPECT_TRUE(bit_equal(o, rows_of(out, r * Nl, Nl, C))) << "bias_dropout_add fwd, fused=" << fused << " r=" << r;
       EXPECT_TRUE(bit_equal(di, rows_of(din, r * Nl, Nl, C))) << "bias_dropout_add bwd, r=" << r;
       EXPECT_TRUE(bit_equal(d, rows_of(drop, r * Nl, Nl, C))) << "dropout fwd, r=" << r;
       EXPECT_TRUE(bit_equal(dd, rows_of(ddrop, r * Nl, Nl, C))) << "dropout bwd, r=" << r;
       if (r > 0) {  // control: without the offset a shard draws the first rows' mask
-        dropout_forward(naive.data(), x.data(), Nl * C, p, seed);
+        dropout_forward(naive.data(), x.data(), Nl, C, p, seed);
         EXPECT_FALSE(bit_equal(naive, d)) << "r=" << r;
       }
     }
