@@ -198,7 +198,15 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     if (p.devices.help) return p;
   }
   const std::string profile = devices ? p.devices.device_profile : p.inv.args.device_profile;
-  p.placement = mtrain::launch::place_device(profile, env, world, &p.warnings);
+  // A dry run places the node it plans (its ranks on this node's NPUs), so a
+  // world the profile's node cannot hold is refused as a launch would be.
+  WorldInfo placed = world;
+  if (launch.dry_run && !mtrain::launch::under_mpi(env)) {
+    placed.size = launch.request.world_size();
+    placed.nnodes = launch.request.nnodes;
+    placed.local_size = launch.request.nproc_per_node;
+  }
+  p.placement = mtrain::launch::place_device(profile, env, placed, &p.warnings);
   return p;
 }
 

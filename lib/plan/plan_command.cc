@@ -10,6 +10,7 @@
 
 #include "common/errors.h"
 #include "config/cli.h"
+#include "config/profiles.h"
 #include "plan/search.h"
 
 namespace mtrain::plan {
@@ -203,6 +204,13 @@ int run_plan_command(const PlanOptions& given, std::ostream& out) {
   config::ParseOptions po;
   po.world_size = world;
   const config::Invocation inv = config::parse_command_line(static_cast<int>(argv.size()), argv.data(), po);
+  // One rank per NPU: a node of the profile holds devices_per_node ranks, as a launch checks.
+  const config::DeviceProfileSpec node = config::load_device_profile(inv.args.device_profile);
+  if (o.nproc_per_node > node.devices_per_node)
+    throw DistributedError(
+        fmt::format("--nproc_per_node {}: a node of {} has {} NPUs (one rank per NPU)", o.nproc_per_node, node.name,
+                    node.devices_per_node),
+        fmt::format("plan at most {} ranks per node and more nodes (--nnodes)", node.devices_per_node));
   const SearchSummary s = search_layouts(inv.args, {o.nproc_per_node, o.nnodes, true});
   if (s.fitting.empty()) {
     if (s.misses.empty())

@@ -108,6 +108,19 @@ TEST_F(DryRunCli, ImpossibleLayoutGetsMegatronsMessage) {
   EXPECT_EQ(r.out.find("Dry run"), std::string::npos) << "nothing is simulated";
 }
 
+// One rank per NPU: a node of the profile (Ascend910B3: 8 NPUs) cannot hold
+// 16 ranks, so the dry run refuses it as the launch would (exit 8).
+TEST_F(DryRunCli, MoreRanksPerNodeThanTheProfileHasNpusIsRefused) {
+  const RunResult r = run(demo("--global_batch_size 128"), "crowded", world(1, 16));
+  EXPECT_EQ(r.exit_code, 8) << r.describe();
+  EXPECT_NE(r.err.find("16 local ranks do not fit: this node has 8 devices (one device per rank)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("hint: run at most 8 ranks per node"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("Dry run"), std::string::npos) << "nothing is simulated";
+  const RunResult two_nodes = run(demo("--global_batch_size 128"), "spread", world(2, 8));
+  EXPECT_EQ(two_nodes.exit_code, 0) << two_nodes.describe();
+}
+
 TEST_F(DryRunCli, MissingCheckpointIsAnErrorButAMissingDatasetIsFine) {
   const RunResult load = run(demo("--load " + (tmp_ / "no_such_checkpoint").string()), "load");
   EXPECT_EQ(load.exit_code, 5) << load.describe();

@@ -43,6 +43,18 @@ TEST_F(PlanCli, NothingFitsIsExitSix) {
   EXPECT_NE(r.err.find("no layout of 1 ranks fits; the nearest miss"), std::string::npos) << r.err;
 }
 
+// One rank per NPU: an Ascend910B3 node has 8, so 16 per node is refused
+// before any search, as a launch would refuse it (exit 8).
+TEST_F(PlanCli, MoreRanksPerNodeThanTheProfileHasNpusIsExitEight) {
+  const RunResult r = run(words("plan --model_preset qwen2.5-7b --global_batch_size 64 --seq_length 1024 --bf16 "
+                                "--nproc_per_node 16"),
+                          "crowded", world(1));
+  EXPECT_EQ(r.exit_code, 8) << r.describe();
+  EXPECT_NE(r.err.find("--nproc_per_node 16: a node of Ascend910B3 has 8 NPUs (one rank per NPU)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("hint: plan at most 8 ranks per node and more nodes (--nnodes)"), std::string::npos) << r.err;
+}
+
 TEST_F(PlanCli, BadFlagsAreExitTwo) {
   const RunResult r = run(concat(qwen7b(), {"--nnodes", "0"}), "nnodes", world(1));
   EXPECT_EQ(r.exit_code, 2) << r.describe();
