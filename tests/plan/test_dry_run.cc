@@ -57,20 +57,22 @@ TEST_P(RealAgrees, PeakMemoryByCategory) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, RealAgrees,
-    ::testing::Values(Layout{"single", 1, ""},
-                      Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"},
-                      Layout{"pp2", 2, "--pipeline_model_parallel_size 2"},
-                      Layout{"pp2_uneven_bf16", 2,
-                             "--pipeline_model_parallel_size 2 --decoder_first_pipeline_num_layers 1 --bf16"},
-                      Layout{"tp2_pp2_tied_fp16", 4,
-                             "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
-                             "--untie_embeddings_and_output_weights false --fp16"},
-                      Layout{"dp2_no_distopt", 2, "--use_distributed_optimizer false"},
-                      Layout{"dp2_distopt", 2, "--use_distributed_optimizer"},
-                      Layout{"tp2_pp2_interleaved_recompute", 4,
-                             "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
-                             "--num_layers_per_virtual_pipeline_stage 1 --recompute_granularity full "
-                             "--recompute_method uniform --recompute_num_layers 1"}),
+    ::testing::Values(
+        Layout{"single", 1, ""}, Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"},
+        Layout{"pp2", 2, "--pipeline_model_parallel_size 2"},
+        Layout{"pp2_uneven_bf16", 2, "--pipeline_model_parallel_size 2 --decoder_first_pipeline_num_layers 1 --bf16"},
+        Layout{"tp2_pp2_tied_fp16", 4,
+               "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
+               "--untie_embeddings_and_output_weights false --fp16"},
+        Layout{"dp2_no_distopt", 2, "--use_distributed_optimizer false"},
+        Layout{"dp2_distopt", 2, "--use_distributed_optimizer"},
+        Layout{"full_recompute_block", 1,
+               "--recompute_granularity full --recompute_method block --recompute_num_layers 1"},
+        Layout{"selective_recompute_unfused", 1, "--recompute_granularity selective --attention_backend unfused"},
+        Layout{"tp2_pp2_interleaved_recompute", 4,
+               "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
+               "--num_layers_per_virtual_pipeline_stage 1 --recompute_granularity full "
+               "--recompute_method uniform --recompute_num_layers 1"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
 
 TEST_F(DryRunTest, ReportsFitsAndNamesTheRanksOfEachClass) {

@@ -195,6 +195,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{"pp2dp2_interleaved_overlap_both", 4,
                              "--pipeline_model_parallel_size 2 --num_layers_per_virtual_pipeline_stage 1 "
                              "--overlap_grad_reduce --overlap_param_gather --ddp_bucket_size 20000"},
+                      Layout{"full_recompute_block", 1,
+                             "--recompute_granularity full --recompute_method block --recompute_num_layers 1"},
+                      Layout{"selective_recompute_unfused", 1,
+                             "--recompute_granularity selective --attention_backend unfused"},
                       Layout{"tp2_pp2_interleaved_fp16", 4,
                              "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
                              "--num_layers_per_virtual_pipeline_stage 1 --fp16 --initial_loss_scale 4096"}),
