@@ -12,12 +12,14 @@
 //       random init: the initialisation is a function of the seed, the
 //       tensor's name and the model shape (recorded in the state as well),
 //       independent of the parallel layout, so seed + shape are exact.
-// A resume rebuilds the base from the reference and refuses (exit 5, naming
-// the file) one whose files changed.
+// A resume, export and infer rebuild the base from the reference and refuse
+// (exit 5, naming the file) one whose files changed.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "checkpoint/sharded_checkpoint.h"
 #include "common/file_system.h"
 #include "nlohmann/json.hpp"
 #include "train/checkpointing.h"
@@ -35,5 +37,13 @@ void verify_base_reference(FileSystem& fs, const nlohmann::json& ref, uint64_t s
 
 // Loads the base weights the reference names into `t` (verified first).
 void load_base_reference(FileSystem& fs, const nlohmann::json& ref, TrainingState& t);
+
+// The weights of checkpoint `r` as export and infer read them: a full
+// checkpoint as it is; a LoRA checkpoint's trainable tensors over the frozen
+// base its reference names (a --model HF directory, a full checkpoint, or the
+// random init of its seed), verified first by verify_base_reference, so a
+// changed or missing base is refused exactly as a resume refuses it.
+// `r` must outlive the result. (base_weights.cc)
+std::unique_ptr<checkpoint::WeightSource> checkpoint_weights(FileSystem& fs, const checkpoint::CheckpointReader& r);
 
 }  // namespace mtrain::train

@@ -11,6 +11,7 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/errors.h"
 #include "parallel/local_comm.h"
+#include "train/base_reference.h"
 #include "train/export_lora.h"
 
 namespace mtrain::train {
@@ -47,8 +48,15 @@ checkpoint::ModelMeta checkpoint_model(const checkpoint::CheckpointReader& r) {
 }
 
 // Every model tensor of the checkpoint must map to HF with the shape the model implies, and every
-// tensor the HF model needs must be there. Optimizer state is skipped.
-void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const HfModelShape& s) {
+// tensor the HF model needs must be in `src` (the checkpoint, over its base for a LoRA checkpoint)
+// in that shape. Optimizer state is skipped.
+void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const checkpoint::WeightSource& src,
+                              const HfModelShape& s) {
+  const auto wrong_shape = [&](const std::string& name, const Shape& have, const Shape& want) {
+    return CheckpointError(fmt::format("{}: tensor {} has shape {}, but the checkpoint's model implies {}", r.path(),
+                                       name, shape_str(have), shape_str(want)),
+                           "the checkpoint is damaged or its state's \"model\" does not describe its tensors");
+  };
   for (const std::string& name : r.names()) {
     if (name.rfind("optimizer.", 0) == 0 || is_adapter_tensor(name)) continue;
     checkpoint::HfTensorMap m;
@@ -57,15 +65,15 @@ void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const HfMod
     } catch (const CheckpointError& e) {
       throw CheckpointError(fmt::format("{}: {}", r.path(), e.what()), e.hint());
     }
-    if (r.global_shape(name) != m.mcore_shape)
-      throw CheckpointError(fmt::format("{}: tensor {} has shape {}, but the checkpoint's model implies {}", r.path(),
-                                        name, shape_str(r.global_shape(name)), shape_str(m.mcore_shape)),
-                            "the checkpoint is damaged or its state's \"model\" does not describe its tensors");
+    if (r.global_shape(name) != m.mcore_shape) throw wrong_shape(name, r.global_shape(name), m.mcore_shape);
   }
-  for (const checkpoint::HfTensorMap& m : checkpoint::hf_tensor_maps(s))
-    if (!r.has(m.mcore_name))
+  for (const checkpoint::HfTensorMap& m : checkpoint::hf_tensor_maps(s)) {
+    if (!src.has(m.mcore_name))
       throw CheckpointError(fmt::format("{}: tensor {} is missing", r.path(), m.mcore_name),
                             "the checkpoint does not hold the whole model");
+    if (src.global_shape(m.mcore_name) != m.mcore_shape)
+      throw wrong_shape(m.mcore_name, src.global_shape(m.mcore_name), m.mcore_shape);
+  }
 }
 
 // The adapters --to_hf merges: --adapter_load's (a PEFT directory or an mtrain LoRA checkpoint) or the
@@ -115,7 +123,8 @@ int export_to_hf(const ExportOptions& o, FileSystem& fs) {
   const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(fs, o.load, o.ckpt_step);
   const checkpoint::ModelMeta meta = checkpoint_model(r);
   const HfModelShape shape = checkpoint::hf_shape_from_meta(meta);
-  check_checkpoint_tensors(r, shape);
+  const std::unique_ptr<checkpoint::WeightSource> src = checkpoint_weights(fs, r);  // a LoRA base: verified
+  check_checkpoint_tensors(r, *src, shape);
   const std::optional<ExportAdapters> adapters = adapters_to_merge(o, fs, r, shape);
   const checkpoint::StDType dtype = o.torch_dtype ? *o.torch_dtype : checkpoint::st_dtype_of(shape.dtype);
   fmt::print(" loading checkpoint from {} at iteration {:7d}\n > model: {}\n", o.load, r.iteration(), describe(shape));
@@ -125,9 +134,9 @@ int export_to_hf(const ExportOptions& o, FileSystem& fs) {
     fmt::print(" merging LoRA adapters (rank {}, scale {}) into the weights\n", adapters->config.r, adapters->scale());
   std::fflush(stdout);
   checkpoint::HfTensorFetch fetch = [&](const std::string& name) {
-    const Shape global = r.global_shape(name);
+    const Shape global = src->global_shape(name);
     std::vector<float> full(static_cast<size_t>(shape_numel(global)));
-    r.read_block(name, std::vector<int64_t>(global.size(), 0), global, full.data());
+    src->read_block(name, std::vector<int64_t>(global.size(), 0), global, full.data());
     return full;
   };
   if (adapters) fetch = merging_fetch(std::move(fetch), *adapters);

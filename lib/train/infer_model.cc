@@ -13,6 +13,7 @@
 #include "config/cli.h"
 #include "config/json.h"
 #include "config/validate.h"
+#include "train/base_reference.h"
 #include "train/checkpointing.h"
 #include "train/infer_internal.h"
 #include "train/rank_build.h"
@@ -149,7 +150,7 @@ void load_weights(const InferOptions& o, InferModel& m) {
     const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(
         fs, *o.load, o.ckpt_step ? std::optional<int64_t>(*o.ckpt_step) : std::nullopt);
     check_checkpoint_model(r, c);
-    load_source(r, o, m);
+    load_source(*checkpoint_weights(fs, r), o, m);  // a LoRA checkpoint: over its verified base
     if (m.print) fmt::print(" loaded checkpoint {} at iteration {}\n", *o.load, r.iteration());
   } else {
     const checkpoint::HfModelReader r = checkpoint::HfModelReader::open(fs, *o.model, c.padded_vocab);

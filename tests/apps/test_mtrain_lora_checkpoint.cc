@@ -4,7 +4,8 @@
 // bit) at (1,1,1) and TP2; any-layout reload (saved at TP2, resumed at TP1
 // and PP2: the loss equals the single-device run's within the 1e-5 bound of
 // test_mtrain_lora.cc); the size is the adapters' arithmetic; a base that
-// changed is refused with exit 5 naming the file.
+// changed is refused with exit 5 naming the file, by resume, export and infer;
+// export and infer rebuild a random base from its seed.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,6 +44,29 @@ class LoraAdapterCheckpoint : public MtrainTest {
                             "--num_generate_samples 0"),
                       {"--output_dir", (tmp_ / "base").string()}),
                "base");
+  }
+  // `mtrain export --to_hf --merge_lora true` of the LoRA checkpoint in <tmp>/<dir>.
+  RunResult merge(const std::string& dir, const std::string& out) {
+    return run({"export", "--to_hf", "--merge_lora", "true", "--load", (tmp_ / dir).string(), "--output_dir",
+                (tmp_ / out).string()},
+               out);
+  }
+  // The greedy answers of `mtrain infer <weights>` to three demo questions.
+  std::vector<std::string> answers(const std::string& tag, const std::vector<std::string>& weights, int* code) {
+    const fs::path val = tmp_ / "val.jsonl", result = tmp_ / (tag + ".jsonl");
+    write_text(val,
+               "{\"instruction\": \"What colour is a leaf?\", \"input\": \"\", \"output\": \"green\"}\n"
+               "{\"instruction\": \"Which day follows Friday?\", \"input\": \"\", \"output\": \"Saturday\"}\n");
+    const RunResult r =
+        run(concat(concat({"infer"}, weights), {"--val_dataset", val.string(), "--max_new_tokens", "6", "--result_path",
+                                                result.string(), "--num_threads", "1"}),
+            tag);
+    *code = r.exit_code;
+    if (r.exit_code != 0) std::fprintf(stderr, "%s\n", r.describe().c_str());
+    std::vector<std::string> out;
+    if (r.exit_code == 0)
+      for (const nlohmann::json& row : read_jsonl(result)) out.push_back(row["response"].get<std::string>());
+    return out;
   }
   std::string resume_from(const std::string& dir) { return "--load " + (tmp_ / dir).string() + " --ckpt_step 10"; }
   void expect_same(const std::string& full, const std::string& resumed, double bound) {
@@ -146,6 +170,12 @@ TEST_F(LoraAdapterCheckpoint, RefusesAChangedHuggingFaceBase) {
   ASSERT_EQ(e.exit_code, 0) << e.describe();
   ASSERT_EQ(lora("ada", 20, "--model " + hf.string()).exit_code, 0);
   ASSERT_EQ(lora("ok", 20, "--model " + hf.string() + " " + resume_from("ada")).exit_code, 0);
+  // Export and infer open the adapter-only checkpoint over the HF base it names.
+  const RunResult merged = merge("ada", "merged");
+  ASSERT_EQ(merged.exit_code, 0) << merged.describe();
+  int code = -1;
+  ASSERT_FALSE(answers("infer_ok", {"--load", (tmp_ / "ada").string()}, &code).empty());
+  ASSERT_EQ(code, 0);
   const fs::path weights = hf / "model.safetensors";
   ASSERT_TRUE(fs::exists(weights));
   {  // one weight changes (the last byte of the data); the file stays valid
@@ -158,6 +188,49 @@ TEST_F(LoraAdapterCheckpoint, RefusesAChangedHuggingFaceBase) {
   const RunResult changed = lora("changed", 20, "--model " + hf.string() + " " + resume_from("ada"));
   EXPECT_EQ(changed.exit_code, 5) << changed.describe();
   EXPECT_NE(changed.err.find(weights.string()), std::string::npos) << changed.err;
+  // ... and export and infer refuse it alike.
+  const RunResult exported = merge("ada", "merged_changed");
+  EXPECT_EQ(exported.exit_code, 5) << exported.describe();
+  EXPECT_NE(exported.err.find(weights.string()), std::string::npos) << exported.err;
+  EXPECT_FALSE(fs::exists(tmp_ / "merged_changed" / "model.safetensors"));
+  const RunResult inferred =
+      run({"infer", "--load", (tmp_ / "ada").string(), "--max_new_tokens", "2"}, "infer_changed");
+  EXPECT_EQ(inferred.exit_code, 5) << inferred.describe();
+  EXPECT_NE(inferred.err.find(weights.string()), std::string::npos) << inferred.err;
+}
+
+// A randomly initialised base is rebuilt from the seed the checkpoint records:
+// the merged export, the adapter as LoRA layers and merged at load answer
+// alike, and the merged model's first training loss is that of --finetune
+// from the checkpoint (training's own init of the base), within the fp32
+// bound of the merge (test_mtrain_peft.cc: 16 * 688 * 2^-24 relative).
+TEST_F(LoraAdapterCheckpoint, ExportAndInferRebuildARandomBaseFromItsSeed) {
+  ASSERT_EQ(lora("rand", 10).exit_code, 0);
+  const RunResult merged = merge("rand", "merged");
+  ASSERT_EQ(merged.exit_code, 0) << merged.describe();
+  int code = -1;
+  const std::vector<std::string> lora_layers = answers("unmerged", {"--load", (tmp_ / "rand").string()}, &code);
+  ASSERT_EQ(code, 0);
+  ASSERT_EQ(lora_layers.size(), 2u);
+  EXPECT_EQ(answers("at_load", {"--load", (tmp_ / "rand").string(), "--merge_lora", "true"}, &code), lora_layers);
+  const std::string tokenizer = (fs::path(MTRAIN_SOURCE_DIR) / "configs/demo/tokenizer.json").string();
+  EXPECT_EQ(answers("exported", {"--model", (tmp_ / "merged").string(), "--tokenizer", tokenizer}, &code), lora_layers);
+
+  // One step each on the same first batch: the LoRA model over training's own init of the base
+  // (--finetune from the checkpoint), and the merged export as a plain model.
+  const RunResult a = lora("ft", 1, "--lora_dropout 0 --finetune --load " + (tmp_ / "rand").string());
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  const RunResult b = run(concat(words("sft configs/sft_demo.yaml --lr 3e-4 --min_lr 3e-5 --lr_decay_iters 2400 "
+                                       "--micro_batch_size 2 --global_batch_size 8 --eval_interval 100 --eval_iters 1 "
+                                       "--log_interval 1 --num_threads 1 --num_generate_samples 0 --train_iters 1 "
+                                       "--tokenizer " +
+                                       tokenizer + " --model " + (tmp_ / "merged").string()),
+                                 {"--output_dir", (tmp_ / "plain").string()}),
+                          "plain");
+  ASSERT_EQ(b.exit_code, 0) << b.describe();
+  const double la = train_rows(tmp_ / "ft").front().at("loss").get<double>();
+  const double lb = train_rows(tmp_ / "plain").front().at("loss").get<double>();
+  EXPECT_LE(std::abs(la - lb) / la, 16.0 * 688 * std::ldexp(1.0, -24)) << la << " vs " << lb;
 }
 
 }  // namespace
