@@ -24,15 +24,9 @@ using model::ParamInfo;
 using model::ParamStore;
 using model::TokenBatch;
 using model::testing::all_fused;
+using model::testing::loss_of;
 using model::testing::random_batch;
 using model::testing::RandomBatch;
-
-double loss_of(GptModel& m, const TokenBatch& b, const std::vector<float>& w) {
-  m.forward(b, 7, true);
-  double s = 0;
-  for (size_t i = 0; i < w.size(); ++i) s += static_cast<double>(w[i]) * m.losses()[i];
-  return s;
-}
 
 struct Case {
   std::string name;

@@ -114,4 +114,13 @@ inline RandomBatch random_batch(int64_t B, int64_t T, int64_t vocab, uint64_t se
   return r;
 }
 
+// sum_i w[i] * loss[i] of one forward (the dropout seed fixed at 7): the
+// scalar whose gradient the finite-difference tests check.
+inline double loss_of(GptModel& m, const TokenBatch& b, const std::vector<float>& w, bool training = true) {
+  m.forward(b, 7, training);
+  double s = 0;
+  for (size_t i = 0; i < w.size(); ++i) s += static_cast<double>(w[i]) * m.losses()[i];
+  return s;
+}
+
 }  // namespace mtrain::model::testing

@@ -14,15 +14,9 @@ namespace mtrain::model {
 namespace {
 
 using testing::all_fused;
+using testing::loss_of;
 using testing::random_batch;
 using testing::RandomBatch;
-
-double loss_of(GptModel& m, const TokenBatch& b, const std::vector<float>& w, bool training) {
-  m.forward(b, 7, training);
-  double s = 0;
-  for (size_t i = 0; i < w.size(); ++i) s += static_cast<double>(w[i]) * m.losses()[i];
-  return s;
-}
 
 struct Case {
   std::string name;
