@@ -106,13 +106,14 @@ Plot loss_scale_plot(const std::vector<RunLog>& runs) {
   return p;
 }
 
-// The categories any run logged, in first-seen order.
+// The categories any run logged with a nonzero value, in first-seen order
+// (communication buffers are zero without DP overlap, "other" mostly is).
 std::vector<std::string> memory_categories(const std::vector<RunLog>& runs) {
   std::vector<std::string> names;
   for (const RunLog& run : runs)
     for (const TrainRow& r : run.train)
       for (const auto& [name, bytes] : r.memory)
-        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+        if (bytes != 0 && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   return names;
 }
 
