@@ -76,11 +76,11 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
                       "search TP/PP/VPP/DP, micro-batch, recompute, distributed optimizer and SP for the fastest "
                       "layout that fits (dry-run checked)",
                       /*training_flags=*/false});
-  commands.push_back({"report",
-                      {},
-                      "write a run's HTML report with SVG plots (loss, lr, grad norm, loss scale, speed, NPU memory); "
-                      "--compare overlays runs",
-                      /*training_flags=*/false});
+  commands.push_back(
+      {"report",
+       {},
+       "write a run's HTML report with SVG plots (loss, lr, grad norm, memory...); --compare overlays runs",
+       /*training_flags=*/false});
   commands.push_back({"preprocess_data",
                       {},
                       "tokenize JSONL into Megatron's indexed .bin/.idx pretraining format (for pt --data_path)",
