@@ -99,6 +99,12 @@ ReportOptions parse_report_args(const std::vector<std::string>& args) {
 ReportFiles write_report(const ReportOptions& options) {
   std::vector<RunLog> runs = {read_run_dir(options.run_dir)};
   for (const std::string& d : options.compare) runs.push_back(read_run_dir(d));
+  // Runs named alike (runs/tp1/out, runs/tp2/out) are labelled by the path given.
+  std::vector<bool> shared(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i)
+    for (size_t j = 0; j < runs.size(); ++j) shared[i] = shared[i] || (i != j && runs[i].label == runs[j].label);
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (shared[i]) runs[i].label = runs[i].dir;
   const std::vector<Plot> plots = build_plots(runs);
   ReportFiles files;
   for (const RunLog& run : runs) files.warnings.insert(files.warnings.end(), run.warnings.begin(), run.warnings.end());

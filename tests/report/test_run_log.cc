@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "report/report.h"
 #include "report/run_log.h"
 
 namespace mtrain::report {
@@ -151,6 +152,21 @@ TEST_F(RunDir, NotARunIsRefusedNamingThePath) {
   EXPECT_EQ(no_rows.first, ExitCode::kData);
   EXPECT_NE(no_rows.second.find("logging.jsonl holds no logged training iteration yet"), std::string::npos)
       << no_rows.second;
+}
+
+TEST_F(RunDir, RunsOfTheSameNameAreLabelledByTheirPath) {
+  for (const char* run : {"tp1/out", "tp2/out"}) {
+    fs::create_directories(dir_ / run);
+    std::ofstream(dir_ / run / "logging.jsonl") << kRow5 << "\n";
+  }
+  ReportOptions o = parse_report_args(
+      {(dir_ / "tp1/out").string(), "--compare", (dir_ / "tp2/out").string(), "--out", (dir_ / "cmp.html").string()});
+  const ReportFiles files = write_report(o);
+  std::ifstream in(files.html);
+  const std::string html((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("data-label=\"" + (dir_ / "tp1/out").string() + " training\""), std::string::npos);
+  EXPECT_NE(html.find("data-label=\"" + (dir_ / "tp2/out").string() + " training\""), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir_ / "report" / "loss.svg"));
 }
 
 }  // namespace
