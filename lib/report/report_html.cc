@@ -176,9 +176,10 @@ std::string render_report_html(const std::vector<RunLog>& runs, const std::vecto
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{}</style>"
       "<script>{}</script></head><body>\n<h1>{}</h1>\n",
       xml_escape(title), kStyle, kErrorScript, xml_escape(title));
-  s += runs_section(runs) + "\n" + args_table(runs) + "\n<h2>Plots</h2><div class=\"plots\">\n";
+  s += runs_section(runs) + "\n<h2>Plots</h2><div class=\"plots\">\n";
   for (const Plot& p : plots) s += plot_box(p) + "\n";
-  s += fmt::format("</div>\n<script>{}</script>\n</body></html>\n", kScript);
+  s += "</div>\n" + args_table(runs);
+  s += fmt::format("\n<script>{}</script>\n</body></html>\n", kScript);
   return s;
 }
 

@@ -1,7 +1,7 @@
-// The run report as one self-contained HTML page: the runs and their state,
-// their layout and key arguments (one column per run, differing rows
-// marked), every plot as inline SVG (log-scale plots twice, switched by a
-// checkbox) and a little inline script for the switch and hover values. No
+// The run report as one self-contained HTML page: the runs, their state and
+// layout, every plot as inline SVG (log-scale plots twice, switched by a
+// checkbox), then the key arguments (one column per run, differing rows
+// marked) and a little inline script for the switch and hover values. No
 // external resource: it opens offline. The script also records any
 // JavaScript error in the root element's data-js-errors attribute, and the
 // rendered length and box of every visible series in data-rendered-length /
