@@ -79,17 +79,19 @@ function measure(scope){scope.querySelectorAll('svg.plot').forEach(function(svg)
 function hover(svg){var d=svg.dataset,text=svg.querySelector('text.hover');
  var series=[].map.call(svg.querySelectorAll('path.series'),function(p){return {label:p.dataset.label,
   x:p.dataset.x.split(',').map(Number),y:p.dataset.y.split(',').map(Number)};});
- svg.addEventListener('mousemove',function(ev){var r=svg.getBoundingClientRect(),vb=svg.viewBox.baseVal;
-  var px=(ev.clientX-r.left)*vb.width/r.width;
-  var it=+d.xlo+(px-d.px0)/(d.px1-d.px0)*(d.xhi-d.xlo),parts=[];
+ function showAt(it){var parts=[];
   series.forEach(function(s){var best=-1,bd=Infinity;s.x.forEach(function(x,i){var dd=Math.abs(x-it);
    if(dd<bd&&isFinite(s.y[i])){bd=dd;best=i;}});
    if(best>=0)parts.push(s.label+': '+fmtv(s.y[best])+' @ '+s.x[best]);});
-  text.textContent=parts.join('   ');});
- svg.addEventListener('mouseleave',function(){text.textContent='';});}
+  text.textContent=parts.join('   ');}
+ svg.addEventListener('mousemove',function(ev){var r=svg.getBoundingClientRect(),vb=svg.viewBox.baseVal;
+  var px=(ev.clientX-r.left)*vb.width/r.width;
+  showAt(+d.xlo+(px-d.px0)/(d.px1-d.px0)*(d.xhi-d.xlo));});
+ svg.addEventListener('mouseleave',function(){text.textContent='';});
+ var m=/hover=([0-9.]+)/.exec(location.hash);if(m)showAt(+m[1]);}
 document.querySelectorAll('input.logtoggle').forEach(function(cb){var box=document.getElementById('plot-'+cb.dataset.plot);
  cb.addEventListener('change',function(){show(box,cb.checked);});
- if(location.hash==='#log'){cb.checked=true;show(box,true);}});
+ if(/(^#|,)log(,|$)/.test(location.hash)){cb.checked=true;show(box,true);}});
 document.querySelectorAll('svg.plot').forEach(hover);
 measure(document);
 document.documentElement.setAttribute('data-report-ready','1');

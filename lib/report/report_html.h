@@ -6,7 +6,8 @@
 // JavaScript error in the root element's data-js-errors attribute, and the
 // rendered length and box of every visible series in data-rendered-length /
 // data-rendered-box, which the headless-browser test reads from the DOM.
-// Opening it as report.html#log shows every log-scale view.
+// Opening it as report.html#log shows every log-scale view, #hover=N the
+// values nearest iteration N as pointing there would (both: #log,hover=N).
 #pragma once
 
 #include <string>

@@ -52,6 +52,8 @@ TrainRow train_row(const json& row, int64_t iteration, int64_t total) {
   r.loss_scale = number(row, "loss_scale");
   r.skipped = number(row, "skipped_iterations");
   r.nans = number(row, "nan_iterations");
+  // An interval whose every iteration was skipped has no loss; the logger writes 0 (Megatron prints none).
+  if (r.loss == 0 && r.skipped > 0) r.loss = kNaN;
   r.iteration_ms = number(row, "elapsed_time_per_iteration_ms");
   r.tokens_per_second = number(row, "tokens_per_second");
   for (const auto& [key, value] : row.items())

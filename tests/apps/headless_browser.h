@@ -86,6 +86,7 @@ inline std::vector<std::string> tags(const std::string& html, const std::string&
 struct SvgPlot {
   std::string tag;
   std::vector<std::string> paths;
+  std::string hover;  // the text the page's hover code shows
   std::string id() const { return attr(tag, "data-plot"); }
   bool log() const { return attr(tag, "data-log") == "1"; }
 };
@@ -99,6 +100,8 @@ inline std::vector<SvgPlot> plots_of(const std::string& dom) {
     SvgPlot p;
     p.tag = body.substr(0, body.find('>') + 1);
     for (const std::string& t : tags(body, "path class=\"series\"")) p.paths.push_back(t);
+    std::smatch m;
+    if (std::regex_search(body, m, std::regex("<text class=\"hover\"[^>]*>([^<]*)"))) p.hover = m[1];
     if (attr(p.tag, "class") == "plot") out.push_back(p);
     at = end;
   }

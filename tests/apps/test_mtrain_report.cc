@@ -203,15 +203,29 @@ TEST_F(Report, CompareOverlaysRunsAndTheLogViewRenders) {
   for (const char* svg : {"loss.svg", "loss_log.svg", "grad_norm.svg", "memory.svg", "loss_scale_log.svg"})
     EXPECT_TRUE(fs::exists(dir() / "cmp" / "report" / svg)) << svg;
 
-  const Page page = open_page("file://" + html.string() + "#log", dir(), "cmp");
+  const Page page = open_page("file://" + html.string() + "#log,hover=4", dir(), "cmp");
   expect_no_js_errors(page);
   const std::vector<SvgPlot> plots = plots_of(page.dom);
   expect_rendered(plots, {"loss", "loss_scale"}, true);  // #log shows the log views
   expect_rendered(plots, {"learning_rate", "grad_norm", "memory"}, false);
   const auto rows_a = train_rows(dir() / "a"), rows_b = train_rows(dir() / "b");
   expect_values(plots, "loss", "a training", column(rows_a, "loss"));
-  expect_values(plots, "loss", "b training", column(rows_b, "loss"));
+  // An interval whose iterations were all skipped has no lm loss (Megatron prints none; the JSON says 0).
+  std::vector<double> loss_b = column(rows_b, "loss");
+  for (size_t i = 0; i < loss_b.size(); ++i)
+    if (loss_b[i] == 0 && rows_b[i].at("skipped_iterations").get<int>() > 0) loss_b[i] = std::nan("");
+  expect_values(plots, "loss", "b training", loss_b);
   expect_values(plots, "loss_scale", "b", column(rows_b, "loss_scale"));
+  // Hovering at iteration 4 shows each run's value there (JavaScript's toPrecision(5) is C's %.5g here).
+  for (const SvgPlot& p : plots) {
+    if (p.id() != "loss" || p.log()) continue;
+    for (const auto& [run, loss] : {std::pair{"a", column(rows_a, "loss")}, std::pair{"b", loss_b}}) {
+      if (std::isnan(loss[3])) continue;  // the nearest logged loss is elsewhere
+      char want[96];
+      std::snprintf(want, sizeof want, "%s training: %.5g @ 4", run, loss[3]);
+      EXPECT_TRUE(contains(p.hover, want)) << "'" << want << "' not in '" << p.hover << "'";
+    }
+  }
   // fp16's skipped iterations are marked on the loss scale, one mark per interval with skips.
   int skipped = 0;
   for (double s : column(rows_b, "skipped_iterations")) skipped += s > 0;

@@ -59,6 +59,16 @@ TEST(RunLog, ReadsTrainingAndValidationRows) {
   EXPECT_TRUE(log.warnings.empty());
 }
 
+TEST(RunLog, AnIntervalOfSkippedIterationsHasNoLoss) {
+  const RunLog log = parse(R"({"loss":0.0,"iteration":"5/20","skipped_iterations":5})"
+                           "\n"
+                           R"({"loss":0.0,"iteration":"10/20","skipped_iterations":0})"
+                           "\n");
+  ASSERT_EQ(log.train.size(), 2u);
+  EXPECT_TRUE(std::isnan(log.train[0].loss));
+  EXPECT_EQ(log.train[1].loss, 0.0);
+}
+
 TEST(RunLog, ATruncatedLastLineIsSkippedAndEarlierRowsKept) {
   const std::string row10(kRow10);
   const RunLog log = parse(std::string(kRow5) + "\n" + row10.substr(0, row10.size() / 2));
