@@ -13,6 +13,7 @@ PACKAGES=(
   liblzma-dev
   zlib1g-dev
   libcsv-dev
+  libpng-dev chromium-headless-shell  # tests: `mtrain report` opened in a headless browser
 )
 
 missing=()

@@ -35,6 +35,7 @@
 #include "parallel/mpi_comm.h"
 #include "plan/dry_run_command.h"
 #include "plan/plan_command.h"
+#include "report/report.h"
 #include "train/export.h"
 #include "train/infer.h"
 #include "train/precision_compare.h"
@@ -75,6 +76,11 @@ std::vector<mtrain::config::CommandSpec> mtrain_commands() {
                       "search TP/PP/VPP/DP, micro-batch, recompute, distributed optimizer and SP for the fastest "
                       "layout that fits (dry-run checked)",
                       /*training_flags=*/false});
+  commands.push_back(
+      {"report",
+       {},
+       "write a run's HTML report with SVG plots (loss, lr, grad norm, memory...); --compare overlays runs",
+       /*training_flags=*/false});
   commands.push_back({"preprocess_data",
                       {},
                       "tokenize JSONL into Megatron's indexed .bin/.idx pretraining format (for pt --data_path)",
@@ -94,6 +100,7 @@ struct Prepared {
   mtrain::train::CompareOptions compare_options;
   mtrain::launch::DevicePlacement placement;
   mtrain::plan::PlanOptions plan_options;
+  mtrain::report::ReportOptions report_options;
   std::vector<std::string> warnings;
 };
 
@@ -180,6 +187,11 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     if (!p.plan_options.help) require_one_process("plan", world);
     return p;
   }
+  if (p.inv.command == "report") {  // one process, reads files
+    p.report_options = mtrain::report::parse_report_args(p.inv.passthrough);
+    if (!p.report_options.help) require_one_process("report", world);
+    return p;
+  }
   if (p.inv.command == "preprocess_data") {  // one process, no device
     p.preprocess_options = mtrain::data::parse_preprocess_args(p.inv.passthrough);
     if (!p.preprocess_options.help) require_one_process("preprocess_data", world);
@@ -237,6 +249,7 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   if (p.inv.command == "preprocess_data") return mtrain::data::run_preprocess_command(p.preprocess_options, std::cout);
   if (p.inv.command == "plan") return mtrain::plan::run_plan_command(p.plan_options, std::cout);
   if (p.inv.command == "compare") return mtrain::train::run_compare(p.compare_options, std::cout);
+  if (p.inv.command == "report") return mtrain::report::run_report_command(p.report_options, std::cout);
   if (p.inv.command == "export") {
     mtrain::PosixFileSystem fs;
     return mtrain::train::run_export(p.export_options, fs);
@@ -293,11 +306,12 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
     if (p.preprocess_options.help) fmt::print("{}", mtrain::data::preprocess_help());
     if (p.compare_options.help) fmt::print("{}", mtrain::train::compare_help());
     if (p.plan_options.help) fmt::print("{}", mtrain::plan::plan_help());
+    if (p.report_options.help) fmt::print("{}", mtrain::report::report_help());
   }
   int rc = 0;
   const bool help = p.devices.help || p.npu_smi.help || p.export_options.help || p.infer_options.help ||
                     p.tokenizer_options.help || p.preprocess_options.help || p.compare_options.help ||
-                    p.plan_options.help;
+                    p.plan_options.help || p.report_options.help;
   if (p.inv.action == mtrain::config::Invocation::Action::kRun && !help) {
     std::optional<mtrain::launch::FailureChannel> failures;
     if (mpi && world.size > 1) failures.emplace(mpi->comm());

@@ -169,6 +169,7 @@ struct Args {
   int eval_iters = -1;               // -1: the whole validation set
   std::string output_dir = "megatron_output";
   bool log_throughput = false;
+  bool report = true;            // the last rank writes <output_dir>/report.html at the end (lib/report)
   int num_generate_samples = 0;  // after training: answer the first N training prompts (greedy)
   int max_new_tokens = 64;
   std::string device_profile = "Ascend910B3";  // configs/devices/<name>.yaml or a path

@@ -274,6 +274,12 @@ std::vector<FlagSpec> logging_flags() {
        .group = L,
        .help = "Add Megatron's throughput per GPU (TFLOP/s/GPU) to the log line, and the logged iteration's "
                "simulated device time with the throughput it gives (also in logging.jsonl)."},
+      {.name = "report",
+       .field = &Args::report,
+       .group = L,
+       .help = "At the end of training, write <output_dir>/report.html (plots of loss, learning rate, grad norm, "
+               "loss scale, speed and simulated NPU memory; SVG files in <output_dir>/report/), as `mtrain report "
+               "<output_dir>` does (mtrain-specific)."},
       {.name = "device_profile",
        .field = &Args::device_profile,
        .group = L,

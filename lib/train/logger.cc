@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -103,6 +104,16 @@ LogThroughput MegatronLogger::throughput(double avg_ms) const {
   return t;
 }
 
+// The simulated NPU's live bytes by category at the logged step, under
+// "memory/<category>" (spaces as '_'): what `mtrain report` plots over time.
+static void add_memory_keys(nlohmann::json& j, const device::MemoryStats& st) {
+  for (int c = 0; c < static_cast<int>(device::MemCategory::kCount); ++c) {
+    std::string name = device::mem_category_name(static_cast<device::MemCategory>(c));
+    std::replace(name.begin(), name.end(), ' ', '_');
+    j["memory/" + name] = st.by_category[c];
+  }
+}
+
 void MegatronLogger::on_step_end(const StepMetrics& m) {
   ++steps_;
   sum_ms_ += m.elapsed_ms;
@@ -156,6 +167,7 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
         {"comm_bytes", m.comm.bytes},
         {"grad_buckets_overlapped", m.grad_buckets_overlapped},
     };
+    add_memory_keys(j, st);
     if (shown) j["throughput_tflops_per_gpu"] = tp.tflops_per_gpu;
     if (shown && tp.simulated) {
       j["simulated_device_time_per_iteration_ms"] = tp.simulated_ms;

@@ -24,6 +24,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/pipeline_schedule.h"
+#include "report/report.h"
 #include "train/adapter_load.h"
 #include "train/base_reference.h"
 #include "train/checkpointing.h"
@@ -195,6 +196,20 @@ static void add_logger(HookList& hooks, const config::Args& args, const parallel
   if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
 }
 
+// --report: the rank that wrote logging.jsonl writes the report. Training is
+// done and saved by now, so a report that cannot be written is a warning.
+static void write_run_report(const std::string& output_dir) {
+  try {
+    report::ReportOptions options;
+    options.run_dir = output_dir;
+    const report::ReportFiles files = report::write_report(options);
+    fmt::print(" > report: {} (`mtrain report {}` rewrites it)\n", files.html, output_dir);
+  } catch (const Error& e) {
+    fmt::print(stderr, "mtrain: warning: the run report was not written: {}\n", e.what());
+  }
+  std::fflush(stdout);
+}
+
 int run_training(const config::Args& input, const RunContext& ctx) {
   config::Args args = input;
   std::unique_ptr<parallel::ParallelState> own_state;
@@ -291,6 +306,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   if (args.profile)
     hooks.add(std::make_shared<ProfilerHook>(profiler_options(args), dev, state, state->rank(), profile_fs));
   trainer.train();
+  if (args.report && state->rank() == state->world_size() - 1) write_run_report(args.output_dir);
   // Without TP/PP the sample answers are one rank's own compute: no peer to wait for.
   if (watchdog && args.tensor_model_parallel_size * args.pipeline_model_parallel_size == 1) watchdog->stop();
   // The last rank's closing validation line goes out before rank 0's answers.
