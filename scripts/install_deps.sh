@@ -13,6 +13,9 @@ PACKAGES=(
   liblzma-dev
   zlib1g-dev
   libcsv-dev
+  libprotobuf-c-dev protobuf-c-compiler libisal-dev
+  libprotobuf-dev protobuf-compiler
+  python3-protobuf python3-crc32c
 )
 
 missing=()
