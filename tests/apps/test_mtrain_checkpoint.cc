@@ -184,8 +184,8 @@ TEST_F(Checkpoint, SaveTotalLimitKeepsTheNewestAfterEachCommit) {
   const RunResult r = run(checkpoint_job(tmp_ / "a", "--save_interval 5 --save_total_limit 2"), "a");
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   std::vector<std::string> dirs;
-  for (const auto& e : fs::directory_iterator(tmp_ / "a"))
-    if (e.is_directory()) dirs.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(tmp_ / "a"))  // runs/: TensorBoard's
+    if (e.is_directory() && e.path().filename() != "runs") dirs.push_back(e.path().filename().string());
   std::sort(dirs.begin(), dirs.end());
   EXPECT_EQ(dirs, (std::vector<std::string>{"iter_0000015", "iter_0000020"}));
   EXPECT_EQ(read_text(tmp_ / "a" / "latest_checkpointed_iteration.txt"), "20");
