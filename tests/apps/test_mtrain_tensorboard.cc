@@ -156,14 +156,17 @@ TEST_F(TensorBoard, FirstRunWritesMegatronsTagsWithLoggingJsonlsValues) {
 TEST_F(TensorBoard, MemoryByCategoryAddsUpToAllocated) {
   const std::vector<Point>& pts = (*first_runs_).at(0);
   const auto allocated = curve(pts, "mem-allocated-bytes");
+  const auto weights = curve(pts, "npu-memory/weights-bytes"), peak = curve(pts, "mem-max-allocated-bytes");
   ASSERT_EQ(allocated.size(), static_cast<size_t>(kFirst));
+  ASSERT_EQ(weights.size(), allocated.size());
+  ASSERT_EQ(peak.size(), allocated.size());
   for (size_t i = 0; i < allocated.size(); ++i) {
     double sum = 0;
     for (const Point& p : pts)
       if (p.step == allocated[i].step && p.tag.rfind("npu-memory/", 0) == 0) sum += p.value;
     EXPECT_NEAR(sum, allocated[i].value, 7 * std::ldexp(double(allocated[i].value), -24)) << allocated[i].step;
-    EXPECT_GT(curve(pts, "npu-memory/weights-bytes")[i].value, 0);
-    EXPECT_GE(curve(pts, "mem-max-allocated-bytes")[i].value, allocated[i].value);
+    EXPECT_GT(weights[i].value, 0);
+    EXPECT_GE(peak[i].value, allocated[i].value);
   }
 }
 
