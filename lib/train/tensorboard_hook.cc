@@ -8,19 +8,19 @@
 
 namespace mtrain::train {
 
+// The file is created here, before training: a directory that cannot hold
+// it stops the run before its first step. A new file on every start, so a
+// resumed run's steps continue beside the old file's.
 TensorBoardHook::TensorBoardHook(TensorBoardOptions opts, const device::Device& dev)
-    : opts_(std::move(opts)), dev_(dev) {}
+    : opts_(std::move(opts)),
+      dev_(dev),
+      writer_(std::make_unique<tensorboard::EventFileWriter>(opts_.dir, opts_.queue_size)) {}
 
 // The writer's destructor writes what is queued: reached on a normal end and
 // when an exception unwinds run_training.
 TensorBoardHook::~TensorBoardHook() = default;
 
-std::string TensorBoardHook::path() const { return writer_ ? writer_->path() : std::string(); }
-
-void TensorBoardHook::on_train_begin(const TrainInfo&) {
-  // A new file on every start: a resumed run's steps continue beside the old file's.
-  if (!writer_) writer_ = std::make_unique<tensorboard::EventFileWriter>(opts_.dir, opts_.queue_size);
-}
+std::string TensorBoardHook::path() const { return writer_->path(); }
 
 void TensorBoardHook::add(const std::string& tag, double value, int64_t step) {
   writer_->add_scalar(tag, value, step, tensorboard::wall_time_now());
@@ -66,7 +66,6 @@ void TensorBoardHook::write_timers(const StepMetrics& m) {
 }
 
 void TensorBoardHook::on_step_end(const StepMetrics& m) {
-  if (!writer_) return;
   consumed_samples_ = m.consumed_samples;
   interval_ms_ += m.elapsed_ms;
   ++interval_steps_;
@@ -80,15 +79,12 @@ void TensorBoardHook::on_step_end(const StepMetrics& m) {
 }
 
 void TensorBoardHook::on_eval_end(const EvalMetrics& m) {
-  if (!writer_) return;
   add_with_samples("lm loss validation", m.lm_loss, m.iteration, consumed_samples_);
   if (opts_.validation_ppl)
     add_with_samples("lm loss validation ppl", std::exp(std::min(20.0, m.lm_loss)), m.iteration, consumed_samples_);
   writer_->flush();
 }
 
-void TensorBoardHook::on_train_end(const TrainInfo&) {
-  if (writer_) writer_->flush();
-}
+void TensorBoardHook::on_train_end(const TrainInfo&) { writer_->flush(); }
 
 }  // namespace mtrain::train

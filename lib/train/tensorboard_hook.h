@@ -54,13 +54,13 @@ struct TensorBoardOptions {
 
 class TensorBoardHook : public TrainHook {
  public:
+  // Creates the event file; ConfigError (exit 3) naming the directory when it cannot.
   TensorBoardHook(TensorBoardOptions opts, const device::Device& dev);
   ~TensorBoardHook() override;
-  void on_train_begin(const TrainInfo& info) override;
   void on_step_end(const StepMetrics& m) override;
   void on_eval_end(const EvalMetrics& m) override;
   void on_train_end(const TrainInfo& info) override;
-  // The event file being written ("" before on_train_begin).
+  // The event file being written.
   std::string path() const;
 
  private:
