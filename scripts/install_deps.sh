@@ -14,6 +14,9 @@ PACKAGES=(
   zlib1g-dev
   libcsv-dev
   libpng-dev chromium-headless-shell  # tests: `mtrain report` opened in a headless browser
+  libprotobuf-c-dev protobuf-c-compiler libisal-dev
+  libprotobuf-dev protobuf-compiler
+  python3-protobuf python3-crc32c
 )
 
 missing=()

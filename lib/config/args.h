@@ -217,6 +217,19 @@ struct Args {
   bool profile_record_shapes = false;
   std::string profile_save_path = "./profile_dir";
 
+  // ---- TensorBoard (train/tensorboard_hook.h, config/tensorboard_args.h) ----
+  std::optional<std::string> tensorboard_dir;            // None: <output_dir>/runs (swift)
+  std::vector<std::string> report_to = {"tensorboard"};  // swift v4: tensorboard | none (| all)
+  int tensorboard_log_interval = 1;                      // Megatron: scalars every N iterations
+  int tensorboard_queue_size = 1000;                     // events queued before a write
+  bool log_timers_to_tensorboard = false;                // iteration-time (+ throughput)
+  bool log_memory_to_tensorboard = false;                // mem-*-bytes, npu-memory/<category>-bytes
+  bool log_validation_ppl_to_tensorboard = false;        // lm loss validation ppl
+  bool log_world_size_to_tensorboard = false;            // world-size
+  bool log_loss_scale_to_tensorboard = true;             // loss-scale
+  bool log_params_norm = false;                          // params norm (log line, params-norm)
+  bool log_num_zeros_in_grad = false;                    // num zeros (log line, num-zeros)
+
   // ---- derived by validate() (not flags; written to args.json) -------------
   int world_size = 1;
   int data_parallel_size = 1;  // world_size / (TP * PP * CP)

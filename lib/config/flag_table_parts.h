@@ -15,6 +15,7 @@ std::vector<FlagSpec> lora_flags();  // --train_type lora
 std::vector<FlagSpec> precision_flags();
 std::vector<FlagSpec> data_flags();
 std::vector<FlagSpec> logging_flags();
+std::vector<FlagSpec> tensorboard_flags();
 std::vector<FlagSpec> checkpoint_flags();
 std::vector<FlagSpec> debug_flags();  // precision debugging
 std::vector<FlagSpec> profile_flags();

@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "config/precision_dump_args.h"
 #include "config/profile_args.h"
+#include "config/tensorboard_args.h"
 #include "config/validate_parts.h"
 
 namespace mtrain::config {
@@ -201,6 +202,7 @@ std::vector<std::string> validate(Args& args, int world_size) {
   detail::check_training(args, warnings);
   check_data(args);
   check_logging(args);
+  check_tensorboard(args);
   check_checkpointing(args);
   check_precision_dump(args, world_size, warnings);
   check_profile(args, world_size);

@@ -148,6 +148,23 @@ double GradSync::grad_norm(const float* grads) {
   return optim::grad_norm_from_sq(sq);
 }
 
+double GradSync::params_norm(const float* params) {
+  double sq = optim::grad_norm_sq_intervals(params, norm_intervals_);
+  parallel::Comm& group = distributed_ ? state_.world() : state_.model();
+  group.all_reduce(&sq, 1, parallel::ReduceOp::kSum);
+  return optim::grad_norm_from_sq(sq);
+}
+
+int64_t GradSync::count_zeros(const float* grads) {
+  int64_t zeros = 0;
+  for (const auto& [b, e] : norm_intervals_)
+    for (int64_t i = b; i < e; ++i) zeros += grads[i] == 0.0f;
+  double total_zeros = static_cast<double>(zeros);  // exact below 2^53
+  parallel::Comm& group = distributed_ ? state_.world() : state_.model();
+  group.all_reduce(&total_zeros, 1, parallel::ReduceOp::kSum);
+  return static_cast<int64_t>(total_zeros);
+}
+
 void GradSync::gather_params(float* params) {
   if (!distributed_) return;
   finish_param_gather();

@@ -58,6 +58,12 @@ class GradSync {
   bool unscale_and_check(float* grads, float inv_scale);
   // The global gradient norm (before clipping), the same on every rank.
   double grad_norm(const float* grads);
+  // --log_params_norm: the same norm over the parameters (after the step;
+  // this rank's updated shard is current even while a gather is pending).
+  double params_norm(const float* params);
+  // --log_num_zeros_in_grad: zeros among the gradients grad_norm counts,
+  // summed over the same group (Megatron's count_zeros_fp32).
+  int64_t count_zeros(const float* grads);
   // After the optimizer step: every rank gets the updated shards (distributed
   // optimizer only). With overlap_param_gather it only starts the gather.
   void gather_params(float* params);

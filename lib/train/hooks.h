@@ -52,6 +52,13 @@ struct StepMetrics {
   double grad_norm = 0;       // before clipping
   bool has_grad_norm = true;  // false when an fp16 overflow skipped the step (Megatron logs none)
   double loss_scale = 1;
+  // --log_params_norm: the trainable parameters' L2 norm after the step;
+  // --log_num_zeros_in_grad: zeros among the step's (unscaled) gradients,
+  // none when an fp16 overflow skipped the step (Megatron logs none).
+  bool has_params_norm = false;
+  double params_norm = 0;
+  bool has_num_zeros = false;
+  int64_t num_zeros = 0;
   double elapsed_ms = 0;           // wall time of this step
   bool skipped = false;            // optimizer step skipped (fp16 overflow or non-finite skip)
   int64_t skipped_iterations = 0;  // running totals

@@ -52,6 +52,8 @@ std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms
   if (avg_loss > 0) s += fmt::format(" lm loss: {} |", sci(avg_loss));
   s += fmt::format(" loss scale: {:.1f} |", m.loss_scale);
   if (m.has_grad_norm) s += fmt::format(" grad norm: {:.3f} |", m.grad_norm);
+  if (m.has_num_zeros) s += fmt::format(" num zeros: {} |", m.num_zeros);
+  if (m.has_params_norm) s += fmt::format(" params norm: {:.3f} |", m.params_norm);
   s += fmt::format(" number of skipped iterations: {:3d} |", skipped);
   s += fmt::format(" number of nan iterations: {:3d} |", nans);
   return s;
@@ -89,11 +91,16 @@ static std::string hms(double seconds) {
   return fmt::format("{}s", s);
 }
 
-// Megatron's training_log: FLOPs / (seconds per iteration x 10^12 x world size).
+double tflops_per_gpu(double flops_per_iteration, double seconds_per_iteration, int world_size) {
+  return flops_per_iteration / (seconds_per_iteration * 1e12 * world_size);
+}
+
 LogThroughput MegatronLogger::throughput(double avg_ms) const {
   LogThroughput t;
   if (!opts_.log_throughput) return t;
-  const auto tflops = [&](double seconds) { return opts_.flops_per_iteration / (seconds * 1e12 * opts_.world_size); };
+  const auto tflops = [&](double seconds) {
+    return tflops_per_gpu(opts_.flops_per_iteration, seconds, opts_.world_size);
+  };
   t.tflops_per_gpu = tflops(avg_ms / 1000.0);
   if (opts_.simulated_step_seconds) {
     const double s = opts_.simulated_step_seconds();
@@ -168,6 +175,8 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
         {"grad_buckets_overlapped", m.grad_buckets_overlapped},
     };
     add_memory_keys(j, st);
+    if (m.has_num_zeros) j["num_zeros"] = m.num_zeros;
+    if (m.has_params_norm) j["params_norm"] = m.params_norm;
     if (shown) j["throughput_tflops_per_gpu"] = tp.tflops_per_gpu;
     if (shown && tp.simulated) {
       j["simulated_device_time_per_iteration_ms"] = tp.simulated_ms;

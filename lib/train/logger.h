@@ -41,6 +41,9 @@ struct LogThroughput {
   double simulated_tflops_per_gpu = 0;
 };
 
+// Megatron's throughput: FLOPs / (seconds per iteration x 10^12 x world size).
+double tflops_per_gpu(double flops_per_iteration, double seconds_per_iteration, int world_size);
+
 // " [YYYY-mm-dd HH:MM:SS] iteration ... |" for an interval summary;
 // `throughput` null: without --log_throughput.
 std::string format_log_line(const StepMetrics& last, double avg_loss, double avg_ms, int64_t skipped_in_interval,

@@ -35,6 +35,8 @@ TrainerOptions trainer_options(const config::Args& args) {
   to.distributed_optimizer = args.use_distributed_optimizer;
   to.overlap_grad_reduce = args.overlap_grad_reduce;
   to.overlap_param_gather = args.overlap_param_gather;
+  to.log_params_norm = args.log_params_norm;
+  to.log_num_zeros_in_grad = args.log_num_zeros_in_grad;
   to.bucket_elems = args.ddp_bucket_size.value_or(0);
   return to;
 }

@@ -16,6 +16,7 @@
 #include "common/file_system.h"
 #include "config/json.h"
 #include "config/profiles.h"
+#include "config/tensorboard_args.h"
 #include "config/validate.h"
 #include "device/cost_model.h"
 #include "model/flops.h"
@@ -40,6 +41,7 @@
 #include "train/rank_build.h"
 #include "train/shared_paths.h"
 #include "train/step_record.h"
+#include "train/tensorboard_hook.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
 
@@ -178,8 +180,10 @@ static std::function<double()> simulated_step_clock(HookList& hooks, const confi
 
 // Megatron's logging ranks: iteration and validation lines (and
 // logging.jsonl) on the last rank, memory lines on every DP-rank-0 rank.
-static void add_logger(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
-                       const device::Device& dev, const model::ModelConfig& mc, int64_t train_iters, int local_ranks) {
+// Returns --log_throughput's simulated step clock on the last rank (else empty).
+static std::function<double()> add_logger(HookList& hooks, const config::Args& args,
+                                          const parallel::ParallelState& state, const device::Device& dev,
+                                          const model::ModelConfig& mc, int64_t train_iters, int local_ranks) {
   LoggerOptions lo;
   lo.log_interval = args.log_interval;
   lo.log_throughput = args.log_throughput;
@@ -194,6 +198,30 @@ static void add_logger(HookList& hooks, const config::Args& args, const parallel
     lo.simulated_step_seconds = simulated_step_clock(hooks, args, state, dev, mc, train_iters, local_ranks);
   }
   if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
+  return lo.simulated_step_seconds;
+}
+
+// TensorBoard event files: written by the last rank, as Megatron's writer.
+static void add_tensorboard(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
+                            const device::Device& dev, const model::ModelConfig& mc,
+                            std::function<double()> simulated_step_seconds) {
+  if (!config::tensorboard_enabled(args) || state.rank() != state.world_size() - 1) return;
+  TensorBoardOptions o;
+  o.dir = config::tensorboard_dir(args);
+  o.interval = args.tensorboard_log_interval;
+  o.log_interval = args.log_interval;
+  o.queue_size = static_cast<size_t>(args.tensorboard_queue_size);
+  o.timers = args.log_timers_to_tensorboard;
+  o.memory = args.log_memory_to_tensorboard;
+  o.validation_ppl = args.log_validation_ppl_to_tensorboard;
+  o.world_size = args.log_world_size_to_tensorboard;
+  o.loss_scale = args.log_loss_scale_to_tensorboard;
+  o.world_size_value = state.world_size();
+  o.log_throughput = args.log_throughput;
+  if (o.log_throughput)
+    o.flops_per_iteration = model::megatron_flops_per_iteration(mc, args.global_batch_size, mc.seq_length);
+  o.simulated_step_seconds = std::move(simulated_step_seconds);
+  hooks.add(std::make_shared<TensorBoardHook>(std::move(o), dev));
 }
 
 // --report: the rank that wrote logging.jsonl writes the report. Training is
@@ -256,7 +284,8 @@ int run_training(const config::Args& input, const RunContext& ctx) {
 
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
-  add_logger(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks);
+  add_tensorboard(hooks, args, *state, dev, mc,
+                  add_logger(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks));
   hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, *state, dev), args.log_interval));
   if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
   for (const auto& h : ctx.hooks) hooks.add(h);

@@ -248,6 +248,12 @@ StepMetrics Trainer::train_step() {
   } else {
     grad_norm = grad_sync_->grad_norm(grads);
   }
+  // Megatron counts zeros after unscaling, and none on an fp16 overflow skip.
+  const bool grads_valid = !(scaler_ && skip);
+  if (opts_.log_num_zeros_in_grad && grads_valid) {
+    m.has_num_zeros = true;
+    m.num_zeros = grad_sync_->count_zeros(grads);
+  }
   const bool finite = std::isfinite(lm_loss) && std::isfinite(grad_norm);
   if (!skip && !finite) {
     ++nan_total_;
@@ -282,6 +288,10 @@ StepMetrics Trainer::train_step() {
     ++successful_steps_;
   }
   optimizer_phase.end({});
+  if (opts_.log_params_norm) {
+    m.has_params_norm = true;
+    m.params_norm = grad_sync_->params_norm(ps.params().data());
+  }
   iteration_ = it;
   consumed_samples_ += train_data_.global_batch_samples();
 

@@ -67,6 +67,8 @@ struct TrainerOptions {
   int64_t bucket_elems = 0;            // DP gradient bucket size; <= 0: Megatron's default
   bool overlap_grad_reduce = false;    // start each bucket's reduction during the last backward
   bool overlap_param_gather = false;   // distributed optimizer: the next forward waits for each chunk's buckets
+  bool log_params_norm = false;        // StepMetrics::params_norm after each step
+  bool log_num_zeros_in_grad = false;  // StepMetrics::num_zeros of each step's gradients
 };
 
 // The flat parameter buffer size a model must allocate for these options on
