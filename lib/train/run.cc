@@ -36,6 +36,7 @@
 #include "train/npu_status_hook.h"
 #include "train/precision_dump.h"
 #include "train/profiler_hook.h"
+#include "train/progress_hook.h"
 #include "train/rank_build.h"
 #include "train/shared_paths.h"
 #include "train/step_record.h"
@@ -178,7 +179,8 @@ static std::function<double()> simulated_step_clock(HookList& hooks, const confi
 // Megatron's logging ranks: iteration and validation lines (and
 // logging.jsonl) on the last rank, memory lines on every DP-rank-0 rank.
 static void add_logger(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
-                       const device::Device& dev, const model::ModelConfig& mc, int64_t train_iters, int local_ranks) {
+                       const device::Device& dev, const model::ModelConfig& mc, int64_t train_iters, int local_ranks,
+                       ProgressSink* progress) {
   LoggerOptions lo;
   lo.log_interval = args.log_interval;
   lo.log_throughput = args.log_throughput;
@@ -193,6 +195,8 @@ static void add_logger(HookList& hooks, const config::Args& args, const parallel
     lo.simulated_step_seconds = simulated_step_clock(hooks, args, state, dev, mc, train_iters, local_ranks);
   }
   if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
+  // After the logger: its line goes out first, the progress line is drawn below it.
+  if (lo.print_log && args.progress && progress) hooks.add(std::make_shared<ProgressHook>(progress));
 }
 
 int run_training(const config::Args& input, const RunContext& ctx) {
@@ -212,7 +216,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   // Before any data is read: a save, load or profile directory that is not
   // one directory on every node would fail only at the first save.
   check_shared_paths(args, state->world(), ctx.node);
-  DataPipeline data = build_data_pipeline(args, first_rank);                    // may derive train_iters from epochs
+  // May derive train_iters from epochs. Every rank tokenizes; the first shows
+  // it (the progress line, when stdout is a terminal).
+  DataPipeline data = build_data_pipeline(args, first_rank, first_rank && args.progress ? ctx.progress : nullptr);
   if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args, first_rank);
 
@@ -241,7 +247,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
 
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
-  add_logger(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks);
+  add_logger(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks, ctx.progress);
   hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, *state, dev), args.log_interval));
   if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
   for (const auto& h : ctx.hooks) hooks.add(h);
