@@ -131,8 +131,15 @@ int run_relayed_self(const std::vector<std::string>& args, const Env&) {
   sup.start(command, relay.spawn_options(), /*announce=*/false);
   relay.close_write_ends();
   supervise(sup, signals, &relay);
-  if (sup.interrupt_signal() != 0 && sup.exit_code() != 0) report_mpirun_exit(sup);
-  return sup.exit_code();
+  const int rc = sup.exit_code();
+  // Its own errors the child printed; a signal that ended it, the shell would have said.
+  if (sup.interrupt_signal() != 0 && rc != 0) {
+    report_mpirun_exit(sup);
+  } else if (rc > 128) {
+    fmt::print(stderr, "mtrain: the run ended with {}\n", describe_exit(rc));
+    std::fflush(stderr);
+  }
+  return rc;
 }
 
 }  // namespace mtrain::launch
