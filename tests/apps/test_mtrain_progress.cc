@@ -235,6 +235,16 @@ TEST_F(ProgressTest, ErrorsOnATerminalStillReachIt) {
       run_on_terminal(concat(demo_pt_args(4, tmp_ / "bad"), {"--dataset", "no/such/file.txt"}), launch_ranks(1));
   EXPECT_EQ(r.exit_code, 4) << r.describe();
   EXPECT_TRUE(contains(r.out, "no/such/file.txt")) << r.out;
+  // Killed mid-run (fault_injection.h: SIGKILL during the save of iteration 2):
+  // the relay passes the code on and says so on a row of its own.
+  RunOptions killed = launch_ranks(1);
+  killed.env.emplace_back("MTRAIN_FAULT", "save_kill@2:shard");
+  const RunResult k = run_on_terminal(concat(demo_pt_args(4, tmp_ / "killed"), words("--save_interval 2")), killed);
+  EXPECT_EQ(k.exit_code, 137) << k.describe();
+  const std::vector<std::string> rows = screen_rows(k.out);
+  EXPECT_TRUE(std::find(rows.begin(), rows.end(), "mtrain: the run ended with exit code 137 (signal 9: Killed)") !=
+              rows.end())
+      << joined(rows);
 }
 
 TEST_F(ProgressTest, PreprocessDataShowsItsProgressOnATerminal) {
