@@ -132,10 +132,10 @@ LaunchChoice read_launch_choice(int argc, char** argv, const mtrain::launch::Env
 }
 
 // Commands whose long work shows a progress line: training (unless
-// --progress false), preprocess_data.
+// --progress false), preprocess_data, plan's layout search.
 bool wants_progress(const LaunchChoice& launch, const std::vector<std::string>& args) {
   if (launch.progress) return true;
-  if (args.empty() || args[0] != "preprocess_data") return false;
+  if (args.empty() || (args[0] != "preprocess_data" && args[0] != "plan")) return false;
   for (const auto& a : args)
     if (a == "-h" || a == "--help") return false;
   return true;

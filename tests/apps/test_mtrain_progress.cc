@@ -264,5 +264,22 @@ TEST_F(ProgressTest, PreprocessDataShowsItsProgressOnATerminal) {
   EXPECT_TRUE(fs::exists(prefix + "_text_document.idx"));
 }
 
+TEST_F(ProgressTest, PlanShowsItsLayoutSearchOnATerminal) {
+  RunOptions world = launch_ranks(1);
+  world.env = {{"NNODES", "1"}, {"NPROC_PER_NODE", "4"}};
+  const RunResult r = run_on_terminal(
+      words("plan --model_preset qwen2.5-7b --global_batch_size 8 --seq_length 1024 --bf16 --top 1"), world);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::vector<std::string> bars = bar_drawings(r.out, "Plan");
+  ASSERT_FALSE(bars.empty()) << r.out;
+  static const std::regex done(R"(^Plan: 100%\|[^|]+\| (\d+)/\1 \[.*(layout/s|s/layout), fit=\d+\]$)");
+  EXPECT_TRUE(std::regex_match(bars.back(), done)) << bars.back();
+  // The search's report follows the finished line, whole.
+  const std::vector<std::string> rows = screen_rows(r.out);
+  EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](const std::string& row) {
+    return row.rfind("1: mtrain ", 0) == 0;
+  })) << joined(rows);
+}
+
 }  // namespace
 }  // namespace mtrain::functional
