@@ -19,6 +19,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -132,10 +133,11 @@ LaunchChoice read_launch_choice(int argc, char** argv, const mtrain::launch::Env
 }
 
 // Commands whose long work shows a progress line: training (unless
-// --progress false), preprocess_data, plan's layout search.
+// --progress false), preprocess_data, plan's layout search, export.
 bool wants_progress(const LaunchChoice& launch, const std::vector<std::string>& args) {
   if (launch.progress) return true;
-  if (args.empty() || (args[0] != "preprocess_data" && args[0] != "plan")) return false;
+  static const std::set<std::string> kCommands = {"preprocess_data", "plan", "export"};
+  if (args.empty() || !kCommands.count(args[0])) return false;
   for (const auto& a : args)
     if (a == "-h" || a == "--help") return false;
   return true;

@@ -281,5 +281,24 @@ TEST_F(ProgressTest, PlanShowsItsLayoutSearchOnATerminal) {
   })) << joined(rows);
 }
 
+TEST_F(ProgressTest, ExportShowsItsTensorsOnATerminal) {
+  const RunResult train =
+      run_mtrain(concat(demo_pt_args(3, tmp_ / "ckpt"), words("--save_interval 3")), tmp_, "train", launch_ranks(1));
+  ASSERT_EQ(train.exit_code, 0) << train.describe();
+  const RunResult r =
+      run_on_terminal({"export", "--to_hf", "--load", (tmp_ / "ckpt").string(), "--output_dir", (tmp_ / "hf").string()},
+                      launch_ranks(1));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::vector<std::string> bars = bar_drawings(r.out, "Export");
+  ASSERT_FALSE(bars.empty()) << r.out;
+  // Every tensor fetched and written: n/n.
+  EXPECT_TRUE(contains(bars.back(), "Export: 100%|")) << bars.back();
+  EXPECT_TRUE(std::regex_search(bars.back(), std::regex(R"(\| (\d+)/\1 \[.*tensor)"))) << bars.back();
+  const std::vector<std::string> rows = screen_rows(r.out);
+  EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](const std::string& row) {
+    return row.rfind("  successfully saved Hugging Face model to ", 0) == 0;
+  })) << joined(rows);
+}
+
 }  // namespace
 }  // namespace mtrain::functional
