@@ -262,7 +262,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   const std::vector<data::Batch> val = data.validation_batches(args, shard);
 
   FileSystem& fs = *checkpoint_fs;
-  TrainingState ts{model, setup.optimizer, setup.scaler.get(), *source, *state, to.bucket_elems};
+  TrainingState ts{model, setup.optimizer, setup.scaler.get(), *source, *state, to.bucket_elems,
+                   // Every rank loads its blocks; the first shows it.
+                   first_rank && args.progress ? ctx.progress : nullptr};
   std::optional<Resumed> resumed;
   // --load (--mcore_model) wins over --model's weights, as in Megatron-SWIFT;
   // --model still gives the shape and tokenizer.

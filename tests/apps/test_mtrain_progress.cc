@@ -300,5 +300,28 @@ TEST_F(ProgressTest, ExportShowsItsTensorsOnATerminal) {
   })) << joined(rows);
 }
 
+TEST_F(ProgressTest, AResumedRunShowsItsCheckpointLoadingThenItsTraining) {
+  const RunResult first =
+      run_mtrain(concat(demo_pt_args(3, tmp_ / "run"), words("--save_interval 3 --lr_decay_iters 10")), tmp_, "first",
+                 launch_ranks(1));
+  ASSERT_EQ(first.exit_code, 0) << first.describe();
+  const RunResult r = run_on_terminal(
+      concat(demo_pt_args(5, tmp_ / "run"), {"--load", (tmp_ / "run").string(), "--save_interval", "100",
+                                             "--lr_decay_iters", "10", "--override_opt_param_scheduler"}),
+      launch_ranks(1));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  for (const char* desc : {"Load weights", "Load optimizer"}) {
+    const std::vector<std::string> bars = bar_drawings(r.out, desc);
+    ASSERT_FALSE(bars.empty()) << desc << "\n" << r.out;
+    EXPECT_TRUE(std::regex_search(bars.back(), std::regex(R"( 100%\|.*\| (\d+)/\1 \[)"))) << bars.back();
+  }
+  // The training line counts on from the checkpoint's iteration 3.
+  const std::vector<std::string> train = bar_drawings(r.out);
+  ASSERT_FALSE(train.empty()) << r.out;
+  EXPECT_TRUE(contains(train.front(), "| 3/5 [")) << train.front();
+  EXPECT_TRUE(contains(train.back(), "Train: 100%|")) << train.back();
+  EXPECT_LT(r.out.find("Load optimizer: 100%"), r.out.find("Train: ")) << "loading comes first";
+}
+
 }  // namespace
 }  // namespace mtrain::functional
