@@ -346,7 +346,7 @@ int main(int argc, char** argv) {
         return mtrain::launch::run_launch(launch.request, env, args, launch.progress);
       // One process on a terminal: it runs again under this one, which draws its progress line.
       if (wants_progress(launch, args) && mtrain::launch::stdout_wants_progress_relay(env))
-        return mtrain::launch::run_relayed_self(args, env);
+        return mtrain::launch::run_relayed_self(args);
     }
   } catch (...) {
     const std::exception_ptr error = std::current_exception();

@@ -120,7 +120,7 @@ void supervise(MpirunSupervisor& sup, SignalChannel& signals, OutputRelay* relay
   if (relay) relay->drain(2000);
 }
 
-int run_relayed_self(const std::vector<std::string>& args, const Env&) {
+int run_relayed_self(const std::vector<std::string>& args) {
   SignalChannel signals;
   MpirunSupervisor sup(signals, "mtrain");
   Command command;

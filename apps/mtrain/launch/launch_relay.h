@@ -61,6 +61,6 @@ void supervise(MpirunSupervisor& sup, SignalChannel& signals, OutputRelay* relay
 // Runs `command` with its output relayed, forwarding the user's signals like
 // the launcher's mpirun supervision; returns the child's exit code (128+N on
 // signal N). For a one-process job: mtrain runs itself again as the child.
-int run_relayed_self(const std::vector<std::string>& args, const Env& env);
+int run_relayed_self(const std::vector<std::string>& args);
 
 }  // namespace mtrain::launch
