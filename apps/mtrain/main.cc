@@ -19,10 +19,12 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/errors.h"
+#include "common/progress.h"
 #include "config/cli.h"
 #include "data/preprocess_command.h"
 #include "data/tokenizer_command.h"
@@ -30,6 +32,7 @@
 #include "mtrain/launch/launch_env.h"
 #include "mtrain/launch/launch_npu_smi_command.h"
 #include "mtrain/launch/launch_rank.h"
+#include "mtrain/launch/launch_relay.h"
 #include "mtrain/launch/launch_run.h"
 #include "mtrain/launch/rendezvous.h"
 #include "parallel/mpi_comm.h"
@@ -118,7 +121,8 @@ void require_one_process(const char* command, const WorldInfo& world) {
 struct LaunchChoice {
   mtrain::launch::LaunchRequest request;
   bool dry_run = false;
-  bool flags = false;  // --nnodes or --nproc_per_node given
+  bool flags = false;     // --nnodes or --nproc_per_node given
+  bool progress = false;  // a training run that wants its progress line (--progress)
 };
 
 LaunchChoice read_launch_choice(int argc, char** argv, const mtrain::launch::Env& env) {
@@ -131,7 +135,19 @@ LaunchChoice read_launch_choice(int argc, char** argv, const mtrain::launch::Env
   mtrain::launch::apply_launch_flags(c.request, args->nnodes, args->nproc_per_node);
   c.dry_run = args->dry_run;
   c.flags = args->nnodes || args->nproc_per_node;
+  c.progress = args->progress && !args->dry_run;
   return c;
+}
+
+// Commands whose long work shows a progress line: training (unless
+// --progress false), preprocess_data, plan's layout search, export.
+bool wants_progress(const LaunchChoice& launch, const std::vector<std::string>& args) {
+  if (launch.progress) return true;
+  static const std::set<std::string> kCommands = {"preprocess_data", "plan", "export"};
+  if (args.empty() || !kCommands.count(args[0])) return false;
+  for (const auto& a : args)
+    if (a == "-h" || a == "--help") return false;
+  return true;
 }
 
 // The world a command line is validated for: this launch's, or for a dry run
@@ -269,6 +285,7 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   ctx.node = world.node;
   ctx.affinity_mode = p.placement.affinity_mode;
   ctx.affinity = p.placement.affinity;
+  ctx.progress = mtrain::stdout_progress_sink();
   if (!mpi) return mtrain::train::run_training(p.inv.args, ctx);
   // The rank's communicators live only as long as the run: they must be gone
   // before MPI is finalised (a cross-node communicator alive at MPI_Finalize hangs).
@@ -340,7 +357,10 @@ int main(int argc, char** argv) {
     if (!mtrain::launch::under_mpi(env)) {
       const LaunchChoice launch = read_launch_choice(argc, argv, env);
       if (mtrain::launch::wants_relaunch(launch.request, env, args, launch.dry_run))
-        return mtrain::launch::run_launch(launch.request, env, args);
+        return mtrain::launch::run_launch(launch.request, env, args, launch.progress);
+      // One process on a terminal: it runs again under this one, which draws its progress line.
+      if (wants_progress(launch, args) && mtrain::launch::stdout_wants_progress_relay(env))
+        return mtrain::launch::run_relayed_self(args);
     }
   } catch (...) {
     const std::exception_ptr error = std::current_exception();

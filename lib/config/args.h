@@ -165,6 +165,7 @@ struct Args {
 
   // ---- logging / eval / output ---------------------------------------------
   int log_interval = 5;
+  bool progress = true;              // the progress line on a terminal (--disable_tqdm inverts it)
   std::optional<int> eval_interval;  // None: no evaluation
   int eval_iters = -1;               // -1: the whole validation set
   std::string output_dir = "megatron_output";

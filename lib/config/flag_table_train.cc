@@ -245,6 +245,12 @@ std::vector<FlagSpec> logging_flags() {
        .group = L,
        .help = "Print a log line every this many iterations. Megatron-LM default 100.",
        .aliases = {"logging_steps"}},
+      {.name = "progress",
+       .field = &Args::progress,
+       .group = L,
+       .help = "When stdout is a terminal, a progress line (tqdm's, as swift) under the log lines: iteration, "
+               "percent, elapsed, ETA, it/s, loss, tokens/s. Never written when stdout is redirected.",
+       .negations = {"disable_tqdm"}},
       {.name = "eval_interval",
        .field = &Args::eval_interval,
        .group = L,

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <fstream>
 #include <memory>
 
 #include "common/errors.h"
@@ -13,7 +14,8 @@
 namespace mtrain::data {
 
 PreprocessResult preprocess_data(const PreprocessOptions& o, const Tokenizer& tok,
-                                 const std::function<void(const std::string&)>& progress) {
+                                 const std::function<void(const std::string&)>& progress,
+                                 const std::function<void(int64_t)>& documents_done) {
   if (o.json_keys.empty()) throw DataError("preprocess_data: no --json_keys", "e.g. --json_keys text");
   const int32_t eod = tok.special().eod;
   if (o.append_eod && eod < 0)
@@ -46,6 +48,7 @@ PreprocessResult preprocess_data(const PreprocessOptions& o, const Tokenizer& to
       r.tokens += length;
     }
     ++r.documents;
+    if (documents_done) documents_done(r.documents);
     if (progress && o.log_interval > 0 && r.documents % o.log_interval == 0) {
       const double s = std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       progress(fmt::format("Processed {} documents ({:.1f} docs/s, {:.2f} MB/s).", r.documents, r.documents / s,
@@ -54,6 +57,25 @@ PreprocessResult preprocess_data(const PreprocessOptions& o, const Tokenizer& to
   });
   for (size_t k = 0; k < builders.size(); ++k) builders[k]->finalize(indexed_idx_path(r.prefixes[k]));
   return r;
+}
+
+int64_t count_nonblank_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int64_t lines = 0;
+  bool content = false;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      const char c = buf[i];
+      if (c == '\n') {
+        lines += content;
+        content = false;
+      } else if (c != ' ' && c != '\t' && c != '\r') {
+        content = true;
+      }
+    }
+  }
+  return lines + content;
 }
 
 }  // namespace mtrain::data

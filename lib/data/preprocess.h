@@ -32,7 +32,13 @@ struct PreprocessResult {
 // `progress` receives "Processed N documents (D docs/s, M MB/s)." every
 // log_interval documents. Throws DataError "file:line: reason" for a
 // malformed line or a missing / non-string key.
+// `documents_done` (optional) receives the count after every document (for a progress line).
 PreprocessResult preprocess_data(const PreprocessOptions& options, const Tokenizer& tokenizer,
-                                 const std::function<void(const std::string&)>& progress = nullptr);
+                                 const std::function<void(const std::string&)>& progress = nullptr,
+                                 const std::function<void(int64_t)>& documents_done = nullptr);
+
+// Lines holding more than whitespace in `path` (the documents a JSONL file
+// will give; 0 when it cannot be read: the reader reports that).
+int64_t count_nonblank_lines(const std::string& path);
 
 }  // namespace mtrain::data

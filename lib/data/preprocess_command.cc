@@ -6,6 +6,7 @@
 #include <charconv>
 
 #include "common/errors.h"
+#include "common/progress.h"
 #include "config/flags.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
@@ -89,8 +90,14 @@ std::string preprocess_help() {
 
 int run_preprocess_command(const PreprocessCommandOptions& o, std::ostream& out) {
   const Tokenizer tok = Tokenizer::load(o.tokenizer);
-  const PreprocessResult r =
-      preprocess_data(o.preprocess, tok, [&](const std::string& line) { out << line << std::endl; });
+  // On a terminal: a progress line over the input's documents (common/progress.h).
+  ProgressSink* sink = stdout_progress_sink();
+  ProgressBar bar("Preprocess", sink ? count_nonblank_lines(o.preprocess.input) : 0, sink);
+  bar.set_unit("doc");
+  const PreprocessResult r = preprocess_data(
+      o.preprocess, tok, [&](const std::string& line) { out << line << std::endl; },
+      [&](int64_t documents) { bar.update(documents); });
+  bar.close();
   out << fmt::format("Processed {} documents, {} tokens ({}, vocab_size {}).\n", r.documents, r.tokens,
                      indexed_dtype_name(optimal_indexed_dtype(tok.vocab_size())), tok.vocab_size());
   for (const std::string& p : r.prefixes)

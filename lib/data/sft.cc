@@ -117,10 +117,12 @@ std::vector<Conversation> read_sft_jsonl(const std::string& path) {
 }
 
 SftDataset build_sft_dataset(const std::vector<Conversation>& conversations, const Tokenizer& tokenizer,
-                             const SftOptions& options, const std::string& source) {
+                             const SftOptions& options, const std::string& source, ProgressSink* progress) {
   SftDataset dataset;
   dataset.num_records = static_cast<int64_t>(conversations.size());
+  ProgressBar bar("Tokenize", dataset.num_records, progress);
   for (const Conversation& conversation : conversations) {
+    bar.advance(1);  // before the `continue`s below: every record counts
     Sample sample;
     const std::string system =
         options.default_system.empty() ? default_system_prompt(options.chat_template) : options.default_system;

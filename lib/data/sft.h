@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/progress.h"
 #include "data/chat_template.h"
 #include "data/sample.h"
 #include "data/tokenizer.h"
@@ -44,8 +45,9 @@ std::vector<Conversation> read_sft_jsonl(const std::string& path);
 
 // Tokenizes, applies max_length/truncation and drops samples without loss.
 // Throws DataError (naming `source`) if no sample survives.
+// `progress` (may be null): a progress line over the conversations (common/progress.h).
 SftDataset build_sft_dataset(const std::vector<Conversation>& conversations, const Tokenizer& tokenizer,
-                             const SftOptions& options, const std::string& source);
+                             const SftOptions& options, const std::string& source, ProgressSink* progress = nullptr);
 SftDataset load_sft_dataset(const std::string& path, const Tokenizer& tokenizer, const SftOptions& options);
 
 }  // namespace mtrain::data

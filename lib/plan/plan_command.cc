@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/errors.h"
+#include "common/progress.h"
 #include "config/cli.h"
 #include "config/profiles.h"
 #include "plan/search.h"
@@ -211,7 +212,7 @@ int run_plan_command(const PlanOptions& given, std::ostream& out) {
         fmt::format("--nproc_per_node {}: a node of {} has {} NPUs (one rank per NPU)", o.nproc_per_node, node.name,
                     node.devices_per_node),
         fmt::format("plan at most {} ranks per node and more nodes (--nnodes)", node.devices_per_node));
-  const SearchSummary s = search_layouts(inv.args, {o.nproc_per_node, o.nnodes, true});
+  const SearchSummary s = search_layouts(inv.args, {o.nproc_per_node, o.nnodes, true, stdout_progress_sink()});
   if (s.fitting.empty()) {
     if (s.misses.empty())
       throw OutOfMemoryError(

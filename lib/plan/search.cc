@@ -186,7 +186,11 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   const int world = o.nnodes * o.nproc_per_node;
   SearchSummary s;
   int64_t capacity = -1;
-  for (const Layout& l : enumerate(base, o)) {
+  const std::vector<Layout> layouts = enumerate(base, o);
+  ProgressBar bar("Plan", static_cast<int64_t>(layouts.size()), o.progress);
+  bar.set_unit("layout");
+  for (const Layout& l : layouts) {
+    bar.update(s.candidates, fmt::format("fit={}", s.fitting.size()));
     ++s.candidates;
     config::Args a = apply_layout(base, l);
     try {
@@ -204,6 +208,8 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
     capacity = p.capacity_bytes;
     (p.fits ? s.fitting : s.misses).push_back(std::move(p));
   }
+  bar.update(s.candidates, fmt::format("fit={}", s.fitting.size()));
+  bar.close();
   std::stable_sort(s.fitting.begin(), s.fitting.end(), [](const PlanResult& x, const PlanResult& y) {
     if (x.tokens_per_s_per_device != y.tokens_per_s_per_device)
       return x.tokens_per_s_per_device > y.tokens_per_s_per_device;

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/progress.h"
 #include "config/args.h"
 
 namespace mtrain::plan {
@@ -50,7 +51,8 @@ struct PlanResult {
 
 struct SearchOptions {
   int nproc_per_node = 1, nnodes = 1;
-  bool prune = true;  // false: dry-run every valid candidate (tests compare)
+  bool prune = true;                 // false: dry-run every valid candidate (tests compare)
+  ProgressSink* progress = nullptr;  // a progress line over the candidates (common/progress.h)
 };
 
 struct SearchSummary {

@@ -111,10 +111,12 @@ void check_coverage(const checkpoint::CheckpointReader& r, model::GptModel& m, c
 }
 
 // Reads this rank's blocks of every parameter into `flat` (the parameter
-// layout). Vocabulary rows past the source's are left as they are.
+// layout). Vocabulary rows past the source's are left as they are. `bar`
+// (may be null) advances by one per parameter.
 void read_params(const checkpoint::WeightSource& src, model::GptModel& m, const std::string& prefix, float* flat,
-                 bool trainable_only = false) {
+                 bool trainable_only = false, ProgressBar* bar = nullptr) {
   for (const model::ParamInfo& p : m.params().infos()) {
+    if (bar) bar->advance(1);
     if (!read_from_source(src, p, prefix, trainable_only)) continue;
     const std::string name = prefix + detail::source_name(p);
     for (const detail::ParamBlock& b : source_blocks(p, m.config(), src.global_shape(name).at(0)))
@@ -195,16 +197,19 @@ void require_saved(const json& st, const char* key, const std::string& where, co
 // The optimizer states of `r` into `t`'s optimizer (this rank's elements).
 void read_optimizer(const checkpoint::CheckpointReader& r, TrainingState& t, bool has_master) {
   model::ParamStore& ps = t.model.params();
-  for (const auto& [name, tensor] : t.optimizer.state_tensors()) {
+  const auto states = t.optimizer.state_tensors();
+  ProgressBar bar("Load optimizer", static_cast<int64_t>(states.size() * ps.infos().size()), t.progress);
+  for (const auto& [name, tensor] : states) {
     const std::string prefix = "optimizer." + name + "/";
     // Saved from an fp32 run: the master keeps the loaded weights (load_model_weights).
     if (name == "fp32_param" && !has_master) continue;
     std::vector<float> flat(static_cast<size_t>(ps.numel()), 0.0f);
     // A master copy's rows past the checkpoint's vocabulary padding start as the weights.
     if (name == "fp32_param") std::copy_n(ps.params().data(), ps.numel(), flat.data());
-    read_params(r, t.model, prefix, flat.data(), true);
+    read_params(r, t.model, prefix, flat.data(), true, &bar);
     detail::take_state(*tensor, t.optimizer, flat);
   }
+  bar.update(static_cast<int64_t>(states.size() * ps.infos().size()));  // skipped states count as read
 }
 
 }  // namespace
@@ -214,7 +219,9 @@ namespace {
 // load_model_weights after its checks: the weights, then the master copy.
 void apply_model_weights(const checkpoint::WeightSource& src, TrainingState& t, bool trainable_only = false) {
   model::ParamStore& ps = t.model.params();
-  read_params(src, t.model, "", ps.params().data(), trainable_only);
+  ProgressBar bar("Load weights", static_cast<int64_t>(ps.infos().size()), t.progress);
+  read_params(src, t.model, "", ps.params().data(), trainable_only, &bar);
+  bar.close();
   // The fp32 master starts from the loaded values; a bf16/fp16 model holds them rounded.
   t.optimizer.init_master_from(ps.params().data());
   kernels::round_to_dtype(ps.params().data(), ps.params().numel(), t.model.config().dtype);  // frozen ones too

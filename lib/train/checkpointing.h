@@ -36,6 +36,7 @@
 #include "checkpoint/model_meta.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/file_system.h"
+#include "common/progress.h"
 #include "config/args.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
@@ -56,7 +57,8 @@ struct TrainingState {
   optim::GradScaler* scaler;  // null: no loss scaling
   BatchSource& data;
   parallel::ParallelState& parallel;
-  int64_t bucket_elems = 0;  // the DP buckets (distributed optimizer shards)
+  int64_t bucket_elems = 0;          // the DP buckets (distributed optimizer shards)
+  ProgressSink* progress = nullptr;  // loading's progress line (the rank that shows it)
 };
 
 struct SaveSettings {

@@ -121,7 +121,7 @@ bool use_null_tokenizer(const config::Args& a) {
 
 }  // namespace
 
-DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
+DataPipeline build_data_pipeline(config::Args& a, bool verbose, ProgressSink* progress) {
   if (!a.data_path.empty() || a.tokenizer_type) {  // Megatron indexed data (indexed_source.h)
     // NullTokenizer's eod id is vocab_size - 1 (Megatron since #4057); it also
     // pads, as padded positions carry no loss.
@@ -152,7 +152,7 @@ DataPipeline build_data_pipeline(config::Args& a, bool verbose) {
       std::vector<data::Conversation> conv =
           data::read_sft_datasets(paths, {a.strict, a.max_malformed}, static_cast<uint64_t>(a.data_seed),
                                   keep_conversations ? 0 : 1000, malformed);
-      data::SftDataset d = data::build_sft_dataset(conv, tok, sft, fmt::format("{}", fmt::join(paths, " ")));
+      data::SftDataset d = data::build_sft_dataset(conv, tok, sft, fmt::format("{}", fmt::join(paths, " ")), progress);
       (a.truncation_strategy == "delete" ? dropped : truncated) += d.num_too_long;
       dropped += d.num_no_loss;
       tokens += d.num_tokens;

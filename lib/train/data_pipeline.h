@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/progress.h"
 #include "config/args.h"
 #include "data/chat_template.h"
 #include "data/loader.h"
@@ -50,7 +51,7 @@ class DataPipeline {
   std::vector<data::Batch> validation_batches(const config::Args& args, const DataShard& shard = {}) const;
 
  private:
-  friend DataPipeline build_data_pipeline(config::Args& args, bool verbose);
+  friend DataPipeline build_data_pipeline(config::Args& args, bool verbose, ProgressSink* progress);
   explicit DataPipeline(data::Tokenizer t)
       : tokenizer_(std::move(t)), vocab_size_(tokenizer_->vocab_size()), pad_id_(tokenizer_->special().pad) {}
   // Megatron's NullTokenizer (pt --data_path only): ids as they are.
@@ -66,6 +67,7 @@ class DataPipeline {
 
 // Loads tokenizer and data and prints what the run will use (verbose: rank 0). Fills
 // args.train_iters from --num_train_epochs when only that is given.
-DataPipeline build_data_pipeline(config::Args& args, bool verbose = true);
+// `progress` (may be null): sft tokenization's progress line.
+DataPipeline build_data_pipeline(config::Args& args, bool verbose = true, ProgressSink* progress = nullptr);
 
 }  // namespace mtrain::train

@@ -5,11 +5,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/hf_model_dir.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/errors.h"
+#include "common/progress.h"
 #include "parallel/local_comm.h"
 #include "train/base_reference.h"
 #include "train/export_lora.h"
@@ -93,6 +95,21 @@ std::optional<ExportAdapters> adapters_to_merge(const ExportOptions& o, FileSyst
   return a;
 }
 
+// The progress line over the tensors write_hf_model fetches (one per tensor map).
+checkpoint::HfTensorFetch counted(checkpoint::HfTensorFetch fetch, ProgressBar& bar) {
+  return [fetch = std::move(fetch), &bar](const std::string& name) {
+    std::vector<float> v = fetch(name);
+    bar.advance(1);
+    return v;
+  };
+}
+
+std::unique_ptr<ProgressBar> tensor_bar(const char* desc, size_t tensors) {
+  auto bar = std::make_unique<ProgressBar>(desc, static_cast<int64_t>(tensors), stdout_progress_sink());
+  bar->set_unit("tensor");
+  return bar;
+}
+
 void print_saved(const ExportOptions& o, const checkpoint::HfWriteResult& w, Clock::time_point t0) {
   fmt::print("  successfully saved Hugging Face model to {}: {}, {}, {} bytes in {:.2f} s\n", o.output_dir,
              plural(static_cast<int64_t>(w.files.size()), "safetensors file"), plural(w.tensors, "tensor"), w.bytes,
@@ -111,8 +128,12 @@ int merge_into_hf_model(const ExportOptions& o, FileSystem& fs) {
              a.scale());
   fmt::print(" saving Hugging Face model ({}) to {}\n", torch_dtype_name(dtype), o.output_dir);
   std::fflush(stdout);
-  const auto fetch = merging_fetch([&](const std::string& name) { return hf.read_full(name); }, a);
-  print_saved(o, checkpoint::write_hf_model(fs, o.output_dir, hf.shape(), fetch, o.max_shard_bytes, dtype), t0);
+  const std::unique_ptr<ProgressBar> bar = tensor_bar("Export", checkpoint::hf_tensor_maps(hf.shape()).size());
+  const auto fetch = counted(merging_fetch([&](const std::string& name) { return hf.read_full(name); }, a), *bar);
+  const checkpoint::HfWriteResult w =
+      checkpoint::write_hf_model(fs, o.output_dir, hf.shape(), fetch, o.max_shard_bytes, dtype);
+  bar->close();
+  print_saved(o, w, t0);
   return 0;
 }
 
@@ -140,7 +161,11 @@ int export_to_hf(const ExportOptions& o, FileSystem& fs) {
     return full;
   };
   if (adapters) fetch = merging_fetch(std::move(fetch), *adapters);
-  print_saved(o, checkpoint::write_hf_model(fs, o.output_dir, shape, fetch, o.max_shard_bytes, dtype), t0);
+  const std::unique_ptr<ProgressBar> bar = tensor_bar("Export", checkpoint::hf_tensor_maps(shape).size());
+  const checkpoint::HfWriteResult w =
+      checkpoint::write_hf_model(fs, o.output_dir, shape, counted(std::move(fetch), *bar), o.max_shard_bytes, dtype);
+  bar->close();
+  print_saved(o, w, t0);
   return 0;
 }
 
@@ -156,8 +181,10 @@ int export_to_mcore(const ExportOptions& o, FileSystem& fs) {
   std::vector<std::vector<float>> data;
   data.reserve(names.size());
   std::vector<checkpoint::ShardedTensor> tensors;
+  const std::unique_ptr<ProgressBar> bar = tensor_bar("Load", names.size());  // then one save of them all
   for (const std::string& name : names) {
     data.push_back(hf.read_full(name));
+    bar->advance(1);
     const Shape global = hf.global_shape(name);
     tensors.push_back({name, global, std::vector<int64_t>(global.size(), 0), global, data.back().data()});
   }
@@ -165,6 +192,7 @@ int export_to_mcore(const ExportOptions& o, FileSystem& fs) {
                                 {"consumed_samples", 0},
                                 {"model", checkpoint::model_meta_to_json(checkpoint::meta_from_hf_shape(hf.shape()))},
                                 {"source", o.model}};
+  bar->close();
   parallel::SelfComm world("export");
   const checkpoint::SaveResult saved = checkpoint::save_checkpoint(fs, world, o.output_dir, 0, tensors, state.dump());
   fmt::print("  successfully saved checkpoint from iteration {:7d} to {} [ t 1/1, p 1/1 ]: {}, {} bytes in {:.2f} s\n",

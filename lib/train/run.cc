@@ -38,6 +38,7 @@
 #include "train/npu_status_hook.h"
 #include "train/precision_dump.h"
 #include "train/profiler_hook.h"
+#include "train/progress_hook.h"
 #include "train/rank_build.h"
 #include "train/shared_paths.h"
 #include "train/step_record.h"
@@ -183,7 +184,8 @@ static std::function<double()> simulated_step_clock(HookList& hooks, const confi
 // Returns --log_throughput's simulated step clock on the last rank (else empty).
 static std::function<double()> add_logger(HookList& hooks, const config::Args& args,
                                           const parallel::ParallelState& state, const device::Device& dev,
-                                          const model::ModelConfig& mc, int64_t train_iters, int local_ranks) {
+                                          const model::ModelConfig& mc, int64_t train_iters, int local_ranks,
+                                          ProgressSink* progress) {
   LoggerOptions lo;
   lo.log_interval = args.log_interval;
   lo.log_throughput = args.log_throughput;
@@ -198,6 +200,8 @@ static std::function<double()> add_logger(HookList& hooks, const config::Args& a
     lo.simulated_step_seconds = simulated_step_clock(hooks, args, state, dev, mc, train_iters, local_ranks);
   }
   if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
+  // After the logger: its line goes out first, the progress line is drawn below it.
+  if (lo.print_log && args.progress && progress) hooks.add(std::make_shared<ProgressHook>(progress));
   return lo.simulated_step_seconds;
 }
 
@@ -255,7 +259,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   // Before any data is read: a save, load or profile directory that is not
   // one directory on every node would fail only at the first save.
   check_shared_paths(args, state->world(), ctx.node);
-  DataPipeline data = build_data_pipeline(args, first_rank);                    // may derive train_iters from epochs
+  // May derive train_iters from epochs. Every rank tokenizes; the first shows
+  // it (the progress line, when stdout is a terminal).
+  DataPipeline data = build_data_pipeline(args, first_rank, first_rank && args.progress ? ctx.progress : nullptr);
   if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args, first_rank);
 
@@ -285,7 +291,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
   add_tensorboard(hooks, args, *state, dev, mc,
-                  add_logger(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks));
+                  add_logger(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks, ctx.progress));
   hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, *state, dev), args.log_interval));
   if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
   for (const auto& h : ctx.hooks) hooks.add(h);
@@ -300,7 +306,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   const std::vector<data::Batch> val = data.validation_batches(args, shard);
 
   FileSystem& fs = *checkpoint_fs;
-  TrainingState ts{model, setup.optimizer, setup.scaler.get(), *source, *state, to.bucket_elems};
+  TrainingState ts{model, setup.optimizer, setup.scaler.get(), *source, *state, to.bucket_elems,
+                   // Every rank loads its blocks; the first shows it.
+                   first_rank && args.progress ? ctx.progress : nullptr};
   std::optional<Resumed> resumed;
   // --load (--mcore_model) wins over --model's weights, as in Megatron-SWIFT;
   // --model still gives the shape and tokenizer.

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/progress.h"
 #include "config/args.h"
 #include "device/cpu_affinity.h"
 #include "device/device.h"
@@ -28,6 +29,9 @@ struct RunContext {
   device::MemoryStats* memory_out = nullptr;
   // Extra step hooks (e.g. a recorder a test compares with a dry run).
   std::vector<std::shared_ptr<TrainHook>> hooks;
+  // Where the progress line's states go (common/progress.h; the last rank
+  // uses it unless --progress false); null: stdout is nobody's terminal.
+  ProgressSink* progress = nullptr;
 };
 
 int run_training(const config::Args& args, const RunContext& ctx = {});

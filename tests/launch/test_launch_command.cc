@@ -193,6 +193,15 @@ TEST(MpirunCommand, ForwardsWhatRanksNeed) {
   EXPECT_FALSE(has(c.argv, "OMP_NUM_THREADS"));  // not set: not forwarded
 }
 
+TEST(MpirunCommand, TheRanksLearnThatTheLauncherDrawsTheirProgressLine) {
+  MpirunPlan plan = single_node(2, 2, false);
+  EXPECT_EQ(env_of(build_mpirun_command(plan, Env()), "MTRAIN_PROGRESS_RECORDS"), "<unset>");
+  plan.progress_records = true;
+  const Command c = build_mpirun_command(plan, Env());
+  EXPECT_EQ(env_of(c, "MTRAIN_PROGRESS_RECORDS"), "1");
+  EXPECT_TRUE(has_seq(c.argv, {"-x", "MTRAIN_PROGRESS_RECORDS"}));  // also for ranks on a --hostfile's hosts
+}
+
 TEST(MpirunCommand, MultiNodePointsAtTheServerAndRestrictsTheInterface) {
   MpirunPlan p = single_node(2, 2, true);
   p.request.nnodes = 2;

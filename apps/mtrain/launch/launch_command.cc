@@ -173,6 +173,7 @@ Command build_mpirun_command(const MpirunPlan& plan, const Env& env) {
     c.env.emplace_back(kEnvRdzvEndpoint, fmt::format("{}:{}", req.master_addr, req.master_port));
     if (!plan.joined_file.empty()) c.env.emplace_back(kEnvRdzvJoinedFile, plan.joined_file);
   }
+  if (plan.progress_records) c.env.emplace_back("MTRAIN_PROGRESS_RECORDS", "1");
   c.argv = {env.get("MTRAIN_MPIRUN").value_or("mpirun"), "-np", std::to_string(req.nproc_per_node)};
   if (plan.host.root) c.argv.push_back("--allow-run-as-root");
   add_binding(c, plan, extra, env);

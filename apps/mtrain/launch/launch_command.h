@@ -44,6 +44,7 @@ struct MpirunPlan {
   HostFacts host;
   std::string exe;                // mtrain itself (/proc/self/exe resolved)
   std::vector<std::string> args;  // mtrain's own arguments (argv[1..])
+  bool progress_records = false;  // the launcher draws the ranks' progress line (launch_relay.h)
   // Multi-node only:
   std::string server_uri;       // ompi-server's URI, handed out by node 0
   std::string rdzv_id;          // per-job service-name prefix

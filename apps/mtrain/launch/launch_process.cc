@@ -62,6 +62,7 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, 0);
   }
+  if (opt.stdout_to >= 0) dup2(opt.stdout_to, 1);
   if (opt.stderr_to >= 0) dup2(opt.stderr_to, 2);
   execvpe(argv[0], argv.data(), envp.data());
   const int err = errno;

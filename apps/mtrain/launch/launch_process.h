@@ -35,6 +35,7 @@ class SignalChannel {
 struct SpawnOptions {
   bool own_process_group = false;  // keep terminal signals away (ompi-server: the launcher ends it)
   bool stdin_null = false;
+  int stdout_to = -1;  // dup2 this fd onto the child's stdout (a pipe) when >= 0
   int stderr_to = -1;  // dup2 this fd onto the child's stderr (a pipe) when >= 0
 };
 

@@ -6,9 +6,11 @@
 
 #include <climits>
 #include <cstdio>
+#include <optional>
 
 #include "common/errors.h"
 #include "mtrain/launch/launch_process.h"
+#include "mtrain/launch/launch_relay.h"
 #include "mtrain/launch/launch_supervisor.h"
 
 namespace mtrain::launch {
@@ -25,26 +27,27 @@ namespace {
 int run_single_node(const MpirunPlan& plan, const Env& env) {
   SignalChannel signals;
   MpirunSupervisor sup(signals, "mtrain: launch");
-  sup.start(build_mpirun_command(plan, env));
-  while (sup.running()) {
-    pollfd p{signals.fd(), POLLIN, 0};
-    poll(&p, 1, 200);
-    sup.handle_signals();
-    sup.tick();
-  }
+  std::optional<OutputRelay> relay;
+  if (plan.progress_records) relay.emplace();
+  sup.start(build_mpirun_command(plan, env), relay ? relay->spawn_options() : SpawnOptions{});
+  if (relay) relay->close_write_ends();
+  supervise(sup, signals, relay ? &*relay : nullptr);
   report_mpirun_exit(sup);
   return sup.exit_code();
 }
 
 }  // namespace
 
-int run_launch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args) {
+int run_launch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args, bool progress) {
   for (const auto& w : request.warnings) fmt::print(stderr, "mtrain: warning: {}\n", w);
   MpirunPlan plan;
   plan.request = request;
   plan.host = probe_host();
   plan.exe = self_executable();
   plan.args = args;
+  // Several nodes: each node's mpirun writes to its own terminal and the
+  // progress line stays off (it would need the last rank's node to relay).
+  plan.progress_records = progress && !request.multi_node() && stdout_wants_progress_relay(env);
   if (!request.multi_node()) return run_single_node(plan, env);
   return request.node_rank == 0 ? run_node0(std::move(plan), env) : run_node_k(std::move(plan), env);
 }

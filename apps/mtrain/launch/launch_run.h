@@ -16,7 +16,10 @@
 namespace mtrain::launch {
 
 // Runs this node's part of the launch; returns the exit code for the shell.
-int run_launch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args);
+// `progress`: the job wants its progress line (--progress); drawn when stdout
+// is a terminal (one node: the launcher relays mpirun's output, launch_relay.h).
+int run_launch(const LaunchRequest& request, const Env& env, const std::vector<std::string>& args,
+               bool progress = false);
 
 // This executable (/proc/self/exe resolved), so the ranks run exactly this build.
 std::string self_executable();

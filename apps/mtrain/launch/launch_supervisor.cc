@@ -17,9 +17,9 @@ void print_run_sh(const Command& command) {
   std::fflush(stdout);
 }
 
-void MpirunSupervisor::start(const Command& command) {
-  print_run_sh(command);
-  mpirun_ = Child::spawn(command);
+void MpirunSupervisor::start(const Command& command, const SpawnOptions& options, bool announce) {
+  if (announce) print_run_sh(command);
+  mpirun_ = Child::spawn(command, options);
 }
 
 void MpirunSupervisor::handle_signals() {

@@ -18,7 +18,8 @@ class MpirunSupervisor {
   MpirunSupervisor(SignalChannel& signals, std::string who, bool multi_node = false)
       : signals_(signals), who_(std::move(who)), multi_node_(multi_node) {}
 
-  void start(const Command& command);
+  // `announce`: print the command first (`run sh: ...`), as for mpirun.
+  void start(const Command& command, const SpawnOptions& options = {}, bool announce = true);
   bool running() { return mpirun_ && !mpirun_->reap(); }
   // Reads the signalfd: forwards the user's signals, notes SIGCHLD (reaped by running()).
   void handle_signals();
