@@ -16,11 +16,11 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, bool meta)
     : GptModel(config, dev, nullptr, meta, {}) {}
 
 GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm& tp, bool meta,
-                   const std::function<int64_t(int64_t)>& padded_numel)
+                   const std::function<int64_t(ParamStore&)>& padded_numel)
     : GptModel(config, dev, &tp, meta, padded_numel) {}
 
 GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm* tp, bool meta,
-                   const std::function<int64_t(int64_t)>& padded_numel)
+                   const std::function<int64_t(ParamStore&)>& padded_numel)
     : config_(config), dev_(dev), tp_(tp) {
   const ModelConfig& c = config_;
   if (!tp_) {
@@ -37,7 +37,7 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Com
   mark_trainable(params_, c);
   check_grad_coverage();
   params_.layout();
-  params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_.unpadded_numel()) : 0);
+  params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_) : 0);
   params_.initialize(c.seed, c.init_std, c.num_layers, c.dtype);
   allocate_chunks(meta);
 }
