@@ -124,7 +124,7 @@ class GptModel {
   void allocate_slot(ChunkSlot& s, const Chunk& ch, int chunk_id, int slot_id, bool meta);
   void check_grad_coverage() const;
   // Parameters first..last (indices into the ParamStore; first < 0: none).
-  std::pair<int64_t, int64_t> grad_span(int first, int last) const;
+  std::vector<std::pair<int64_t, int64_t>> grad_spans(int first, int last) const;
   void zero_grads_of(int first, int last);
   void zero_grad(int param) { zero_grads_of(param, param); }
   void zero_layer_grads(int layer) { zero_grads_of(layer_param_span_[layer].first, layer_param_span_[layer].second); }
