@@ -71,10 +71,6 @@ struct TrainerOptions {
   bool log_num_zeros_in_grad = false;  // StepMetrics::num_zeros of each step's gradients
 };
 
-// The flat parameter buffer size a model must allocate for these options on
-// this grid (the DP buckets' padding).
-int64_t trainer_padded_numel(int64_t numel, const TrainerOptions& opts, int dp_size);
-
 class Trainer {
  public:
   Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer, optim::LrScheduler& scheduler,

@@ -155,5 +155,33 @@ TEST(ParallelLocalComm, MetaParallelStateForEveryRank) {
   }
 }
 
+// Every rank of a dry run gets the expert generator's communicators.
+TEST(ParallelLocalComm, MetaParallelStateHasExpertGroups) {
+  ProcessGridConfig cfg;
+  cfg.world_size = 16;
+  cfg.tensor_model_parallel_size = 2;
+  cfg.pipeline_model_parallel_size = 2;
+  cfg.expert_model_parallel_size = 2;
+  cfg.expert_tensor_parallel_size = 1;
+  const ProcessGrid grid(cfg);
+  for (int r = 0; r < 16; ++r) {
+    ParallelState ps = make_meta_parallel_state(grid, r);
+    const ExpertRankCoords e = grid.expert_coords(r);
+    EXPECT_EQ(ps.ep().name(), "ep");
+    EXPECT_EQ(ps.ep().size(), 2);
+    EXPECT_EQ(ps.ep().rank(), e.ep);
+    EXPECT_EQ(ps.expert_tp().size(), 1);
+    EXPECT_EQ(ps.expert_dp().size(), 4);
+    EXPECT_EQ(ps.expert_dp().rank(), e.dp);
+    EXPECT_EQ(ps.tp_ep().size(), 2);
+    EXPECT_EQ(ps.tp_ep_pp().size(), 4);
+    EXPECT_EQ(ps.expert_coords(), e);
+  }
+  ParallelState self = make_self_parallel_state(ProcessGrid(ProcessGridConfig{}));
+  EXPECT_EQ(self.expert_dp().name(), "expt-dp");
+  EXPECT_EQ(self.tp_ep_pp().size(), 1);
+  testing::check_groups_match_grid(self);
+}
+
 }  // namespace
 }  // namespace mtrain::parallel
