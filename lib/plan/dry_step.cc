@@ -44,7 +44,7 @@ class ShapeOnlyBatches : public train::BatchSource {
 std::vector<int> gathers_before_chunk(model::GptModel& model, const parallel::ParallelState& state,
                                       const train::TrainerOptions& to) {
   std::vector<int> out;
-  const int dp = state.grid().dp();
+  const int dp = train::grad_group_size(state);  // the distributed optimizer's shards
   if (!to.overlap_param_gather || !to.distributed_optimizer || dp == 1) return out;
   const parallel::GradBuckets buckets(model.params().unpadded_numel(), to.bucket_elems, dp);
   for (int c = 0; c < model.num_chunks(); ++c) {
@@ -58,7 +58,7 @@ std::vector<int> gathers_before_chunk(model::GptModel& model, const parallel::Pa
 }  // namespace
 
 DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
-                        parallel::ParallelState& state, train::TrainerOptions to) {
+                     parallel::ParallelState& state, train::TrainerOptions to) {
   to.train_iters = 1;
   to.eval_interval = 0;
   ShapeOnlyBatches batches(args.num_micro_batches, args.micro_batch_size, model.config().seq_length,

@@ -4,6 +4,7 @@
 
 #include "common/errors.h"
 #include "parallel/grad_buckets.h"
+#include "train/grad_sync.h"
 
 namespace mtrain::train::detail {
 
@@ -32,7 +33,7 @@ std::vector<ParamBlock> param_blocks(const model::ParamInfo& p) {
 bool writes_param(const model::ParamInfo& p, int index, const parallel::RankCoords& rc, int dp_size) {
   if (!saved_under_own_name(p)) return false;
   if (p.shard.split == model::TpSplit::kReplicated && rc.tp != 0) return false;
-  return index % dp_size == rc.dp;
+  return rc.cp == 0 && index % dp_size == rc.dp;  // CP ranks hold the same weights
 }
 
 std::vector<float> full_state(const Tensor& state, const optim::Optimizer& opt, parallel::ParallelState& ps,
@@ -45,10 +46,10 @@ std::vector<float> full_state(const Tensor& state, const optim::Optimizer& opt, 
     src += e - b;
   }
   if (opt.sharded()) {
-    const parallel::GradBuckets buckets(unpadded_numel, bucket_elems, ps.grid().dp());
+    const parallel::GradBuckets buckets(unpadded_numel, bucket_elems, grad_group_size(ps));
     if (buckets.padded_numel() > padded_numel)
       throw Error(ExitCode::kInternal, "checkpoint: DP buckets larger than the parameter buffer");
-    buckets.all_gather(ps.dp(), flat.data());
+    buckets.all_gather(grad_group(ps), flat.data());
   }
   return flat;
 }

@@ -32,6 +32,14 @@ int64_t total(const Intervals& v) {
 
 }  // namespace
 
+parallel::Comm& grad_group(parallel::ParallelState& s) { return s.grid().cp() > 1 ? s.dp_cp() : s.dp(); }
+
+int grad_group_size(const parallel::ParallelState& s) { return s.grid().dp() * s.grid().cp(); }
+
+int grad_group_rank(const parallel::ParallelState& s) {
+  return s.grid().rank_in_group(parallel::GroupKind::kDataContext, s.rank());
+}
+
 int64_t GradSync::padded_numel(int64_t numel, int64_t bucket_elems, int dp_size) {
   return parallel::GradBuckets(numel, bucket_elems, dp_size).padded_numel();
 }
@@ -39,21 +47,21 @@ int64_t GradSync::padded_numel(int64_t numel, int64_t bucket_elems, int dp_size)
 Intervals GradSync::optimizer_shard(const model::ParamStore& ps, const parallel::ParallelState& state,
                                     bool distributed_optimizer, int64_t bucket_elems) {
   Intervals out;
-  if (!distributed_optimizer || state.grid().dp() == 1) return out;
-  parallel::GradBuckets buckets(ps.unpadded_numel(), bucket_elems, state.grid().dp());
-  for (const parallel::Interval& iv : buckets.owned(state.coords().dp)) out.emplace_back(iv.begin, iv.end);
+  if (!distributed_optimizer || grad_group_size(state) == 1) return out;
+  parallel::GradBuckets buckets(ps.unpadded_numel(), bucket_elems, grad_group_size(state));
+  for (const parallel::Interval& iv : buckets.owned(grad_group_rank(state))) out.emplace_back(iv.begin, iv.end);
   return out;
 }
 
 GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
                    int64_t bucket_elems, bool overlap, bool overlap_param_gather)
     : state_(state),
-      distributed_(distributed_optimizer && state.grid().dp() > 1),
-      buckets_(ps.unpadded_numel(), bucket_elems, state.grid().dp()),
-      overlap_enabled_(overlap && state.grid().dp() > 1),
+      distributed_(distributed_optimizer && grad_group_size(state) > 1),
+      buckets_(ps.unpadded_numel(), bucket_elems, grad_group_size(state)),
+      overlap_enabled_(overlap && grad_group_size(state) > 1),
       overlap_param_gather_(overlap_param_gather && distributed_) {
   if (distributed_) {
-    for (const parallel::Interval& iv : buckets_.owned(state.coords().dp)) updated_.emplace_back(iv.begin, iv.end);
+    for (const parallel::Interval& iv : buckets_.owned(grad_group_rank(state))) updated_.emplace_back(iv.begin, iv.end);
   } else {
     updated_.emplace_back(0, ps.numel());
   }
@@ -78,7 +86,7 @@ GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, 
 
 void GradSync::begin_overlap(float* grads) {
   if (overlap_enabled_)
-    overlap_ = std::make_unique<parallel::OverlappedReduction>(buckets_, state_.dp(), grads, distributed_);
+    overlap_ = std::make_unique<parallel::OverlappedReduction>(buckets_, grad_group(state_), grads, distributed_);
 }
 
 void GradSync::mark_ready(int64_t begin, int64_t end) {
@@ -90,11 +98,11 @@ void GradSync::reduce(float* grads) {
     started_early_ = overlap_->buckets_started_early();
     overlap_->finish();
     overlap_.reset();
-  } else if (state_.grid().dp() > 1) {
+  } else if (grad_group_size(state_) > 1) {
     if (distributed_) {
-      buckets_.reduce_scatter(state_.dp(), grads);
+      buckets_.reduce_scatter(grad_group(state_), grads);
     } else {
-      buckets_.all_reduce(state_.dp(), grads);
+      buckets_.all_reduce(grad_group(state_), grads);
     }
   }
   // After the DP sum, as Megatron does; with the distributed optimizer only
@@ -142,7 +150,8 @@ double GradSync::grad_norm(const float* grads) {
     profiler::Scope kernel(optim::grad_norm_region(norm_pass_elems_));
     sq = optim::grad_norm_sq_intervals(grads, norm_intervals_);
   }
-  // Each DP replica holds the same gradients unless the optimizer is sharded.
+  // Each DP (and CP) replica holds the same gradients unless the optimizer is
+  // sharded (then over DP x CP: the world holds each shard once per model rank).
   parallel::Comm& group = distributed_ ? state_.world() : state_.model();
   group.all_reduce(&sq, 1, parallel::ReduceOp::kSum);
   return optim::grad_norm_from_sq(sq);
@@ -152,9 +161,9 @@ void GradSync::gather_params(float* params) {
   if (!distributed_) return;
   finish_param_gather();
   if (overlap_param_gather_) {
-    param_gather_ = std::make_unique<parallel::OverlappedParamGather>(buckets_, state_.dp(), params);
+    param_gather_ = std::make_unique<parallel::OverlappedParamGather>(buckets_, grad_group(state_), params);
   } else {
-    buckets_.all_gather(state_.dp(), params);
+    buckets_.all_gather(grad_group(state_), params);
   }
 }
 

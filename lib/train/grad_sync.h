@@ -28,6 +28,14 @@
 
 namespace mtrain::train {
 
+// The group gradients are summed over and the distributed optimizer shards
+// over: DP, or with context parallelism DP x CP (Megatron's data-parallel
+// group with context parallelism: the CP ranks of a replica see different
+// tokens of the same samples, so their gradients are partial sums too).
+parallel::Comm& grad_group(parallel::ParallelState& s);
+int grad_group_size(const parallel::ParallelState& s);
+int grad_group_rank(const parallel::ParallelState& s);
+
 class GradSync {
  public:
   // bucket_elems <= 0: Megatron's default bucket size.
