@@ -90,6 +90,26 @@ TEST(ParallelSimComm, IndependentGroupsReduceIndependently) {
   });
 }
 
+// Counts that disagree between sender and receiver fail on every rank with
+// the pair named (MPI would truncate or leave the block half written).
+TEST(ParallelSimComm, AllToAllCountMismatchIsAnError) {
+  SimWorld world(3, SimWorldOptions{.timeout_seconds = 5});
+  std::atomic<int> failed{0};
+  world.run([&](int rank) {
+    auto comm = world.make_world_comm(rank);
+    std::vector<int64_t> counts{1, 1, 1}, displs{0, 1, 2}, recv = counts, recv_displs = displs;
+    if (rank == 2) recv = {2, 1, 1}, recv_displs = {0, 2, 3};  // rank 0 sends one
+    std::vector<float> in(3, 1.0f), out(4, 0.0f);
+    try {
+      comm->all_to_all_v(in.data(), counts, displs, out.data(), recv, recv_displs);
+    } catch (const DistributedError& e) {
+      EXPECT_STREQ(e.what(), "comm 'world': all_to_all_v mismatch: rank 0 sends 1 float32 to rank 2, which expects 2");
+      failed.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(failed.load(), 3);
+}
+
 TEST(ParallelSimComm, BarrierSynchronises) {
   SimWorld world(4);
   std::atomic<int> arrived{0};
