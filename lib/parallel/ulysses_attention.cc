@@ -9,20 +9,6 @@ namespace mtrain::parallel {
 
 namespace {
 
-constexpr int kUlyssesTag = 12;
-
-// Equal-split all-to-all: out[p * chunk ...] = rank p's in[rank() * chunk ...].
-// Pairwise exchanges, step s with ranks r + s and r - s (the epcomm branch's
-// Comm::all_to_all replaces this once it is in main).
-void all_to_all(Comm& cp, const float* in, float* out, int64_t chunk, Wire wire) {
-  const int P = cp.size(), r = cp.rank();
-  if (cp.moves_data()) std::copy(in + r * chunk, in + (r + 1) * chunk, out + r * chunk);
-  for (int s = 1; s < P; ++s) {
-    const int dest = (r + s) % P, src = (r - s + P) % P;
-    cp.send_recv(in + dest * chunk, chunk, dest, out + src * chunk, chunk, src, kUlyssesTag, wire);
-  }
-}
-
 // A (B, X, T, D) tensor of local rows <-> (B, X/P, P*T, D) of whole sequences.
 struct Split {
   int P;
@@ -40,7 +26,7 @@ void seq_to_heads(Comm& cp, const Split& s, float* whole, const float* local, fl
     for (int j = 0; j < s.P; ++j)
       for (int64_t b = 0; b < s.B; ++b)
         std::copy_n(local + (b * s.X + j * xp) * TD, xp * TD, send + j * s.chunk() + b * xp * TD);
-  all_to_all(cp, send, recv, s.chunk(), wire);
+  cp.all_to_all(send, recv, s.chunk(), wire);
   if (!data) return;
   const int64_t Tw = s.P * s.T;
   for (int i = 0; i < s.P; ++i)  // rank i's rows are sequence chunks i and 2P-1-i
@@ -60,7 +46,7 @@ void heads_to_seq(Comm& cp, const Split& s, float* local, const float* whole, fl
         for (int half = 0; half < 2; ++half)
           std::copy_n(whole + (bh * Tw + cp_chunk(i, s.P, half) * c) * s.D, c * s.D,
                       send + i * s.chunk() + (bh * s.T + half * c) * s.D);
-  all_to_all(cp, send, recv, s.chunk(), wire);
+  cp.all_to_all(send, recv, s.chunk(), wire);
   if (!data) return;
   for (int j = 0; j < s.P; ++j)
     for (int64_t b = 0; b < s.B; ++b)

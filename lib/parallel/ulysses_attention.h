@@ -4,7 +4,8 @@
 // ring_attention.h); an all-to-all gives it the whole sequence of H/P heads
 // (and G/P key/value groups), it runs ordinary causal flash attention on
 // them, and a second all-to-all returns its rows of every head. Backward
-// does the same with the gradients. Heads and groups must divide by P.
+// does the same with the gradients (Comm::all_to_all, equal split). Heads
+// and groups must divide by P.
 //
 // Layouts: q, out, dq (B, H, T, D); k, v, dk, dv (B, G, T, D); doc (B, T) or
 // null, with T = local rows = 2c. lse (B, H, T) floats hold the head-split
