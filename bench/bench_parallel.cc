@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--rounds", f.rounds, "run the layouts this many times, round robin")->check(CLI::PositiveNumber);
   app.add_option("--cores", f.cores, "threads of the 1-rank layout and of the sgemm probe (default: usable CPUs)");
-  app.add_option("--layouts", f.layouts, "all (1xN,dp2,tp2,pp2) or a comma list of those and tp2sp, pp2u");
+  app.add_option("--layouts", f.layouts, "all (1xN,dp2,tp2,pp2) or a comma list of those and tp2sp, pp2u, cp2, cp2u");
   app.add_option(
          "--omp_wait_policy", f.omp_wait_policy,
          "OMP_WAIT_POLICY of the runs (passive helps 1xN only when other jobs share the cores); inherit: leave it")

@@ -151,6 +151,13 @@ std::vector<Layout> known_layouts(int cores, int64_t num_layers) {
        per_rank,
        {"--pipeline_model_parallel_size", "2", "--decoder_first_pipeline_num_layers", first},
        false},
+      {"cp2", "2 ranks x " + t + ", context parallel (ring)", 2, per_rank, {"--context_parallel_size", "2"}, false},
+      {"cp2u",
+       "2 ranks x " + t + ", context parallel (Ulysses)",
+       2,
+       per_rank,
+       {"--context_parallel_size", "2", "--context_parallel_algo", "ulysses_cp_algo"},
+       false},
   };
 }
 

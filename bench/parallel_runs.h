@@ -23,8 +23,8 @@ struct Layout {
 
 // On a machine with `cores` cores: the four standard layouts (1 x cores
 // threads, DP=2, TP=2, PP=2), then variants only run when named: TP=2 with
-// sequence parallelism, and PP=2 with num_layers-1 layers on the first stage
-// (the last one also holds the output layer).
+// sequence parallelism, PP=2 with num_layers-1 layers on the first stage
+// (the last one also holds the output layer), and CP=2 by ring or Ulysses.
 std::vector<Layout> known_layouts(int cores, int64_t num_layers);
 
 // What every run shares: the binary, the data and the batch.

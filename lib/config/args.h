@@ -57,6 +57,7 @@ struct Args {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int context_parallel_size = 1;
+  std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed: megatron_cp_algo (ring) | ulysses_cp_algo
   int expert_model_parallel_size = 1;
   bool sequence_parallel = false;  // forced off (with a warning) at TP=1
   bool use_distributed_optimizer = true;

@@ -148,7 +148,15 @@ std::vector<FlagSpec> parallel_flags() {
       {.name = "context_parallel_size",
        .field = &Args::context_parallel_size,
        .group = P,
-       .help = "Context-parallel size (CP)."},
+       .help = "Context-parallel size (CP): each sequence is split over CP ranks (see --context_parallel_algo)."},
+      {.name = "context_parallel_algo",
+       .field = &Args::context_parallel_algo,
+       .group = P,
+       .help = "MindSpeed's CP algorithm: megatron_cp_algo (ring attention, K/V blocks passed around the CP group) "
+               "or ulysses_cp_algo (all-to-all from sequence to heads and back); the hybrid, adaptive and "
+               "kvallgather algorithms are refused.",
+       .choices = {"megatron_cp_algo", "ulysses_cp_algo", "hybrid_cp_algo", "adaptive_cp_algo",
+                   "hybrid_adaptive_cp_algo", "kvallgather_cp_algo"}},
       {.name = "expert_model_parallel_size",
        .field = &Args::expert_model_parallel_size,
        .group = P,

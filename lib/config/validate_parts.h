@@ -9,6 +9,8 @@
 namespace mtrain::config::detail {
 
 void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings);
+// --context_parallel_size > 1: algorithm, sequence length, heads, kernels (validate_context.cc).
+void check_context_parallel(const Args& a);
 void check_training(Args& a, std::vector<std::string>& warnings);
 // --train_type lora: ranges, names, and the LoRA learning-rate default (before check_training).
 void check_lora(Args& a);

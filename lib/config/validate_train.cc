@@ -178,11 +178,7 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
                                   *a.seq_length, a.tensor_model_parallel_size),
                       "sequence parallelism splits the tokens of a micro-batch over the TP ranks");
   }
-  if (a.context_parallel_size > 1 && *a.seq_length % (2 * a.context_parallel_size) != 0) {
-    throw ConfigError(
-        "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.",
-        fmt::format("--seq_length {} with --context_parallel_size {}", *a.seq_length, a.context_parallel_size));
-  }
+  check_context_parallel(a);
   check_recompute(a);
   if (a.ddp_bucket_size) require_positive(*a.ddp_bucket_size, "ddp_bucket_size");
   // Megatron-LM's checks and messages (arguments.py).

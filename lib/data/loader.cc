@@ -1,5 +1,7 @@
 #include "data/loader.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -26,6 +28,35 @@ std::vector<int64_t> seeded_permutation(int64_t n, uint64_t seed, PermutationUse
 }
 
 }  // namespace
+
+template <class T>
+static std::vector<T> cp_rows(const std::vector<T>& x, int64_t B, int64_t T_in, int size, int rank) {
+  if (x.empty()) return x;
+  const int64_t c = T_in / (2 * size);
+  std::vector<T> out;
+  out.reserve(static_cast<size_t>(B * 2 * c));
+  for (int64_t b = 0; b < B; ++b)
+    for (const int64_t chunk : {int64_t{rank}, int64_t{2 * size - 1 - rank}}) {
+      const auto first = x.begin() + b * T_in + chunk * c;
+      out.insert(out.end(), first, first + c);
+    }
+  return out;
+}
+
+Batch context_parallel_slice(const Batch& b, int size, int rank) {
+  if (size < 1 || rank < 0 || rank >= size || b.T % (2 * size) != 0)
+    throw Error(ExitCode::kInternal,
+                fmt::format("context_parallel_slice: T {} is not a multiple of 2 x {} (rank {})", b.T, size, rank));
+  Batch out;
+  out.B = b.B;
+  out.T = b.T / size;
+  out.tokens = cp_rows(b.tokens, b.B, b.T, size, rank);
+  out.targets = cp_rows(b.targets, b.B, b.T, size, rank);
+  out.positions = cp_rows(b.positions, b.B, b.T, size, rank);
+  out.doc_ids = cp_rows(b.doc_ids, b.B, b.T, size, rank);
+  out.loss_weights = cp_rows(b.loss_weights, b.B, b.T, size, rank);
+  return out;
+}
 
 int64_t Batch::num_loss_tokens() const {
   return std::count_if(loss_weights.begin(), loss_weights.end(), [](float w) { return w != 0.0f; });

@@ -26,6 +26,13 @@ struct Batch {
   int64_t num_loss_tokens() const;  // number of non-zero loss weights
 };
 
+// Context parallelism (Megatron's get_batch_on_this_cp_rank): every row is
+// cut into 2*size chunks of T / (2*size) positions and CP rank `rank` keeps
+// chunks rank and 2*size-1-rank, in that order, of every field (tokens,
+// targets, the true positions, document ids, loss weights). Throws
+// Error(kInternal) unless T is a multiple of 2*size.
+Batch context_parallel_slice(const Batch& b, int size, int rank);
+
 // Row b holds samples[indices[b]] (length L): inputs tokens[0..L-2], targets
 // tokens[1..L-1], weights loss_mask[1..L-1], right-padded to T. seq_len <= 0
 // picks T = the longest row. Throws DataError if a sample has more than

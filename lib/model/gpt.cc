@@ -44,6 +44,12 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Com
 
 GptModel::~GptModel() = default;
 
+void GptModel::set_cp_comm(parallel::Comm& cp) {
+  if (cp.size() != config_.cp || cp.rank() != config_.cp_rank)
+    throw Error(ExitCode::kInternal, "GptModel: the CP group does not match ModelConfig cp / cp_rank");
+  cp_ = &cp;
+}
+
 void GptModel::build_params() {
   const ModelConfig& c = config_;
   const int64_t C = c.hidden, QKV = c.qkv_width(), HD = c.heads * c.head_dim;
@@ -121,7 +127,7 @@ void GptModel::allocate_chunks(bool meta) {
     for (int64_t i = 0; i < ch.spec.num_layers; ++i) any_recomputed |= config_.layer_recomputed(i);
   if (any_recomputed) allocate_layer_acts(recompute_acts_, config_, dev_, meta, -1);
   allocate_workspace(ws_, config_, dev_, meta);
-  const int64_t Nl = config_.tokens_local(config_.micro_batch * config_.seq_length), C = config_.hidden;
+  const int64_t Nl = config_.tokens_local(config_.micro_batch * config_.seq_local()), C = config_.hidden;
   auto act = [&](Shape s, const char* name) {
     return Tensor(dev_, std::move(s), config_.dtype, MemCategory::kActivations, name, meta);
   };
@@ -131,7 +137,7 @@ void GptModel::allocate_chunks(bool meta) {
 
 void GptModel::allocate_slot(ChunkSlot& s, const Chunk& ch, int chunk_id, int slot_id, bool meta) {
   const ModelConfig& c = config_;
-  const int64_t N = c.micro_batch * c.seq_length, Nl = c.tokens_local(N), C = c.hidden, V = c.vocab_local();
+  const int64_t N = c.micro_batch * c.seq_local(), Nl = c.tokens_local(N), C = c.hidden, V = c.vocab_local();
   const std::string tag = "chunk " + std::to_string(chunk_id) + " slot " + std::to_string(slot_id) + " ";
   auto act = [&](Shape shape, DType t, const std::string& name) {
     return Tensor(dev_, std::move(shape), t, MemCategory::kActivations, tag + name, meta);

@@ -95,6 +95,11 @@ class GptModel {
   // parameter all-gather must have delivered before that forward starts.
   std::vector<std::pair<int64_t, int64_t>> chunk_param_spans(int c) const;
 
+  // Context parallelism (config.cp > 1): the group whose ranks hold the
+  // other chunks of each sequence; attention runs as a ring over it. Must be
+  // set before the first forward; its size must be config.cp.
+  void set_cp_comm(parallel::Comm& cp);
+
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
   parallel::Comm& tp_comm() { return *tp_; }
@@ -131,7 +136,7 @@ class GptModel {
   void report_ready(int first, int last);
   // Floats between successive layer inputs in a slot's residual stream.
   int64_t residual_stride() const {
-    return config_.tokens_local(config_.micro_batch * config_.seq_length) * config_.hidden;
+    return config_.tokens_local(config_.micro_batch * config_.seq_local()) * config_.hidden;
   }
   LayerActs& acts_for(ChunkSlot& s, int64_t i) { return config_.layer_recomputed(i) ? recompute_acts_ : s.layers[i]; }
   void embed_forward(const TokenBatch& b, float* out, uint64_t seed, bool training);
@@ -139,13 +144,14 @@ class GptModel {
   void head_forward(ChunkSlot& s, const TokenBatch& b, const float* h);
   void head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, const float* dloss, bool zero_grads);
   parallel::TpConfig tp_config() const {
-    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype)};
+    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype), cp_};
   }
 
   ModelConfig config_;
   device::Device& dev_;
   std::unique_ptr<parallel::Comm> own_tp_;  // single-device constructor: a group of one
   parallel::Comm* tp_ = nullptr;
+  parallel::Comm* cp_ = nullptr;  // set_cp_comm
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, out_w_ = -1;
   std::vector<LayerParams> layers_;                    // the layers this rank holds, in chunk order

@@ -66,8 +66,10 @@ const float* GptModel::chunk_losses(int c, int s) const { return chunks_[c].slot
 const float* GptModel::forward_chunk(int c, int s, const TokenBatch& b, const float* input, uint64_t seed,
                                      bool training) {
   const ModelConfig& cf = config_;
-  if (b.B > cf.micro_batch || b.T > cf.seq_length)
+  if (b.B > cf.micro_batch || b.T > cf.seq_local())
     throw Error(ExitCode::kInternal, "micro-batch larger than the model's activation buffers");
+  if (cf.cp > 1 && (cp_ == nullptr || b.T % 2 != 0))
+    throw Error(ExitCode::kInternal, "context parallelism needs the CP group and two equal chunks per sequence");
   if (cf.sequence_parallel && (b.B * b.T) % cf.tp != 0)
     throw Error(ExitCode::kInternal, "sequence parallelism needs B*T divisible by the tensor-parallel size");
   Chunk& ch = chunks_[c];

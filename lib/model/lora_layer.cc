@@ -96,7 +96,7 @@ int64_t count_adapted_linears(const ModelConfig& c) {
 
 void allocate_lora_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, const std::string& tag) {
   if (!c.lora.enabled) return;
-  const int64_t N = c.micro_batch * c.seq_length;
+  const int64_t N = c.micro_batch * c.seq_local();
   for (int i = 0; i < kNumLinearSites; ++i)
     a.lora_h[i] = Tensor(dev, {N, c.lora.rank}, DType::kF32, device::MemCategory::kActivations,
                          tag + "LoRA activation of " + kModule[i], meta);
@@ -104,7 +104,7 @@ void allocate_lora_acts(LayerActs& a, const ModelConfig& c, device::Device& dev,
 
 void allocate_lora_workspace(Workspace& w, const ModelConfig& c, device::Device& dev, bool meta) {
   if (!c.lora.enabled) return;
-  const int64_t N = c.micro_batch * c.seq_length;
+  const int64_t N = c.micro_batch * c.seq_local();
   const int64_t in = std::max({c.hidden, c.heads_local() * c.head_dim, c.ffn_local()});
   w.lora_dh = Tensor(dev, {N, c.lora.rank}, DType::kF32, device::MemCategory::kActivations, "LoRA grad", meta);
   w.lora_scratch = Tensor(dev, {N, in}, DType::kF32, device::MemCategory::kActivations, "LoRA scratch", meta);

@@ -89,6 +89,12 @@ struct ModelConfig {
   int64_t tp = 1;
   int64_t tp_rank = 0;
   bool sequence_parallel = false;
+  // Context parallelism: this rank holds 2 of the 2*cp chunks of every
+  // sequence (parallel/ring_attention.h), seq_local() = seq_length / cp rows.
+  int64_t cp = 1;
+  int64_t cp_rank = 0;
+  bool cp_ulysses = false;  // --context_parallel_algo ulysses_cp_algo (parallel/ulysses_attention.h), else the ring
+  int64_t seq_local() const { return seq_length / cp; }
   // What this rank holds; empty = the whole model as one chunk.
   std::vector<ModelChunk> chunks;
   // Activation sets per chunk (micro-batches in flight); empty = one each.

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/rng.h"
+#include "model/cp_attention.h"
 #include "model/lora_layer.h"
 #include "profiler/probe.h"
 #include "tensor/activation.h"
@@ -46,7 +47,7 @@ static Dims dims(const ModelConfig& c, int64_t B, int64_t T) {
 }
 
 void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot) {
-  const Dims d = dims(c, c.micro_batch, c.seq_length);
+  const Dims d = dims(c, c.micro_batch, c.seq_local());
   const DType t = c.dtype;
   // The prefix says what the buffer is for the memory report (plan/activation_buffers.h):
   // a layer's saved activations, or the one recompute buffer all recomputed layers share.
@@ -74,7 +75,7 @@ void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev
 }
 
 static int64_t scratch_floats(const ModelConfig& c) {
-  const Dims d = dims(c, c.micro_batch, c.seq_length);
+  const Dims d = dims(c, c.micro_batch, c.seq_local());
   int64_t s = 0;
   const Fusions& f = c.fusions;
   if (c.rmsnorm && !f.rmsnorm) s = std::max(s, 2 * std::max(d.N, d.Nl) * d.C);
@@ -83,6 +84,7 @@ static int64_t scratch_floats(const ModelConfig& c) {
   if (c.rope) s = std::max(s, k::rope_scratch_floats(d.B, d.H, d.T, d.D));
   s = std::max(s, f.flash_attention ? k::attention_flash_scratch_floats(d.B, d.H, d.G, d.T, d.D)
                                     : k::attention_unfused_scratch_floats(d.B, d.H, d.G, d.T, d.D));
+  s = std::max(s, cp_scratch_floats(c, d.B, d.H, d.G, d.T, d.D));
   if (!f.grad_accumulation) {
     s = std::max(s, d.QKV * d.C);
     s = std::max(s, d.FC1 * d.C);
@@ -93,7 +95,7 @@ static int64_t scratch_floats(const ModelConfig& c) {
 }
 
 void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev, bool meta) {
-  const Dims d = dims(c, c.micro_batch, c.seq_length);
+  const Dims d = dims(c, c.micro_batch, c.seq_local());
   const DType t = c.dtype;
   w.qkv = act_tensor(dev, {d.N, d.QKV}, t, "qkv projection", meta);
   if (!c.fusions.flash_attention && c.recompute == Recompute::kSelective)
@@ -112,6 +114,7 @@ void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev,
     w.full_out = act_tensor(dev, {d.N, d.C}, t, "sequence-parallel reduce-scatter buffer", meta);
   }
   w.scratch = act_tensor(dev, {std::max<int64_t>(scratch_floats(c), 1)}, DType::kF32, "kernel scratch", meta);
+  allocate_cp_workspace(w, c, dev, meta);
   allocate_lora_workspace(w, c, dev, meta);
 }
 
@@ -239,6 +242,8 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     if (kv) {  // inference: B = 1, the cache holds kv->past earlier tokens
       k::attention_decode_forward(a.att.data(), a.q.data(), a.k.data(), a.v.data(), kv->k, kv->v, d.H, d.G, d.T,
                                   kv->past, kv->capacity, d.D, kv->scores);
+    } else if (context_parallel(tp)) {
+      cp_attention_forward(c, tp, a, w, b, d.H, d.G, d.D);
     } else if (f.flash_attention) {
       k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids,
                                  d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0, c.heads, c.seq_length);
@@ -403,7 +408,9 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
   const uint64_t att_seed = stream_seed(seed, kSiteAttnDropout);
   {
     pf::Scope m(pr.module("core_attention"), {pr.heads("grad_output", w.d_att.data(), d.H)});
-    if (f.flash_attention) {
+    if (context_parallel(tp)) {
+      cp_attention_backward(c, tp, a, w, b, d.H, d.G, d.D);
+    } else if (f.flash_attention) {
       k::attention_flash_backward(w.d_q.data(), w.d_k.data(), w.d_v.data(), w.d_att.data(), a.q.data(), a.k.data(),
                                   a.v.data(), a.att.data(), a.softmax_stats.data(), b.doc_ids, d.B, d.H, d.G, d.T, d.D,
                                   p_att, att_seed, scratch, h0, c.heads, c.seq_length);

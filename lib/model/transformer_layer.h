@@ -74,6 +74,15 @@ struct Workspace {
   Tensor full_in;   // sequence parallel: (N, C) all-gathered norm output (column-parallel input)
   Tensor full_out;  // sequence parallel: (N, C) buffer of reduce-scatters and gathered gradients
   Tensor scratch;   // kernel scratch for unfused paths, attention tiles
+  // Context parallelism (cp > 1): the ring's two blocks in flight, each
+  // (4, B, G, T, D) k | v | dk | dv; their document ids (2, B, T) int32 in
+  // fp32 slots; one block's softmax output (B, H, T, D) and lse (B, H, T).
+  Tensor ring_travel, ring_docs, ring_block_out, ring_block_lse;
+  // Ulysses (cp > 1): whole-sequence buffers of this rank's H/cp heads,
+  // (4, B, H/cp, cp*T, D) q | out | dout | dq and (4, B, G/cp, cp*T, D)
+  // k | v | dk | dv; the all-to-all's send and receive blocks (2, B*H*T*D);
+  // gathered document ids (2, B, cp*T) int32 in fp32 slots.
+  Tensor ulysses_heads, ulysses_groups, ulysses_pack, ulysses_docs;
   // LoRA: (N, r) adapter gradient; (N, max(C, H*D, F)) dropout(x) / d(x) of an adapter
   Tensor lora_dh;
   Tensor lora_scratch;

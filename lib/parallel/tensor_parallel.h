@@ -38,6 +38,10 @@ struct TpConfig {
   // The device dtype of the activations the layers exchange (bf16/fp16 in a
   // 16-bit model): what the collectives report as wire bytes to the cost model.
   Wire wire{};
+  // The context-parallel group (ring attention, parallel/ring_attention.h):
+  // null or size 1 when the sequence is not split. Carried here because the
+  // layers take one communication context.
+  Comm* cp = nullptr;
 };
 
 // ---- Linear layers -----------------------------------------------------------------------------

@@ -56,6 +56,7 @@ DryRun dry_run(const config::Args& input) {
   r.tp = grid.tp();
   r.pp = grid.pp();
   r.dp = grid.dp();
+  r.cp = grid.cp();
   r.whole_model = train::rank_model_config(args, grid.coords(0));
   r.model_description = model::describe(r.whole_model);
   r.chunks = static_cast<int>(r.whole_model.chunk_list().size());

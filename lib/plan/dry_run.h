@@ -40,7 +40,7 @@ struct ClassMemory {
 
 struct DryRun {
   device::DeviceProfile profile;  // the job's device (its real capacity)
-  int world_size = 1, tp = 1, pp = 1, dp = 1;
+  int world_size = 1, tp = 1, pp = 1, dp = 1, cp = 1;
   std::string model_description;
   model::ModelConfig whole_model;    // rank 0's config: the whole model's shape and dtype
   int chunks = 1, microbatches = 1;  // model chunks per stage, micro-batches per DP rank

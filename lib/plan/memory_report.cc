@@ -79,11 +79,11 @@ static std::string class_block(const DryRun& r, const ReportGroup& g) {
 
 std::string memory_report(const DryRun& r) {
   std::string s = fmt::format(
-      "Dry run: {}\n  {} rank{} (tensor parallel {}, pipeline parallel {}, data parallel {}) on {} "
+      "Dry run: {}\n  {} rank{} (tensor parallel {}, pipeline parallel {}, data parallel {}{}) on {} "
       "({:.2f} GiB HBM each)\n  shape-only construction of the real model, optimizer and activation slots, "
       "then one training iteration; no data read\n\n",
-      r.model_description, r.world_size, r.world_size == 1 ? "" : "s", r.tp, r.pp, r.dp, r.profile.name,
-      gib(r.profile.hbm_bytes));
+      r.model_description, r.world_size, r.world_size == 1 ? "" : "s", r.tp, r.pp, r.dp,
+      r.cp > 1 ? fmt::format(", context parallel {}", r.cp) : "", r.profile.name, gib(r.profile.hbm_bytes));
   for (const ReportGroup& g : report_groups(r)) s += class_block(r, g) + "\n";
   s += plan_fits(r) ? "The plan FITS on every device.\n" : "The plan DOES NOT FIT.\n";
   return s;

@@ -9,12 +9,13 @@
 namespace mtrain::plan {
 
 std::vector<RankClass> rank_classes(const parallel::ProcessGrid& grid, bool distributed_optimizer) {
-  // Only the DP rank decides a shard, so only with DP > 1 does it split classes.
-  const bool by_dp = distributed_optimizer && grid.dp() > 1;
+  // Only the rank in the DP x CP group (the dense optimizer shards, train/grad_regions.h)
+  // decides a shard, so only with DP x CP > 1 does it split classes.
+  const bool by_shard = distributed_optimizer && grid.dp() * grid.cp() > 1;
   std::map<std::pair<int, int>, RankClass> classes;
   for (int r = 0; r < grid.world_size(); ++r) {
     const parallel::RankCoords c = grid.coords(r);
-    RankClass& k = classes[{c.pp, by_dp ? c.dp : 0}];
+    RankClass& k = classes[{c.pp, by_shard ? grid.rank_in_group(parallel::GroupKind::kDataContext, r) : 0}];
     if (k.ranks.empty()) {
       k.representative = r;
       k.stage = c.pp;

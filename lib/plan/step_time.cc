@@ -243,11 +243,12 @@ std::string time_report(const DryRun& r, const StepTime& t) {
   for (const StageTime& s : t.stages) {
     const double other = s.tail_comm_s - (s.dp_comm_s - s.overlapped_s);
     out += fmt::format(
-        "  pipeline stage {}: compute {:.1f} ms, TP communication {:.1f} ms, DP communication {:.1f} ms "
+        "  pipeline stage {}: compute {:.1f} ms, {} communication {:.1f} ms, DP communication {:.1f} ms "
         "({:.1f} ms exposed, {:.1f} ms hidden behind compute), other communication after backward {:.1f} ms, bubble "
         "{:.1f}%\n",
-        s.stage, s.compute_s * 1e3, s.tp_comm_s * 1e3, s.dp_comm_s * 1e3, s.dp_exposed_s * 1e3,
-        std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3, 100.0 * s.bubble);
+        s.stage, s.compute_s * 1e3, r.cp > 1 ? "TP/CP" : "TP", s.tp_comm_s * 1e3, s.dp_comm_s * 1e3,
+        s.dp_exposed_s * 1e3, std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3,
+        100.0 * s.bubble);
     out += fmt::format("    optimizer step {:.1f} ms (overflow check, grad norm, update, main-to-model param copy)\n",
                        s.optimizer_s * 1e3);
   }

@@ -67,4 +67,29 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
                               float* scratch, int64_t head_offset = 0, int64_t total_heads = 0, int64_t mask_seq = 0);
 int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
 
+// Ring attention (context parallelism) in blocks: Tq queries (B, H, Tq, D)
+// against Tk keys and values (B, G, Tk, D). causal: the causal diagonal of
+// one sequence chunk (Tq == Tk, same positions); otherwise every key precedes
+// every query. Rows are strided: pair (b, h) of q, out, lse, dout, dq starts
+// at row pair * q_pitch, group (b, g) of k, v, dk, dv at row (b*G + g) *
+// k_pitch; q_doc (B, q_pitch) and k_doc (B, k_pitch) are both null or both
+// set (then only equal document ids see each other). No dropout.
+// Forward writes the block's own softmax: out and lse of each row over the
+// block's keys (a row that sees none: out 0, lse -inf). Backward takes the
+// merged out and lse of the whole row and ACCUMULATES into dq, dk, dv.
+// scratch: attention_flash_block_scratch_floats(B, H, G, Tk, D).
+void attention_flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                   const int32_t* q_doc, const int32_t* k_doc, int64_t B, int64_t H, int64_t G,
+                                   int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal,
+                                   float* scratch);
+void attention_flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                    const float* v, const float* out, const float* lse, const int32_t* q_doc,
+                                    const int32_t* k_doc, int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk,
+                                    int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch);
+int64_t attention_flash_block_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t Tk, int64_t D);
+// Online-softmax merge of rows: (out, lse) (rows, D), (rows) becomes the
+// softmax over the union of both key sets; lse -inf = no keys yet.
+void attention_lse_merge(float* out, float* lse, const float* block_out, const float* block_lse, int64_t rows,
+                         int64_t D);
+
 }  // namespace mtrain::kernels

@@ -4,6 +4,11 @@
 // D_i = rowsum(dout ∘ out), which stays exact under dropout because out is
 // the dropped output: sum_k P_ik dP_ik = dout_i · sum_k P_ik Z_ik v_k.
 // Tiles entirely above the causal diagonal are never visited.
+//
+// The same tile loops serve ring attention (context parallelism): a block of
+// Tq queries against a block of Tk keys, either the causal diagonal (the same
+// sequence chunk) or fully visible (an earlier chunk), each side with its own
+// document ids and row pitch; backward then accumulates.
 #include <cblas.h>
 #include <omp.h>
 
@@ -59,10 +64,25 @@ void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const 
               c, static_cast<int>(ldc));
 }
 
-// The tile [q0, q0+nq) x [k0, k0+nk) needs no mask: all keys precede all queries.
-inline bool tile_unmasked(const int32_t* doc, int64_t q0, int64_t k0, int64_t nk) {
-  return doc == nullptr && k0 + nk - 1 <= q0;
-}
+// One (b, h) pair's block: Tq query rows against Tk key rows. causal: key
+// row j is visible to query row i only if j <= i (the same positions on both
+// sides); otherwise every key precedes every query. qdoc (Tq) and kdoc (Tk)
+// are both null or both set: then only equal document ids see each other.
+struct Block {
+  int64_t Tq, Tk;
+  bool causal;
+  const int32_t* qdoc;
+  const int32_t* kdoc;
+  // Keys a query tile [q0, q0 + nq) can see: up to its last row when causal.
+  int64_t key_end(int64_t q0, int64_t nq) const { return causal ? std::min(q0 + nq, Tk) : Tk; }
+  bool visible(int64_t tq, int64_t tk) const {
+    return (!causal || tk <= tq) && (qdoc == nullptr || kdoc[tk] == qdoc[tq]);
+  }
+  // The tile [q0, q0+nq) x [k0, k0+nk) needs no mask: all keys precede all queries.
+  bool tile_unmasked(int64_t q0, int64_t k0, int64_t nk) const {
+    return qdoc == nullptr && (!causal || k0 + nk - 1 <= q0);
+  }
+};
 
 // In the per-pair helpers below, (b, h, H) only place the dropout mask: h is
 // the global head and H the numbering (heads, pitch) of attention_dropout_index.
@@ -80,17 +100,14 @@ void tile_dropout(float* z, int64_t b, int64_t h, const detail::AttentionMask& H
 // Online-softmax update of one query tile against one key tile. S (nq, kK)
 // holds scaled scores on entry and the unnormalised probabilities (before dropout)
 // on exit; o (nq, D) is rescaled to the new running max.
-void online_softmax_tile(float* S, float* o, float* row_max, float* row_sum, const int32_t* doc, int64_t q0, int64_t nq,
+void online_softmax_tile(float* S, float* o, float* row_max, float* row_sum, const Block& blk, int64_t q0, int64_t nq,
                          int64_t k0, int64_t nk, int64_t D) {
-  const bool unmasked = tile_unmasked(doc, q0, k0, nk);
+  const bool unmasked = blk.tile_unmasked(q0, k0, nk);
   for (int64_t i = 0; i < nq; ++i) {
     float* s = S + i * kK;
     const int64_t tq = q0 + i;
-    if (!unmasked) {
-      const int32_t dq = doc ? doc[tq] : 0;
-      for (int64_t j = 0; j < nk; ++j)
-        s[j] = (k0 + j <= tq && (doc == nullptr || doc[k0 + j] == dq)) ? s[j] : -INFINITY;
-    }
+    if (!unmasked)
+      for (int64_t j = 0; j < nk; ++j) s[j] = blk.visible(tq, k0 + j) ? s[j] : -INFINITY;
     float m_new = row_max[i];
 #pragma omp simd reduction(max : m_new)
     for (int64_t j = 0; j < nk; ++j) m_new = s[j] > m_new ? s[j] : m_new;
@@ -112,24 +129,26 @@ void online_softmax_tile(float* S, float* o, float* row_max, float* row_sum, con
   }
 }
 
-void flash_forward_pair(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* doc,
-                        int64_t b, int64_t h, const detail::AttentionMask& H, int64_t T, int64_t D, float p,
-                        uint64_t seed, float scale, float* task) {
+void flash_forward_pair(float* out, float* lse, const float* q, const float* k, const float* v, const Block& blk,
+                        int64_t b, int64_t h, const detail::AttentionMask& H, int64_t D, float p, uint64_t seed,
+                        float scale, float* task) {
+  const int64_t T = blk.Tq;
   float* S = task;                        // (kQ, kK)
   float* row_max = task + kQ * kK;        // (kQ)
   float* row_sum = row_max + kQ;          // (kQ)
   float* kt = task + kForwardTaskFloats;  // keys, transposed per tile
-  transpose_tiles(kt, k, T, D);
+  transpose_tiles(kt, k, blk.Tk, D);
   for (int64_t q0 = 0; q0 < T; q0 += kQ) {
     const int64_t nq = std::min(kQ, T - q0);
     float* o = out + q0 * D;  // (nq, D) accumulator
     std::fill(o, o + nq * D, 0.0f);
     std::fill(row_max, row_max + nq, -INFINITY);
     std::fill(row_sum, row_sum + nq, 0.0f);
-    for (int64_t k0 = 0; k0 < q0 + nq; k0 += kK) {  // causal: keys < q0 + nq only
-      const int64_t nk = std::min(kK, q0 + nq - k0);
+    const int64_t k_end = blk.key_end(q0, nq);
+    for (int64_t k0 = 0; k0 < k_end; k0 += kK) {
+      const int64_t nk = std::min(kK, k_end - k0);
       gemm(false, false, nq, nk, D, scale, q + q0 * D, D, kt + k0 * D, kK, 0.0f, S, kK);
-      online_softmax_tile(S, o, row_max, row_sum, doc, q0, nq, k0, nk, D);
+      online_softmax_tile(S, o, row_max, row_sum, blk, q0, nq, k0, nk, D);
       if (p > 0.0f) {
         const float keep_scale = detail::dropout_keep_scale(p);
         for (int64_t i = 0; i < nq; ++i)
@@ -140,21 +159,23 @@ void flash_forward_pair(float* out, float* lse, const float* q, const float* k, 
       gemm(false, false, nq, D, nk, 1.0f, S, kK, v + k0 * D, D, 1.0f, o, D);
     }
     for (int64_t i = 0; i < nq; ++i) {
-      const float inv = 1.0f / row_sum[i];
+      // A row that sees no key (only in a non-diagonal block with documents)
+      // contributes nothing: out 0 and lse -inf, the neutral element of a merge.
+      const float inv = row_sum[i] > 0.0f ? 1.0f / row_sum[i] : 0.0f;
       for (int64_t d = 0; d < D; ++d) o[i * D + d] *= inv;
-      lse[q0 + i] = row_max[i] + std::log(row_sum[i]);
+      lse[q0 + i] = row_sum[i] > 0.0f ? row_max[i] + std::log(row_sum[i]) : -INFINITY;
     }
   }
 }
 
 // One query tile of head h against all its visible key tiles, accumulating
-// into dq (nq, D) (overwritten) and the group's dk, dv (T, D) (accumulated).
+// into dq (nq, D) and the group's dk, dv (Tk, D).
 // kt, vt: the group's keys and values transposed per tile (transpose_tiles).
 void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                          const float* kt, const float* vt, const float* out, const float* lse, const int32_t* doc,
-                          int64_t b, int64_t h, const detail::AttentionMask& H, int64_t T, int64_t D, int64_t q0,
-                          float p, uint64_t seed, float scale, float* task) {
-  const int64_t nq = std::min(kQ, T - q0);
+                          const float* kt, const float* vt, const float* out, const float* lse, const Block& blk,
+                          int64_t b, int64_t h, const detail::AttentionMask& H, int64_t D, int64_t q0, float p,
+                          uint64_t seed, float scale, float* task) {
+  const int64_t nq = std::min(kQ, blk.Tq - q0);
   float* P = task;                 // (kQ, kK)
   float* dP = task + kQ * kK;      // (kQ, kK)
   float* Z = task + 2 * kQ * kK;   // (kQ, kK) dropout multipliers
@@ -167,21 +188,19 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
     for (int64_t d = 0; d < D; ++d) s += dot[i * D + d] * out[(q0 + i) * D + d];
     Di[i] = s;
   }
-  std::fill(dq + q0 * D, dq + (q0 + nq) * D, 0.0f);
-  for (int64_t k0 = 0; k0 < q0 + nq; k0 += kK) {
-    const int64_t nk = std::min(kK, q0 + nq - k0);
-    const bool unmasked = tile_unmasked(doc, q0, k0, nk);
+  const int64_t k_end = blk.key_end(q0, nq);
+  for (int64_t k0 = 0; k0 < k_end; k0 += kK) {
+    const int64_t nk = std::min(kK, k_end - k0);
+    const bool unmasked = blk.tile_unmasked(q0, k0, nk);
     gemm(false, false, nq, nk, D, scale, qt, D, kt + k0 * D, kK, 0.0f, P, kK);
     for (int64_t i = 0; i < nq; ++i) {
       const int64_t tq = q0 + i;
       const float l = lse[tq];
-      const int32_t dq = doc ? doc[tq] : 0;
       float* pr = P + i * kK;
       if (unmasked)
         for (int64_t j = 0; j < nk; ++j) pr[j] = detail::softmax_exp(pr[j] - l);
       else
-        for (int64_t j = 0; j < nk; ++j)
-          pr[j] = (k0 + j <= tq && (doc == nullptr || doc[k0 + j] == dq)) ? detail::softmax_exp(pr[j] - l) : 0.0f;
+        for (int64_t j = 0; j < nk; ++j) pr[j] = blk.visible(tq, k0 + j) ? detail::softmax_exp(pr[j] - l) : 0.0f;
     }
     const float* PV = P;  // the probabilities that multiplied v in forward
     if (p > 0.0f) {
@@ -204,6 +223,85 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
   }
 }
 
+// Where the rows live: pair (b, h) of q, out, lse, dout, dq starts at row
+// pair * q_pitch, group (b, g) of k, v, dk, dv at row (b * G + g) * k_pitch;
+// qdoc (B, q_pitch) and kdoc (B, k_pitch) are both null or both set.
+struct Layout {
+  int64_t B, H, G, D, q_pitch, k_pitch;
+  const int32_t* qdoc;
+  const int32_t* kdoc;
+  Block block(int64_t b, int64_t Tq, int64_t Tk, bool causal) const {
+    return Block{Tq, Tk, causal, qdoc ? qdoc + b * q_pitch : nullptr, kdoc ? kdoc + b * k_pitch : nullptr};
+  }
+};
+
+// Dropout: mask numbering H (heads, pitch), p and seed; head_offset places the local heads.
+struct Dropout {
+  detail::AttentionMask mask;
+  int64_t head_offset;
+  float p;
+  uint64_t seed;
+};
+
+void forward_blocks(float* out, float* lse, const float* q, const float* k, const float* v, const Layout& L, int64_t Tq,
+                    int64_t Tk, bool causal, const Dropout& dr, float* scratch) {
+  const int64_t B = L.B, H = L.H, D = L.D, R = H / L.G;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+#pragma omp parallel for schedule(dynamic) if (B * H * Tq * Tk * D > kParallelWork)
+  for (int64_t pair = 0; pair < B * H; ++pair) {
+    const int64_t b = pair / H, h = pair % H, kv = b * L.G + h / R;
+    flash_forward_pair(out + pair * L.q_pitch * D, lse + pair * L.q_pitch, q + pair * L.q_pitch * D,
+                       k + kv * L.k_pitch * D, v + kv * L.k_pitch * D, L.block(b, Tq, Tk, causal), b,
+                       dr.head_offset + h, dr.mask, D, dr.p, dr.seed, scale,
+                       scratch + scratch_slot(pair, B * H) * forward_task_floats(Tk, D));
+  }
+}
+
+// accumulate: add into dq, dk, dv; otherwise overwrite them.
+void backward_blocks(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
+                     const float* out, const float* lse, const Layout& L, int64_t Tq, int64_t Tk, bool causal,
+                     const Dropout& dr, float* scratch, bool accumulate) {
+  const int64_t B = L.B, H = L.H, G = L.G, D = L.D, R = H / G;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // One task per (b, g): it owns dk, dv of the group and the dq of its R
+  // heads, and walks heads and tiles in a fixed order (deterministic).
+#pragma omp parallel for schedule(dynamic) if (B * H * Tq * Tk * D > kParallelWork)
+  for (int64_t bg = 0; bg < B * G; ++bg) {
+    const int64_t b = bg / G, g = bg % G;
+    float* dkg = dk + bg * L.k_pitch * D;
+    float* dvg = dv + bg * L.k_pitch * D;
+    float* task = scratch + scratch_slot(bg, B * G) * backward_task_floats(Tk, D);
+    float* kt = task + kBackwardTaskFloats;  // keys, transposed per tile
+    float* vt = kt + tiled_floats(Tk, D);    // values, likewise
+    transpose_tiles(kt, k + bg * L.k_pitch * D, Tk, D);
+    transpose_tiles(vt, v + bg * L.k_pitch * D, Tk, D);
+    if (!accumulate) {
+      std::fill(dkg, dkg + Tk * D, 0.0f);
+      std::fill(dvg, dvg + Tk * D, 0.0f);
+    }
+    const Block blk = L.block(b, Tq, Tk, causal);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t h = g * R + r, pair = b * H + h;
+      float* dqp = dq + pair * L.q_pitch * D;
+      if (!accumulate) std::fill(dqp, dqp + Tq * D, 0.0f);
+      for (int64_t q0 = 0; q0 < Tq; q0 += kQ)
+        flash_backward_qtile(dqp, dkg, dvg, dout + pair * L.q_pitch * D, q + pair * L.q_pitch * D,
+                             k + bg * L.k_pitch * D, kt, vt, out + pair * L.q_pitch * D, lse + pair * L.q_pitch, blk, b,
+                             dr.head_offset + h, dr.mask, D, q0, dr.p, dr.seed, scale, task);
+    }
+  }
+}
+
+// A block kernel as the profiler and cost model see it: `gemms` Tq x Tk x D
+// GEMMs per head (full blocks; a causal diagonal does about half).
+profiler::Region block_region(const char* name, int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, int gemms,
+                              double elems_per_row_d) {
+  profiler::Region r = profiler::attention_kernel(name, B, H, Tq, D, gemms, B * H * Tq * (elems_per_row_d * D + 1));
+  r.flops = 2.0 * gemms * static_cast<double>(B * H) * Tq * Tk * D;
+  r.n = Tk;
+  return r;
+}
+
 }  // namespace
 
 void attention_flash_forward(float* out, float* lse, const float* q, const float* k, const float* v,
@@ -212,17 +310,11 @@ void attention_flash_forward(float* out, float* lse, const float* q, const float
                              int64_t mask_seq) {
   profiler::Scope prof(profiler::attention_kernel("attention_flash_forward", B, H, T, D, 2, B * H * T * (4.0 * D + 1)));
   if (profiler::shape_only()) return;
-  const int64_t R = H / G;
-  const detail::AttentionMask H_mask{detail::attention_dropout_heads(H, head_offset, total_heads),
-                                     std::max(T, mask_seq)};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-#pragma omp parallel for schedule(dynamic) if (B * H * T * T * D > kParallelWork)
-  for (int64_t pair = 0; pair < B * H; ++pair) {
-    const int64_t b = pair / H, h = pair % H, kv = b * G + h / R;
-    flash_forward_pair(out + pair * T * D, lse + pair * T, q + pair * T * D, k + kv * T * D, v + kv * T * D,
-                       doc_ids ? doc_ids + b * T : nullptr, b, head_offset + h, H_mask, T, D, dropout_p, seed, scale,
-                       scratch + scratch_slot(pair, B * H) * forward_task_floats(T, D));
-  }
+  const Dropout dr{{detail::attention_dropout_heads(H, head_offset, total_heads), std::max(T, mask_seq)},
+                   head_offset,
+                   dropout_p,
+                   seed};
+  forward_blocks(out, lse, q, k, v, Layout{B, H, G, D, T, T, doc_ids, doc_ids}, T, T, /*causal=*/true, dr, scratch);
 }
 
 void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
@@ -232,36 +324,54 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
   profiler::Scope prof(
       profiler::attention_kernel("attention_flash_backward", B, H, T, D, 5, B * H * T * (8.0 * D + 1)));
   if (profiler::shape_only()) return;
-  const int64_t R = H / G;
-  const detail::AttentionMask H_mask{detail::attention_dropout_heads(H, head_offset, total_heads),
-                                     std::max(T, mask_seq)};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  // One task per (b, g): it owns dk, dv of the group and the dq of its R
-  // heads, and walks heads and tiles in a fixed order (deterministic).
-#pragma omp parallel for schedule(dynamic) if (B * H * T * T * D > kParallelWork)
-  for (int64_t bg = 0; bg < B * G; ++bg) {
-    const int64_t b = bg / G, g = bg % G;
-    float* dkg = dk + bg * T * D;
-    float* dvg = dv + bg * T * D;
-    float* task = scratch + scratch_slot(bg, B * G) * backward_task_floats(T, D);
-    float* kt = task + kBackwardTaskFloats;  // keys, transposed per tile
-    float* vt = kt + tiled_floats(T, D);     // values, likewise
-    transpose_tiles(kt, k + bg * T * D, T, D);
-    transpose_tiles(vt, v + bg * T * D, T, D);
-    std::fill(dkg, dkg + T * D, 0.0f);
-    std::fill(dvg, dvg + T * D, 0.0f);
-    for (int64_t r = 0; r < R; ++r) {
-      const int64_t h = g * R + r, pair = b * H + h;
-      for (int64_t q0 = 0; q0 < T; q0 += kQ)
-        flash_backward_qtile(dq + pair * T * D, dkg, dvg, dout + pair * T * D, q + pair * T * D, k + bg * T * D, kt, vt,
-                             out + pair * T * D, lse + pair * T, doc_ids ? doc_ids + b * T : nullptr, b,
-                             head_offset + h, H_mask, T, D, q0, dropout_p, seed, scale, task);
-    }
-  }
+  const Dropout dr{{detail::attention_dropout_heads(H, head_offset, total_heads), std::max(T, mask_seq)},
+                   head_offset,
+                   dropout_p,
+                   seed};
+  backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, Layout{B, H, G, D, T, T, doc_ids, doc_ids}, T, T,
+                  /*causal=*/true, dr, scratch, /*accumulate=*/false);
 }
 
 int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D) {
   return std::max(B * H * forward_task_floats(T, D), B * G * backward_task_floats(T, D));
+}
+
+void attention_flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                   const int32_t* q_doc, const int32_t* k_doc, int64_t B, int64_t H, int64_t G,
+                                   int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal,
+                                   float* scratch) {
+  profiler::Scope prof(block_region("attention_flash_block_forward", B, H, Tq, Tk, D, 2, 4.0));
+  if (profiler::shape_only()) return;
+  const Dropout none{{H, q_pitch}, 0, 0.0f, 0};
+  forward_blocks(out, lse, q, k, v, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk, causal, none, scratch);
+}
+
+void attention_flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                                    const float* v, const float* out, const float* lse, const int32_t* q_doc,
+                                    const int32_t* k_doc, int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk,
+                                    int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch) {
+  profiler::Scope prof(block_region("attention_flash_block_backward", B, H, Tq, Tk, D, 5, 8.0));
+  if (profiler::shape_only()) return;
+  const Dropout none{{H, q_pitch}, 0, 0.0f, 0};
+  backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk,
+                  causal, none, scratch, /*accumulate=*/true);
+}
+
+int64_t attention_flash_block_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t Tk, int64_t D) {
+  return attention_flash_scratch_floats(B, H, G, Tk, D);
+}
+
+void attention_lse_merge(float* out, float* lse, const float* block_out, const float* block_lse, int64_t rows,
+                         int64_t D) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float l1 = lse[r], l2 = block_lse[r];
+    if (l2 == -INFINITY) continue;  // the block saw nothing for this row
+    const float m = std::max(l1, l2);
+    const float l = m + std::log(std::exp(l1 - m) + std::exp(l2 - m));
+    const float w1 = std::exp(l1 - l), w2 = std::exp(l2 - l);
+    for (int64_t d = 0; d < D; ++d) out[r * D + d] = out[r * D + d] * w1 + block_out[r * D + d] * w2;
+    lse[r] = l;
+  }
 }
 
 }  // namespace mtrain::kernels

@@ -32,6 +32,7 @@ class SeededInitSource final : public checkpoint::WeightSource {
     args.decoder_first_pipeline_num_layers.reset();
     args.decoder_last_pipeline_num_layers.reset();
     args.sequence_parallel = false;
+    args.context_parallel_size = 1;
     args.vocab_size = static_cast<int>(meta.vocab_size);
     model::ModelConfig c = rank_model_config(args, parallel::RankCoords{});
     c.padded_vocab = meta.padded_vocab_size;  // the training run's padding (it depends on its TP size)

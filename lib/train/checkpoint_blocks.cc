@@ -33,7 +33,7 @@ std::vector<ParamBlock> param_blocks(const model::ParamInfo& p) {
 bool writes_param(const model::ParamInfo& p, int index, const parallel::RankCoords& rc, int dp_size) {
   if (!saved_under_own_name(p)) return false;
   if (p.shard.split == model::TpSplit::kReplicated && rc.tp != 0) return false;
-  return index % dp_size == rc.dp;
+  return rc.cp == 0 && index % dp_size == rc.dp;  // CP ranks hold the same weights
 }
 
 std::vector<float> full_state(const Tensor& state, const optim::Optimizer& opt, parallel::ParallelState& ps,

@@ -88,6 +88,8 @@ config::Args model_args(const InferOptions& o, int world_size) {
   args.num_layers_per_virtual_pipeline_stage.reset();
   args.virtual_pipeline_model_parallel_size.reset();
   args.sequence_parallel = false;
+  args.context_parallel_size = 1;  // decoding keeps whole sequences
+  args.context_parallel_algo = "megatron_cp_algo";
   args.recompute_granularity.reset();
   args.recompute_method.reset();
   args.hidden_dropout = args.attention_dropout = 0.0;

@@ -45,6 +45,9 @@ TrainerOptions trainer_options(const config::Args& args) {
 model::ModelConfig rank_model_config(const config::Args& args, const parallel::RankCoords& rc) {
   model::ModelConfig mc = model::model_config_from_args(args, *args.vocab_size);
   model::place_on_rank(mc, args, rc.tp, rc.pp);
+  mc.cp = args.context_parallel_size;
+  mc.cp_rank = rc.cp;
+  mc.cp_ulysses = args.context_parallel_algo == "ulysses_cp_algo";
   const parallel::PipelineShape shape{args.pipeline_model_parallel_size, rc.pp,
                                       args.virtual_pipeline_model_parallel_size.value_or(1), args.num_micro_batches};
   mc.chunk_slots = parallel::pipeline_activation_slots(shape);
@@ -53,9 +56,11 @@ model::ModelConfig rank_model_config(const config::Args& args, const parallel::R
 
 std::unique_ptr<model::GptModel> build_rank_model(const config::Args& args, device::Device& dev,
                                                   parallel::ParallelState& state, const TrainerOptions& to, bool meta) {
-  return std::make_unique<model::GptModel>(
+  auto model = std::make_unique<model::GptModel>(
       rank_model_config(args, state.coords()), dev, state.tp(), meta,
       [&](model::ParamStore& ps) { return lay_out_grad_regions(ps, state.grid(), to.bucket_elems); });
+  if (state.grid().cp() > 1) model->set_cp_comm(state.cp());
+  return model;
 }
 
 TrainerSetup::TrainerSetup(const config::Args& args, model::GptModel& model, device::Device& dev,

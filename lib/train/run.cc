@@ -116,6 +116,13 @@ static void print_answers(const config::Args& args, model::GptModel& model, cons
   if (prompts.empty()) return;
   // Every DP replica holds the same model; the first one answers.
   if (state.coords().dp != 0) return;
+  if (state.grid().cp() > 1) {  // decoding keeps whole sequences: not split over CP ranks
+    if (state.rank() == 0)
+      fmt::print(
+          "\n > sample answers skipped: generation does not run under context parallelism "
+          "(use mtrain infer on the saved checkpoint)\n");
+    return;
+  }
   const bool print = state.rank() == 0;
   if (print) fmt::print("\nWhat the trained model answers (greedy decoding):\n");
   for (const auto& p : prompts) {
@@ -283,9 +290,11 @@ int run_training(const config::Args& input, const RunContext& ctx) {
                model.params().trainable_count(),
                100.0 * static_cast<double>(model.params().trainable_count()) / model.params().count());
   if (first_rank)
-    fmt::print(" > {} on {} with {} threads per rank; tensor parallel {}{}, pipeline parallel {}{}, data parallel {}\n",
-               model::describe(mc), dev.name(), threads, mc.tp, mc.sequence_parallel ? " (sequence parallel)" : "",
-               args.pipeline_model_parallel_size, mc.chunk_list().size() > 1 ? " (interleaved)" : "", dp);
+    fmt::print(
+        " > {} on {} with {} threads per rank; tensor parallel {}{}, pipeline parallel {}{}, data parallel {}{}\n",
+        model::describe(mc), dev.name(), threads, mc.tp, mc.sequence_parallel ? " (sequence parallel)" : "",
+        args.pipeline_model_parallel_size, mc.chunk_list().size() > 1 ? " (interleaved)" : "", dp,
+        mc.cp > 1 ? fmt::format(", context parallel {} ({})", mc.cp, args.context_parallel_algo) : "");
   std::fflush(stdout);
 
   TrainerSetup setup(args, model, dev, *state, to);
@@ -301,7 +310,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
       parse_injected_fault(std::getenv("MTRAIN_FAULT_RANK"), std::getenv("MTRAIN_FAULT"));
   const std::unique_ptr<FileSystem> checkpoint_fs = checkpoint_file_system(fault);
   const std::shared_ptr<Watchdog> watchdog = add_watchdog_hooks(hooks, args, *state, fault, *checkpoint_fs);
-  const DataShard shard{rc.dp, dp, mc.sequence_parallel ? mc.tp : 1};
+  // Rows are padded so that they split into the 2*CP chunks of context
+  // parallelism, each a whole number of sequence-parallel shards.
+  const DataShard shard{rc.dp, dp, (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
   std::unique_ptr<BatchSource> source = data.train_source(args, shard);
   const std::vector<data::Batch> val = data.validation_batches(args, shard);
 

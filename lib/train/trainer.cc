@@ -84,8 +84,8 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
   const model::ModelConfig& c = model.config();
   const parallel::PipelineShape shape{state_->grid().pp(), state_->coords().pp, model.num_chunks(), 1};
   pipe_buffers_ =
-      parallel::PipelineBuffers(model.device(), shape, c.tokens_local(c.micro_batch * c.seq_length) * c.hidden, c.dtype,
-                                model.params().params().is_meta());
+      parallel::PipelineBuffers(model.device(), shape, c.tokens_local(c.micro_batch * c.seq_local()) * c.hidden,
+                                c.dtype, model.params().params().is_meta());
   state_->set_observer([this](const parallel::CommEvent& e) {
     const CommTotals add{1, e.bytes + e.recv_bytes, e.seconds};
     for (CommTotals* t : {&step_comm_, &step_comm_by_group_[std::string(e.group)]}) {
@@ -196,6 +196,13 @@ double Trainer::run_schedule(const std::vector<data::Batch>& micro, int64_t it, 
   return loss_sum;
 }
 
+std::vector<data::Batch> Trainer::cp_share(std::vector<data::Batch> micro) const {
+  const int cp = state_->grid().cp();
+  if (cp == 1) return micro;
+  for (data::Batch& b : micro) b = data::context_parallel_slice(b, cp, state_->coords().cp);
+  return micro;
+}
+
 double Trainer::share_loss(double local) {
   state_->world().all_reduce(&local, 1, parallel::ReduceOp::kSum);
   return local;
@@ -207,11 +214,11 @@ StepMetrics Trainer::train_step() {
   profiler::Scope region({profiler::Kind::kIteration, profiler::Pass::kNone, "iteration", it});
   step_comm_ = {};
   step_comm_by_group_.clear();
-  std::vector<data::Batch> micro = train_data_.next_global_batch();
-  // Loss tokens and tokens of the whole global batch (all DP ranks).
+  std::vector<data::Batch> micro = cp_share(train_data_.next_global_batch());
+  // Loss tokens and tokens of the whole global batch (all DP and CP ranks).
   double counts[2] = {weight_sum(micro), 0};
   for (const data::Batch& b : micro) counts[1] += static_cast<double>(b.B * b.T);
-  if (state_->grid().dp() > 1) state_->dp().all_reduce(counts, 2, parallel::ReduceOp::kSum);
+  if (grad_group_size(*state_) > 1) grad_group(*state_).all_reduce(counts, 2, parallel::ReduceOp::kSum);
   const double loss_tokens = counts[0];
   const int64_t tokens = static_cast<int64_t>(counts[1]);
   const double scale = scaler_ ? scaler_->scale() : 1.0;
@@ -313,8 +320,9 @@ StepMetrics Trainer::train_step() {
   return m;
 }
 
-double Trainer::evaluate(const std::vector<data::Batch>& batches) {
+double Trainer::evaluate(const std::vector<data::Batch>& all_batches) {
   grad_sync_->finish_param_gather();
+  const std::vector<data::Batch> batches = cp_share(all_batches);
   std::vector<model::TokenBatch> tb;
   for (const data::Batch& b : batches) tb.push_back(token_batch(b));
   double sums[2] = {0, weight_sum(batches)};  // weighted loss (last stage, TP rank 0), loss tokens (this DP rank)
@@ -331,9 +339,9 @@ double Trainer::evaluate(const std::vector<data::Batch>& batches) {
   };
   parallel::run_pipeline_forward_only(state_->pp(), pipeline_shape(*state_, model_, batches.size()), cb,
                                       parallel::Wire::of(model_.config().dtype), &pipe_buffers_);
-  // Loss: summed over the world (only last-stage TP-rank-0 ranks add); tokens: over DP.
+  // Loss: summed over the world (only last-stage TP-rank-0 ranks add); tokens: over DP and CP.
   state_->world().all_reduce(&sums[0], 1, parallel::ReduceOp::kSum);
-  if (state_->grid().dp() > 1) state_->dp().all_reduce(&sums[1], 1, parallel::ReduceOp::kSum);
+  if (grad_group_size(*state_) > 1) grad_group(*state_).all_reduce(&sums[1], 1, parallel::ReduceOp::kSum);
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 

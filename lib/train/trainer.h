@@ -99,6 +99,10 @@ class Trainer {
   // (non-zero only on the last stage's TP rank 0).
   double run_schedule(const std::vector<data::Batch>& micro, int64_t it, double dloss_scale);
   double share_loss(double local);  // sum over the world of the last stage's contributions
+  // Context parallelism: this CP rank's two chunks of every micro-batch
+  // (Megatron's get_batch_on_this_cp_rank); the loss and its token count are
+  // then sums over the CP ranks too.
+  std::vector<data::Batch> cp_share(std::vector<data::Batch> micro) const;
   bool eval_enabled() const { return opts_.eval_interval > 0 && val_batches_ && !val_batches_->empty(); }
 
   TrainerOptions opts_;

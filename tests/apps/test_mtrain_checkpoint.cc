@@ -295,6 +295,13 @@ TEST_F(ParallelCheckpoint, ResumesAtPp2Dp4) {
   expect_continues(*dir_ / "straight", tmp_ / "resumed", 1e-5);
 }
 
+// Context parallelism holds whole weights on every CP rank and shards the
+// optimizer over DP x CP: the (2, 2, 2) checkpoint resumes at CP 2 x TP 2 x DP 2.
+TEST_F(ParallelCheckpoint, ResumesAtCp2Tp2Dp2) {
+  resume("--context_parallel_size 2 --tensor_model_parallel_size 2", 8);
+  expect_continues(*dir_ / "straight", tmp_ / "resumed", 1e-5);
+}
+
 TEST_F(ParallelCheckpoint, ResumesWithoutTheDistributedOptimizer) {
   resume(std::string(kLayout) + " --use_distributed_optimizer false", 8);
   expect_continues(*dir_ / "straight", tmp_ / "resumed", 1e-5);

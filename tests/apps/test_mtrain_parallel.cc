@@ -103,7 +103,20 @@ INSTANTIATE_TEST_SUITE_P(
                "--recompute_num_layers 1"},
         Layout{"tp2_selective", 2, "--tensor_model_parallel_size 2 --recompute_granularity selective"},
         Layout{"tp2pp2_tied", 4, "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2",
-               "--untie_embeddings_and_output_weights false"}),
+               "--untie_embeddings_and_output_weights false"},
+        // Context parallelism: ring attention (default) or Ulysses over the
+        // CP group; loss and gradients summed over CP (and DP: the
+        // distributed optimizer shards over DP x CP); packing carries
+        // document masks across the chunks.
+        Layout{"cp4_recompute", 4,
+               "--context_parallel_size 4 --recompute_granularity full --recompute_method uniform "
+               "--recompute_num_layers 1"},
+        Layout{"cp2dp2_packing", 4, "--context_parallel_size 2", "--packing true"},
+        Layout{"cp2_tp2_sp", 4, "--context_parallel_size 2 --tensor_model_parallel_size 2 --sequence_parallel"},
+        Layout{"cp2pp2", 4, "--context_parallel_size 2 --pipeline_model_parallel_size 2"},
+        Layout{"cp2_ulysses", 2, "--context_parallel_size 2 --context_parallel_algo ulysses_cp_algo"},
+        Layout{"cp4_ulysses", 4, "--context_parallel_size 4 --context_parallel_algo ulysses_cp_algo",
+               "--num_query_groups 4"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 }  // namespace

@@ -80,6 +80,53 @@ TEST(Validate, ParallelLayoutMessages) {
   EXPECT_EQ(fails(cp, 2), "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.");
 }
 
+// Context parallelism: Megatron's and MindSpeed's checks and messages, and
+// what mtrain's CP refuses by name.
+TEST(Validate, ContextParallelMessages) {
+  auto cp_args = [](int cp, const std::string& algo) {
+    Args a = demo();
+    a.context_parallel_size = cp, a.context_parallel_algo = algo;
+    return a;
+  };
+  Args ring = cp_args(4, "megatron_cp_algo");
+  validate(ring, 4);
+  Args world = cp_args(4, "megatron_cp_algo");
+  EXPECT_EQ(fails(world, 6), "world size (6) is not divisible by total_model_size (4)");
+  Args seq = cp_args(4, "megatron_cp_algo");
+  seq.seq_length = 36;  // a multiple of 4 but not of 8
+  EXPECT_EQ(fails(seq, 4),
+            "seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.");
+  Args uly = cp_args(2, "ulysses_cp_algo");  // demo: 4 heads, 2 query groups
+  validate(uly, 2);
+  Args uly_heads = cp_args(4, "ulysses_cp_algo");
+  uly_heads.tensor_model_parallel_size = 2;  // 4 heads over CP x TP = 8
+  EXPECT_EQ(fails(uly_heads, 8),
+            "num_attention_heads must be divisible by context_parallel_size * tensor_model_parallel_size");
+  Args uly_groups = cp_args(4, "ulysses_cp_algo");  // 4 heads, 2 groups
+  EXPECT_EQ(fails(uly_groups, 4), "num_query_groups must be divisible by ulysses_size * tensor_model_parallel_size");
+  Args uly_seq = cp_args(2, "ulysses_cp_algo");
+  uly_seq.seq_length = 127;
+  EXPECT_EQ(fails(uly_seq, 2), "sequence length must be divisible by context_parallel_size");
+  for (const char* algo : {"hybrid_cp_algo", "adaptive_cp_algo", "kvallgather_cp_algo"}) {
+    Args a = cp_args(2, algo);
+    EXPECT_EQ(fails(a, 2), "--context_parallel_algo " + std::string(algo) + " is not implemented");
+  }
+  Args unfused = cp_args(2, "megatron_cp_algo");
+  unfused.attention_backend = "unfused";
+  EXPECT_EQ(fails(unfused, 2),
+            "--attention_backend unfused with --context_parallel_size 2: context parallelism needs flash attention");
+  Args dropout = cp_args(2, "megatron_cp_algo");
+  dropout.attention_dropout = 0.1;
+  EXPECT_EQ(fails(dropout, 2),
+            "--attention_dropout 0.1 with --context_parallel_size 2: dropout under context parallelism is not "
+            "implemented");
+  Args sp = cp_args(2, "megatron_cp_algo");
+  sp.tensor_model_parallel_size = 2, sp.sequence_parallel = true, sp.seq_length = 36;
+  EXPECT_EQ(fails(sp, 4),
+            "--seq_length 36 must be a multiple of 2 x context_parallel_size x tensor_model_parallel_size (8) with "
+            "sequence parallelism");
+}
+
 TEST(Validate, VirtualPipelineMessages) {
   Args a = demo();
   a.num_layers_per_virtual_pipeline_stage = 1;
@@ -369,9 +416,9 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
   Args bucket = demo();
   bucket.ddp_bucket_size = 0;
   EXPECT_EQ(fails(bucket), "--ddp_bucket_size must be >= 1, got 0");
-  Args cp = demo();  // a valid context-parallel layout (world 2), refused as not implemented
+  Args cp = demo();  // a valid context-parallel layout (world 2)
   cp.context_parallel_size = 2;
-  EXPECT_EQ(fails(cp, 2), "--context_parallel_size 2: context parallelism is not implemented yet");
+  validate(cp, 2);
   Args gather = demo();  // Megatron-LM's checks, in its order
   gather.overlap_param_gather = true;
   gather.use_distributed_optimizer = false;

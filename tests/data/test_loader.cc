@@ -55,6 +55,29 @@ TEST(BatchTest, SeqLenZeroPadsToLongestAndTooLongIsAnError) {
   EXPECT_EQ(m, "sample 3 has 5 tokens, more than seq_len + 1 = 4");
 }
 
+// Megatron's get_batch_on_this_cp_rank: a row of T = 8 cut into 2*CP chunks;
+// CP rank i keeps chunks i and 2*CP-1-i of every field, in that order.
+TEST(BatchTest, ContextParallelSliceKeepsChunksIAndMirror) {
+  Batch b;
+  b.B = 2, b.T = 8;
+  for (int r = 0; r < 2; ++r)
+    for (int t = 0; t < 8; ++t) {
+      b.tokens.push_back(100 * r + t), b.targets.push_back(100 * r + t + 1), b.positions.push_back(t);
+      b.doc_ids.push_back(t / 3), b.loss_weights.push_back(t % 2 ? 1.0f : 0.0f);
+    }
+  const Batch r0 = context_parallel_slice(b, 2, 0), r1 = context_parallel_slice(b, 2, 1);
+  EXPECT_EQ(r0.T, 4);
+  EXPECT_EQ(r0.positions, (std::vector<int32_t>{0, 1, 6, 7, 0, 1, 6, 7}));  // chunks 0 and 3
+  EXPECT_EQ(r1.positions, (std::vector<int32_t>{2, 3, 4, 5, 2, 3, 4, 5}));  // chunks 1 and 2
+  EXPECT_EQ(r1.tokens, (std::vector<int32_t>{2, 3, 4, 5, 102, 103, 104, 105}));
+  EXPECT_EQ(r0.targets, (std::vector<int32_t>{1, 2, 7, 8, 101, 102, 107, 108}));
+  EXPECT_EQ(r0.doc_ids, (std::vector<int32_t>{0, 0, 2, 2, 0, 0, 2, 2}));
+  EXPECT_EQ(r1.loss_weights, (std::vector<float>{0, 1, 0, 1, 0, 1, 0, 1}));
+  const Batch q3 = context_parallel_slice(b, 4, 3);  // CP 4: chunks 3 and 4 of 8
+  EXPECT_EQ(q3.positions, (std::vector<int32_t>{3, 4, 3, 4}));
+  EXPECT_THROW(context_parallel_slice(b, 3, 0), Error) << "T = 8 does not split into 6 chunks";
+}
+
 TEST(DataLoaderTest, ShuffleIsDeterministicPerSeedAndDiffersAcrossEpochs) {
   DataLoader a(numbered_samples(50), {.seed = 7});
   DataLoader b(numbered_samples(50), {.seed = 7});

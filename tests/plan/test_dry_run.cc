@@ -72,7 +72,11 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"tp2_pp2_interleaved_recompute", 4,
                "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
                "--num_layers_per_virtual_pipeline_stage 1 --recompute_granularity full "
-               "--recompute_method uniform --recompute_num_layers 1"}),
+               "--recompute_method uniform --recompute_num_layers 1"},
+        // Context parallelism: 1/CP of the activations plus the ring's K/V
+        // blocks in flight or Ulysses' all-to-all blocks (comm buffers).
+        Layout{"cp2_ring", 2, "--context_parallel_size 2"},
+        Layout{"cp2_ulysses_dp2", 4, "--context_parallel_size 2 --context_parallel_algo ulysses_cp_algo"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
 
 TEST_F(DryRunTest, ReportsFitsAndNamesTheRanksOfEachClass) {
@@ -235,6 +239,35 @@ TEST_F(DryRunTest, SevenBillionAtTensorParallelEightFits) {
   EXPECT_EQ(ranks_text(r.classes[0].rank_class.ranks), "0-7");
   EXPECT_NEAR(static_cast<double>(r.classes[0].parameters), 6.74e9 / 8, 0.01e9);
   EXPECT_TRUE(plan_fits(r)) << memory_report(r);
+}
+
+// Long context: Llama-2-7B at 32K tokens on 8 NPUs with the distributed
+// optimizer and full recompute. As 8 data-parallel replicas each rank holds
+// whole 32K-token sequences (logits alone s V 4 B = 4.2 GB, the layer inputs
+// 32 s h 2 B = 8.6 GB) and does not fit in 64 GiB; with CP = 8 every rank
+// holds 1/8 of each sequence and the optimizer is still sharded 8 ways
+// (over DP x CP), and it fits.
+TEST_F(DryRunTest, SevenBillionAtThirtyTwoKFitsWithContextParallelism) {
+  const std::string base =
+      "pt --model_preset llama2-7b --bf16 --seq_length 32768 --max_position_embeddings 32768 --micro_batch_size 1 "
+      "--global_batch_size 8 --train_iters 1 --lr_warmup_iters 0 --vocab_size 32000 --use_distributed_optimizer "
+      "--recompute_granularity full --recompute_method uniform --recompute_num_layers 1 --output_dir " +
+      out_.string();
+  const DryRun dp8 = dry_run(parse(base, 8));
+  EXPECT_FALSE(plan_fits(dp8)) << memory_report(dp8);
+  const DryRun cp8 = dry_run(parse(base + " --context_parallel_size 8", 8));
+  ASSERT_EQ(cp8.classes.size(), 8u) << "one class per optimizer shard (DP x CP = 8)";
+  EXPECT_TRUE(plan_fits(cp8)) << memory_report(cp8);
+  const ClassMemory& a = dp8.classes[0];
+  const ClassMemory& b = cp8.classes[0];
+  // The same optimizer shard size; an eighth of the activations plus the
+  // ring's buffer of one block's output and lse, s/8 a (d 2 B + 4 B) = 34 MB
+  // (the bound allows 2% of the eighth, 60 MB).
+  EXPECT_EQ(category_bytes(a, MemCategory::kOptimizer), category_bytes(b, MemCategory::kOptimizer));
+  const double eighth = category_bytes(a, MemCategory::kActivations) / 8;
+  EXPECT_GT(category_bytes(b, MemCategory::kActivations), eighth + 34e6);
+  EXPECT_LT(category_bytes(b, MemCategory::kActivations), eighth * 1.02);
+  EXPECT_GT(category_bytes(b, MemCategory::kCommBuffers), 0) << "the ring's K/V blocks in flight";
 }
 
 }  // namespace

@@ -1,0 +1,77 @@
+// Context parallelism (--context_parallel_size > 1): Megatron's and
+// MindSpeed's checks with their messages, and what mtrain's CP does not do
+// (refused by name, before any data is read).
+#include <fmt/format.h>
+
+#include "common/errors.h"
+#include "config/validate_parts.h"
+
+namespace mtrain::config::detail {
+
+namespace {
+
+// MindSpeed's other algorithms: known names, not implemented here.
+bool mindspeed_algo(const std::string& algo) {
+  return algo == "hybrid_cp_algo" || algo == "adaptive_cp_algo" || algo == "hybrid_adaptive_cp_algo" ||
+         algo == "kvallgather_cp_algo";
+}
+
+void check_algo(const Args& a) {
+  const int cp = a.context_parallel_size, tp = a.tensor_model_parallel_size;
+  const std::string& algo = a.context_parallel_algo;
+  if (mindspeed_algo(algo))
+    throw ConfigError(fmt::format("--context_parallel_algo {} is not implemented", algo),
+                      "use megatron_cp_algo (ring attention) or ulysses_cp_algo (all-to-all over heads)");
+  if (algo == "megatron_cp_algo" && *a.seq_length % (2 * cp) != 0)
+    throw ConfigError("seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.",
+                      fmt::format("--seq_length {} with --context_parallel_size {}", *a.seq_length, cp));
+  if (algo == "ulysses_cp_algo") {
+    if (*a.seq_length % cp != 0)
+      throw ConfigError("sequence length must be divisible by context_parallel_size",
+                        fmt::format("--seq_length {} with --context_parallel_size {}", *a.seq_length, cp));
+    if (a.num_attention_heads % (cp * tp) != 0)
+      throw ConfigError("num_attention_heads must be divisible by context_parallel_size * tensor_model_parallel_size",
+                        fmt::format("--num_attention_heads {} with --context_parallel_size {} and "
+                                    "--tensor_model_parallel_size {}: Ulysses gives each CP rank whole heads",
+                                    a.num_attention_heads, cp, tp));
+    const int groups = a.group_query_attention ? a.num_query_groups : a.num_attention_heads;
+    if (groups % (cp * tp) != 0)
+      throw ConfigError("num_query_groups must be divisible by ulysses_size * tensor_model_parallel_size",
+                        fmt::format("--num_query_groups {} with --context_parallel_size {} and "
+                                    "--tensor_model_parallel_size {}: each CP rank holds whole key/value heads",
+                                    groups, cp, tp));
+  }
+  // Each CP rank's rows must split into whole sequence-parallel shards.
+  if (a.sequence_parallel && *a.seq_length % (2 * cp * tp) != 0)
+    throw ConfigError(
+        fmt::format("--seq_length {} must be a multiple of 2 x context_parallel_size x tensor_model_parallel_size "
+                    "({}) with sequence parallelism",
+                    *a.seq_length, 2 * cp * tp),
+        "each CP rank's share of a sequence is split again over the TP ranks");
+}
+
+}  // namespace
+
+void check_context_parallel(const Args& a) {
+  const int cp = a.context_parallel_size;
+  if (cp == 1) return;
+  check_algo(a);
+  if (a.attention_backend != "flash")
+    throw ConfigError(fmt::format("--attention_backend {} with --context_parallel_size {}: context parallelism needs "
+                                  "flash attention",
+                                  a.attention_backend, cp),
+                      "use --attention_backend flash (MindSpeed turns flash attention on under context parallelism); "
+                      "the unfused path would materialise whole-sequence scores on every rank");
+  // Dropout masks are numbered by position in the whole sequence; a CP rank's
+  // rows are two separate chunks of it, which that numbering does not follow.
+  for (const auto& [value, flag] :
+       {std::pair{a.hidden_dropout, "hidden_dropout"}, std::pair{a.attention_dropout, "attention_dropout"},
+        std::pair{a.train_type == "lora" ? a.lora_dropout : 0.0, "lora_dropout"}})
+    if (value > 0)
+      throw ConfigError(fmt::format("--{} {} with --context_parallel_size {}: dropout under context parallelism is "
+                                    "not implemented",
+                                    flag, value, cp),
+                        fmt::format("set --{} 0 (Megatron-SWIFT's default for hidden and attention dropout)", flag));
+}
+
+}  // namespace mtrain::config::detail
