@@ -13,6 +13,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "profiler/probe.h"
 #include "tensor/precision.h"
+#include "train/grad_regions.h"
 
 namespace mtrain::train {
 
@@ -218,7 +219,8 @@ StepMetrics Trainer::train_step() {
   // Loss tokens and tokens of the whole global batch (all DP and CP ranks).
   double counts[2] = {weight_sum(micro), 0};
   for (const data::Batch& b : micro) counts[1] += static_cast<double>(b.B * b.T);
-  if (grad_group_size(*state_) > 1) grad_group(*state_).all_reduce(counts, 2, parallel::ReduceOp::kSum);
+  if (parallel::Comm& g = state_->group(dense_grad_group(state_->grid())); g.size() > 1)
+    g.all_reduce(counts, 2, parallel::ReduceOp::kSum);
   const double loss_tokens = counts[0];
   const int64_t tokens = static_cast<int64_t>(counts[1]);
   const double scale = scaler_ ? scaler_->scale() : 1.0;
@@ -341,7 +343,8 @@ double Trainer::evaluate(const std::vector<data::Batch>& all_batches) {
                                       parallel::Wire::of(model_.config().dtype), &pipe_buffers_);
   // Loss: summed over the world (only last-stage TP-rank-0 ranks add); tokens: over DP and CP.
   state_->world().all_reduce(&sums[0], 1, parallel::ReduceOp::kSum);
-  if (grad_group_size(*state_) > 1) grad_group(*state_).all_reduce(&sums[1], 1, parallel::ReduceOp::kSum);
+  if (parallel::Comm& g = state_->group(dense_grad_group(state_->grid())); g.size() > 1)
+    g.all_reduce(&sums[1], 1, parallel::ReduceOp::kSum);
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
