@@ -138,6 +138,17 @@ struct Args {
   std::optional<double> lorap_lr_ratio;
   std::string init_weights = "true";
 
+  // ---- mixture of experts: the layer (router flags: flag_table_moe_router.cc) --
+  std::optional<int> num_experts;                          // None: dense model
+  std::optional<int> moe_ffn_hidden_size;                  // derived: ffn_hidden_size
+  std::string moe_layer_freq = "1";                        // N, or a pattern "([1]*3+[0]*1)*2"
+  std::optional<int> moe_shared_expert_intermediate_size;  // None: no shared expert
+  bool moe_shared_expert_gate = false;                     // Qwen2-MoE's sigmoid gate on the shared expert
+  bool moe_grouped_gemm = true;                            // swift's default; false: a loop of per-expert GEMMs
+  bool moe_permute_fusion = false;                         // one fused permute(+probs) pass instead of two
+  std::string moe_token_dispatcher_type = "alltoall";      // alltoall | allgather (flex refused)
+  int expert_tensor_parallel_size = 1;                     // swift >= 3.9: 1 (Megatron-LM: TP)
+
   // ---- data ----------------------------------------------------------------
   std::vector<std::string> dataset;
   std::vector<std::string> val_dataset;

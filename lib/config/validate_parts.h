@@ -12,6 +12,8 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
 void check_training(Args& a, std::vector<std::string>& warnings);
 // --train_type lora: ranges, names, and the LoRA learning-rate default (before check_training).
 void check_lora(Args& a);
+// --num_experts: the MoE layer's flags (after check_parallel); derives moe_ffn_hidden_size.
+void check_moe(Args& a, std::vector<std::string>& warnings);
 // Derives lr_decay_iters from train_iters and checks warmup/WSD lengths against it.
 void check_schedule_lengths(Args& a);
 
