@@ -149,6 +149,20 @@ struct Args {
   std::string moe_token_dispatcher_type = "alltoall";      // alltoall | allgather (flex refused)
   int expert_tensor_parallel_size = 1;                     // swift >= 3.9: 1 (Megatron-LM: TP)
 
+  // ---- MoE router (Megatron-core names and defaults; meaningful with --num_experts) ----
+  int moe_router_topk = 2;
+  std::string moe_router_score_function = "softmax";  // softmax | sigmoid
+  bool moe_router_pre_softmax = false;
+  std::optional<double> moe_router_topk_scaling_factor;
+  std::string moe_router_load_balancing_type = "aux_loss";  // aux_loss | seq_aux_loss | none
+  double moe_aux_loss_coeff = 0.0;
+  std::optional<double> moe_z_loss_coeff;
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
+  std::optional<double> moe_expert_capacity_factor;  // None: no token dropping
+  std::string moe_token_drop_policy = "probs";       // probs | position
+  bool moe_pad_expert_input_to_capacity = false;
+
   // ---- data ----------------------------------------------------------------
   std::vector<std::string> dataset;
   std::vector<std::string> val_dataset;

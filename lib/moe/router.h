@@ -98,6 +98,7 @@ struct RouterLossValues {
 // needs. Reused across calls (vectors are resized, not reallocated).
 struct RouterForward {
   int64_t num_tokens = 0;                  // N
+  RouterTokens tokens;                     // the layout routed (N = tokens.count())
   std::vector<float> logits;               // (N, E) x · W_r^T
   std::vector<int32_t> expert_ids;         // (N, k) selected experts, highest selection score first
   std::vector<float> probs;                // (N, k) combine weights; 0 where dropped
