@@ -77,11 +77,17 @@ void GptModel::build_params() {
       lp.proj_w = params_.add(p + "self_attention.linear_proj.weight", {C, HD}, true, Init::kScaledNormal, cols);
       if (c.add_bias_linear) lp.proj_b = replicated(p + "self_attention.linear_proj.bias", {C}, false, Init::kZeros);
       norm(p + "pre_mlp_layernorm", lp.ln2_w, lp.ln2_b);
-      lp.fc1_w = params_.add(p + "mlp.linear_fc1.weight", {c.fc1_width(), C}, true, Init::kNormal, gate_up);
-      if (c.add_bias_linear)
-        lp.fc1_b = params_.add(p + "mlp.linear_fc1.bias", {c.fc1_width()}, false, Init::kZeros, gate_up);
-      lp.fc2_w = params_.add(p + "mlp.linear_fc2.weight", {C, c.ffn}, true, Init::kScaledNormal, cols);
-      if (c.add_bias_linear) lp.fc2_b = replicated(p + "mlp.linear_fc2.bias", {C}, false, Init::kZeros);
+      if (c.is_moe_layer(ch.spec.first_layer + i)) {
+        auto mp = std::make_shared<MoeLayerParams>();
+        add_moe_params(params_, c, p, *mp);
+        lp.moe = std::move(mp);
+      } else {
+        lp.fc1_w = params_.add(p + "mlp.linear_fc1.weight", {c.fc1_width(), C}, true, Init::kNormal, gate_up);
+        if (c.add_bias_linear)
+          lp.fc1_b = params_.add(p + "mlp.linear_fc1.bias", {c.fc1_width()}, false, Init::kZeros, gate_up);
+        lp.fc2_w = params_.add(p + "mlp.linear_fc2.weight", {C, c.ffn}, true, Init::kScaledNormal, cols);
+        if (c.add_bias_linear) lp.fc2_b = replicated(p + "mlp.linear_fc2.bias", {C}, false, Init::kZeros);
+      }
       if (c.lora.enabled) add_layer_adapters(params_, c, p, lp);
       ch.layer_index.push_back(static_cast<int>(layers_.size()));
       layers_.push_back(lp);
@@ -139,7 +145,8 @@ void GptModel::allocate_slot(ChunkSlot& s, const Chunk& ch, int chunk_id, int sl
   s.residuals = act({ch.spec.num_layers + 1, Nl, C}, c.dtype, "residual stream (per layer input)");
   s.layers.resize(ch.spec.num_layers);
   for (int64_t i = 0; i < ch.spec.num_layers; ++i)
-    if (!c.layer_recomputed(i)) allocate_layer_acts(s.layers[i], c, dev_, meta, static_cast<int>(i));
+    if (!c.layer_recomputed(i))
+      allocate_layer_acts(s.layers[i], c, dev_, meta, static_cast<int>(i), ch.spec.first_layer + i);
   if (!ch.spec.post) return;
   s.lnf = act({Nl, C}, c.dtype, "final norm output");
   s.lnf_rstd = act({Nl}, DType::kF32, "final norm rstd");
@@ -209,6 +216,17 @@ void GptModel::report_ready(int first, int last) {
   if (!grad_ready_ || first < 0) return;
   const auto [begin, end] = grad_span(first, last);
   if (end > begin) grad_ready_(begin, end);
+}
+
+AuxLosses GptModel::aux_losses(int c, int s) {
+  AuxLosses sum;
+  Chunk& ch = chunks_[c];
+  for (int64_t i = 0; i < ch.spec.num_layers; ++i) {
+    const LayerParams& lp = layers_[ch.layer_index[i]];
+    LayerActs& a = acts_for(ch.slots[s], i);
+    if (lp.moe && a.moe) add_aux_losses(sum, a.moe->route, config_.moe.router);
+  }
+  return sum;
 }
 
 }  // namespace mtrain::model

@@ -95,6 +95,11 @@ class GptModel {
   // parameter all-gather must have delivered before that forward starts.
   std::vector<std::pair<int64_t, int64_t>> chunk_param_spans(int c) const;
 
+  // The MoE routers' auxiliary losses of chunk c's last forward in slot s
+  // (moe_layers == 0 for a dense model).
+  AuxLosses aux_losses(int c, int s);
+  AuxLosses aux_losses() { return aux_losses(0, 0); }
+
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
   parallel::Comm& tp_comm() { return *tp_; }
