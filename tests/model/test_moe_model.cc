@@ -20,21 +20,7 @@ using testing::loss_of;
 using testing::random_batch;
 using testing::RandomBatch;
 
-// Layer 0 MoE (4 experts of ffn 8, top-2, shared expert 12 with its gate), layer 1 dense.
-ModelConfig tiny_moe() {
-  ModelConfig c = testing::tiny_llama();
-  c.moe.num_experts = 4;
-  c.moe.ffn = 8;
-  c.moe.layers = {1, 0};
-  c.moe.shared_ffn = 12;
-  c.moe.shared_gate = true;
-  c.moe.router.num_experts = 4;
-  c.moe.router.hidden = c.hidden;
-  c.moe.router.topk = 2;
-  c.moe.router.aux_loss_coeff = 1.0;  // large, so the aux-loss part of the router gradient is well above FD noise
-  c.moe.router.z_loss_coeff = 0.1;
-  return c;
-}
+using testing::tiny_moe;
 
 struct Case {
   std::string name;
