@@ -41,6 +41,7 @@ struct MoeSettings {
   bool shared_gate = false;
   bool grouped_gemm = true;
   bool permute_fusion = false;
+  int64_t etp = 1;  // --expert_tensor_parallel_size: 1 (whole experts per TP rank) or tp
   moe::RouterConfig router;
 };
 
@@ -89,6 +90,9 @@ struct ModelConfig {
   // frozen except modules_to_save (and biases with --lora_bias all).
   lora::LoraConfig lora;
   MoeSettings moe;
+  // The experts' tensor-parallel split on this rank: the TP group with
+  // --expert_tensor_parallel_size > 1 (validated to equal TP), else 1.
+  int64_t expert_tp() const { return moe.etp > 1 ? tp : 1; }
   bool is_moe_layer(int64_t layer) const {
     return moe.num_experts > 0 && layer >= 0 && layer < static_cast<int64_t>(moe.layers.size()) && moe.layers[layer];
   }

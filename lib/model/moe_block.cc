@@ -18,6 +18,7 @@ moe::MoeLayerConfig moe_layer_config(const ModelConfig& c) {
   m.dtype = c.dtype;
   m.tp = c.tp;
   m.sequence_parallel = c.sequence_parallel;
+  m.etp = c.expert_tp();
   return m;
 }
 
@@ -38,20 +39,30 @@ void add_moe_params(ParamStore& ps, const ModelConfig& c, const std::string& pre
     mp.expert_bias = ps.add(p + "router.expert_bias", {E}, false, Init::kZeros);
     ps.mutable_info(mp.expert_bias).trainable = false;
   }
-  // Routed experts: whole experts on every rank (expert tensor parallel size 1).
+  // Routed experts: whole experts on every TP rank (ETP 1, replicated), or
+  // split over the TP group like the dense MLP (ETP = TP: fc1 by rows, each
+  // rank its gate and up halves; fc2 by columns; its bias added after the
+  // reduction, so replicated).
+  const bool split = c.expert_tp() > 1;
+  const TpShard gate_up{TpSplit::kRows, c.swiglu ? 2 : 1, c.expert_tp(), c.tp_rank};
+  const TpShard cols{TpSplit::kCols, 1, c.expert_tp(), c.tp_rank};
+  auto expert = [&](const std::string& name, Shape shape, bool decay, Init init, const TpShard& shard) {
+    return split ? ps.add(name, std::move(shape), decay, init, shard) : replicated(name, std::move(shape), decay, init);
+  };
   for (int64_t e = 0; e < E; ++e) {
     const std::string x = p + "experts.local_experts." + std::to_string(e) + ".";
-    mp.fc1_w.push_back(replicated(x + "linear_fc1.weight", {FC1, C}, true, Init::kNormal));
-    mp.fc1_b.push_back(c.add_bias_linear ? replicated(x + "linear_fc1.bias", {FC1}, false, Init::kZeros) : -1);
-    mp.fc2_w.push_back(replicated(x + "linear_fc2.weight", {C, F}, true, Init::kScaledNormal));
+    mp.fc1_w.push_back(expert(x + "linear_fc1.weight", {FC1, C}, true, Init::kNormal, gate_up));
+    mp.fc1_b.push_back(c.add_bias_linear ? expert(x + "linear_fc1.bias", {FC1}, false, Init::kZeros, gate_up) : -1);
+    mp.fc2_w.push_back(expert(x + "linear_fc2.weight", {C, F}, true, Init::kScaledNormal, cols));
     mp.fc2_b.push_back(c.add_bias_linear ? replicated(x + "linear_fc2.bias", {C}, false, Init::kZeros) : -1);
   }
   if (c.moe.shared_ffn > 0) {
     const int64_t Fs = c.moe.shared_ffn;
-    const TpShard gate_up{TpSplit::kRows, c.swiglu ? 2 : 1, c.tp, c.tp_rank}, cols{TpSplit::kCols, 1, c.tp, c.tp_rank};
+    const TpShard s_gate_up{TpSplit::kRows, c.swiglu ? 2 : 1, c.tp, c.tp_rank};
+    const TpShard s_cols{TpSplit::kCols, 1, c.tp, c.tp_rank};
     mp.shared_fc1 =
-        ps.add(p + "shared_experts.linear_fc1.weight", {(c.swiglu ? 2 : 1) * Fs, C}, true, Init::kNormal, gate_up);
-    mp.shared_fc2 = ps.add(p + "shared_experts.linear_fc2.weight", {C, Fs}, true, Init::kScaledNormal, cols);
+        ps.add(p + "shared_experts.linear_fc1.weight", {(c.swiglu ? 2 : 1) * Fs, C}, true, Init::kNormal, s_gate_up);
+    mp.shared_fc2 = ps.add(p + "shared_experts.linear_fc2.weight", {C, Fs}, true, Init::kScaledNormal, s_cols);
     if (c.moe.shared_gate) mp.shared_gate = replicated(p + "shared_experts.gate_weight", {1, C}, true, Init::kNormal);
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "moe/expert_tp.h"
 #include "moe/grouped_gemm.h"
 #include "moe/permute.h"
 #include "profiler/kernel_region.h"
@@ -45,22 +46,61 @@ std::vector<int64_t> segments(const std::vector<int64_t>& rows) {
   return off;
 }
 
-void activation_forward(const MoeLayerConfig& c, float* act, const float* fc1, const float* bias, int64_t rows,
-                        float* scratch) {
+// F: the activation's width on this rank.
+void activation_forward(const MoeLayerConfig& c, int64_t F, float* act, const float* fc1, const float* bias,
+                        int64_t rows, float* scratch) {
   if (c.swiglu) {
-    k::bias_swiglu_forward(act, fc1, bias, rows, c.ffn, c.fused_activation, scratch);
+    k::bias_swiglu_forward(act, fc1, bias, rows, F, c.fused_activation, scratch);
   } else {
-    k::bias_gelu_forward(act, fc1, bias, rows, c.ffn, c.fused_activation, scratch);
+    k::bias_gelu_forward(act, fc1, bias, rows, F, c.fused_activation, scratch);
   }
 }
 
-void activation_backward(const MoeLayerConfig& c, float* dfc1, float* dbias, const float* dact, const float* fc1,
-                         const float* bias, int64_t rows, float* scratch) {
+void activation_backward(const MoeLayerConfig& c, int64_t F, float* dfc1, float* dbias, const float* dact,
+                         const float* fc1, const float* bias, int64_t rows, float* scratch) {
   if (c.swiglu) {
-    k::bias_swiglu_backward(dfc1, dbias, dact, fc1, bias, rows, c.ffn, c.fused_activation, scratch);
+    k::bias_swiglu_backward(dfc1, dbias, dact, fc1, bias, rows, F, c.fused_activation, scratch);
   } else {
-    k::bias_gelu_backward(dfc1, dbias, dact, fc1, bias, rows, c.ffn, c.fused_activation, scratch);
+    k::bias_gelu_backward(dfc1, dbias, dact, fc1, bias, rows, F, c.fused_activation, scratch);
   }
+}
+
+float* at(float* p, int64_t off) { return p ? p + off : nullptr; }
+
+// The local experts on in (sum rows, C), `rows` (E_local) per expert -> out
+// (sum rows, C) without the fc2 bias; a.fc1 / a.act keep what backward needs.
+void experts_forward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, MoeWorkspace& w, float* out,
+                     const float* in, const int64_t* rows) {
+  const int64_t C = c.hidden, F = c.ffn_local(), FC1 = c.fc1_local();
+  int64_t M = 0;
+  for (int64_t e = 0; e < c.num_local; ++e) M += rows[e];
+  std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
+  grouped_linear_forward(a.fc1.data(), in, w1.data(), rows, c.num_local, C, FC1, c.grouped_gemm);
+  round_act(c, a.fc1.data(), M * FC1);
+  for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
+    activation_forward(c, F, at(a.act.data(), off * F), at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e],
+                       w.scratch.data());
+  round_act(c, a.act.data(), M * F);
+  grouped_linear_forward(out, a.act.data(), w2.data(), rows, c.num_local, F, C, c.grouped_gemm);
+}
+
+// din (sum rows, C) OVERWRITTEN from dout (may alias din); weight gradients ACCUMULATED.
+void experts_backward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, MoeWorkspace& w, float* din,
+                      const float* dout, const float* in, const int64_t* rows) {
+  const int64_t C = c.hidden, F = c.ffn_local(), FC1 = c.fc1_local();
+  int64_t M = 0;
+  for (int64_t e = 0; e < c.num_local; ++e) M += rows[e];
+  std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
+  grouped_linear_backward(w.d_act.data(), wt.fc2_grad.data(), dout, a.act.data(), w2.data(), rows, c.num_local, F, C,
+                          c.grouped_gemm);
+  round_act(c, w.d_act.data(), M * F);
+  for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
+    activation_backward(c, F, at(w.d_fc1.data(), off * FC1), wt.fc1_bias_grad[e], at(w.d_act.data(), off * F),
+                        at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e], w.scratch.data());
+  round_act(c, w.d_fc1.data(), M * FC1);
+  grouped_linear_backward(din, wt.fc1_grad.data(), w.d_fc1.data(), in, w1.data(), rows, c.num_local, C, FC1,
+                          c.grouped_gemm);
+  round_act(c, din, M * C);
 }
 
 // Shared expert: a dense MLP split over TP; out (N_loc, C) OVERWRITTEN.
@@ -70,9 +110,7 @@ void shared_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const
   float* x_full = c.sequence_parallel ? sp.full_in : const_cast<float*>(x);
   parallel::column_parallel_linear_forward(tp, a.shared_fc1.data(), x_full, x, wt.shared_fc1, nullptr, N, C, FC1s);
   round_act(c, a.shared_fc1.data(), N * FC1s);
-  MoeLayerConfig sc = c;
-  sc.ffn = Fs;
-  activation_forward(sc, a.shared_act.data(), a.shared_fc1.data(), nullptr, N, w.scratch.data());
+  activation_forward(c, Fs, a.shared_act.data(), a.shared_fc1.data(), nullptr, N, w.scratch.data());
   round_act(c, a.shared_act.data(), N * Fs);
   parallel::row_parallel_linear_forward(tp, out, sp.full_out, a.shared_act.data(), wt.shared_fc2, N, Fs, C);
   round_act(c, out, Nl * C);
@@ -113,9 +151,7 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
                                          a.shared_act.data(), wt.shared_fc2, N, Fs, C, c.grad_accumulation,
                                          w.scratch.data());
   round_act(c, w.shared_d_act.data(), N * Fs);
-  MoeLayerConfig sc = c;
-  sc.ffn = Fs;
-  activation_backward(sc, w.shared_d_fc1.data(), nullptr, w.shared_d_act.data(), a.shared_fc1.data(), nullptr, N,
+  activation_backward(c, Fs, w.shared_d_fc1.data(), nullptr, w.shared_d_act.data(), a.shared_fc1.data(), nullptr, N,
                       w.scratch.data());
   round_act(c, w.shared_d_fc1.data(), N * FC1s);
   if (c.sequence_parallel) parallel::sp_all_gather(*tp.tp, x, sp.full_in, Nl * C, tp.wire);
@@ -148,10 +184,16 @@ void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T
   const DType t = c.dtype;
   a.rows.assign(c.num_local, 0);
   a.routing = act_tensor(dev, {2 * M + Nl * k}, DType::kF32, p + "moe routing indices", meta);
+  const int64_t Mg = c.max_expert_rows(Nl);
   a.x_perm = act_tensor(dev, {M, C}, t, p + "moe permuted tokens", meta);
   a.probs_perm = act_tensor(dev, {M}, DType::kF32, p + "moe permuted probs", meta);
-  a.fc1 = act_tensor(dev, {M, c.fc1_width()}, t, p + "moe expert fc1 output", meta);
-  a.act = act_tensor(dev, {M, c.ffn}, t, p + "moe expert activation output", meta);
+  if (c.etp > 1) {
+    a.counts.assign(c.etp * c.num_local, 0);
+    a.rows_grp.assign(c.num_local, 0);
+    a.x_grp = act_tensor(dev, {Mg, C}, t, p + "moe tokens of every TP rank, grouped by expert", meta);
+  }
+  a.fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, p + "moe expert fc1 output", meta);
+  a.act = act_tensor(dev, {Mg, c.ffn_local()}, t, p + "moe expert activation output", meta);
   a.y_perm = act_tensor(dev, {M, C}, t, p + "moe expert output", meta);
   if (c.shared_ffn > 0) {
     a.shared_fc1 = act_tensor(dev, {N, c.shared_fc1_local()}, t, p + "shared expert fc1 output", meta);
@@ -168,13 +210,18 @@ void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B,
   const int64_t N = B * T, Nl = tokens_local(c, N), M = c.max_rows(Nl), C = c.hidden;
   const DType t = c.dtype;
   w.d_perm = act_tensor(dev, {M, C}, t, "moe grad of permuted rows", meta);
-  w.d_fc1 = act_tensor(dev, {M, c.fc1_width()}, t, "moe grad of expert fc1 output", meta);
-  w.d_act = act_tensor(dev, {M, c.ffn}, t, "moe grad of expert activation", meta);
+  const int64_t Mg = c.max_expert_rows(Nl);
+  w.d_fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, "moe grad of expert fc1 output", meta);
+  w.d_act = act_tensor(dev, {Mg, c.ffn_local()}, t, "moe grad of expert activation", meta);
+  if (c.etp > 1) {
+    w.gathered = act_tensor(dev, {c.etp * M, C}, t, "moe expert-TP gather / reduce-scatter buffer", meta);
+    w.grp = act_tensor(dev, {Mg, C}, t, "moe grouped expert output / gradient", meta);
+  }
   w.dprobs = act_tensor(dev, {std::max(Nl * c.router.topk, Nl)}, DType::kF32, "moe grad of combine probs", meta);
   w.dlogits = act_tensor(dev, {Nl, c.router.num_experts}, DType::kF32, "moe grad of router logits", meta);
   w.routed = act_tensor(dev, {Nl, C}, t, "moe routed output", meta);
   int64_t scratch = M * C;  // unfused unpermute
-  if (!c.fused_activation) scratch = std::max(scratch, 4 * M * c.ffn);
+  if (!c.fused_activation) scratch = std::max(scratch, 4 * Mg * c.ffn_local());
   if (c.shared_ffn > 0) {
     w.d_shared = act_tensor(dev, {Nl, C}, t, "shared expert grad before the gate", meta);
     w.shared_d_fc1 = act_tensor(dev, {N, c.shared_fc1_local()}, t, "shared expert grad of fc1 output", meta);
@@ -188,7 +235,7 @@ void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B,
 void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
                  MoeWorkspace& w, const SpBuffers& sp, float* out, const float* x, int64_t B, int64_t T,
                  bool training) {
-  const int64_t N = B * T, Nl = tokens_local(c, N), C = c.hidden, K = c.router.topk, F = c.ffn;
+  const int64_t N = B * T, Nl = tokens_local(c, N), C = c.hidden, K = c.router.topk;
   if (c.shared_ffn > 0) {
     shared_forward(c, tp, wt, a, w, sp, out, x, N);
   } else if (out) {
@@ -209,18 +256,21 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     permute_forward(a.x_perm.data(), a.probs_perm.data(), x, a.route.probs.data(), r.row_token, r.row_slot, a.M, C,
                     c.permute_fusion);
   }
-  const int64_t M = a.M, FC1 = c.fc1_width();
-  std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
-  grouped_linear_forward(a.fc1.data(), a.x_perm.data(), w1.data(), a.rows.data(), c.num_local, C, FC1, c.grouped_gemm);
-  round_act(c, a.fc1.data(), M * FC1);
+  const int64_t M = a.M, m_max = c.max_rows(Nl);
+  if (c.etp > 1) {  // every TP rank's rows through this rank's F/etp slice of each expert
+    if (profiler::shape_only()) std::fill(a.counts.begin(), a.counts.end(), 0);
+    etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), a.x_grp.data(), w.gathered.data(), a.x_perm.data(),
+                 a.rows.data(), true, m_max, c.num_local, C, tp.wire);
+    if (profiler::shape_only())
+      for (int64_t e = 0; e < c.num_local; ++e) a.rows_grp[e] = c.etp * a.rows[e];
+    experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    etp_combine(*tp.tp, a.y_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
+                tp.wire);
+  } else {
+    experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows.data());
+  }
   const std::vector<int64_t> off = segments(a.rows);
-  for (int64_t e = 0; e < c.num_local; ++e)
-    activation_forward(c, a.act.data() ? a.act.data() + off[e] * F : nullptr,
-                       a.fc1.data() ? a.fc1.data() + off[e] * FC1 : nullptr, wt.fc1_bias[e], a.rows[e],
-                       w.scratch.data());
-  round_act(c, a.act.data(), M * F);
-  grouped_linear_forward(a.y_perm.data(), a.act.data(), w2.data(), a.rows.data(), c.num_local, F, C, c.grouped_gemm);
-  if (!profiler::shape_only()) {
+  if (!profiler::shape_only()) {  // after the reduction over expert TP, like a row-parallel bias
     for (int64_t e = 0; e < c.num_local; ++e)
       if (wt.fc2_bias[e])
         for (int64_t r = off[e]; r < off[e + 1]; ++r)
@@ -239,8 +289,7 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
 void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
                   MoeWorkspace& w, const SpBuffers& sp, float* dx, const float* dout, const float* x, int64_t B,
                   int64_t T, float aux_loss_scale) {
-  const int64_t N = B * T, Nl = tokens_local(c, N), C = c.hidden, K = c.router.topk, F = c.ffn, M = a.M;
-  const int64_t FC1 = c.fc1_width();
+  const int64_t N = B * T, Nl = tokens_local(c, N), C = c.hidden, K = c.router.topk, M = a.M;
   if (c.shared_ffn > 0) {
     shared_backward(c, tp, wt, a, w, sp, dx, dout, x, N);
   } else if (dx) {
@@ -259,19 +308,16 @@ void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const M
         for (int64_t row = off[e]; row < off[e + 1]; ++row)
           for (int64_t j = 0; j < C; ++j) wt.fc2_bias_grad[e][j] += w.d_perm.data()[row * C + j];
   }
-  std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
-  grouped_linear_backward(w.d_act.data(), wt.fc2_grad.data(), w.d_perm.data(), a.act.data(), w2.data(), a.rows.data(),
-                          c.num_local, F, C, c.grouped_gemm);
-  round_act(c, w.d_act.data(), M * F);
-  for (int64_t e = 0; e < c.num_local; ++e)
-    activation_backward(c, w.d_fc1.data() ? w.d_fc1.data() + off[e] * FC1 : nullptr, wt.fc1_bias_grad[e],
-                        w.d_act.data() ? w.d_act.data() + off[e] * F : nullptr,
-                        a.fc1.data() ? a.fc1.data() + off[e] * FC1 : nullptr, wt.fc1_bias[e], a.rows[e],
-                        w.scratch.data());
-  round_act(c, w.d_fc1.data(), M * FC1);
-  grouped_linear_backward(w.d_perm.data(), wt.fc1_grad.data(), w.d_fc1.data(), a.x_perm.data(), w1.data(),
-                          a.rows.data(), c.num_local, C, FC1, c.grouped_gemm);
-  round_act(c, w.d_perm.data(), M * C);
+  const int64_t m_max = c.max_rows(Nl);
+  if (c.etp > 1) {
+    etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), w.grp.data(), w.gathered.data(), w.d_perm.data(),
+                 a.rows.data(), false, m_max, c.num_local, C, tp.wire);
+    experts_backward(c, wt, a, w, w.grp.data(), w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    etp_combine(*tp.tp, w.d_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
+                tp.wire);
+  } else {
+    experts_backward(c, wt, a, w, w.d_perm.data(), w.d_perm.data(), a.x_perm.data(), a.rows.data());
+  }
   if (shape) return;
   permute_backward(dx, w.d_perm.data(), r.slot_row, Nl, K, C);
   router_backward(dx, wt.router_grad, w.dlogits.data(), w.dprobs.data(), a.route, x, wt.router, c.router,

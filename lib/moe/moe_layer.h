@@ -12,10 +12,12 @@
 //
 // Tensor parallelism (Megatron: MoE under TP needs sequence parallelism, so
 // x is this rank's token shard): the router and the routed experts see only
-// the rank's tokens. Expert tensor parallelism is 1 here: every rank holds
+// the rank's tokens. Expert tensor parallelism etp = 1: every rank holds
 // whole experts (replicated over TP, their gradients summed over TP like a
-// sequence-parallel weight's). The shared expert is split over TP as the
-// dense MLP (column-parallel fc1, row-parallel fc2, SP gather/scatter).
+// sequence-parallel weight's); etp = tp: each rank holds F/tp of every
+// expert and runs it on every TP rank's permuted rows (moe/expert_tp.h).
+// The shared expert is split over TP as the dense MLP (column-parallel
+// fc1, row-parallel fc2, SP gather/scatter).
 #pragma once
 
 #include <cstdint>
@@ -42,19 +44,25 @@ struct MoeLayerConfig {
   DType dtype = DType::kF32;
   int64_t tp = 1;
   bool sequence_parallel = false;
+  int64_t etp = 1;  // expert tensor parallel size: 1 or tp (the TP group)
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
+  int64_t ffn_local() const { return ffn / etp; }
+  int64_t fc1_local() const { return fc1_width() / etp; }
   int64_t shared_local() const { return shared_ffn / tp; }
   int64_t shared_fc1_local() const { return (swiglu ? 2 : 1) * shared_local(); }
   // The most permuted rows of N_loc tokens: k per token, or every expert padded to capacity.
   int64_t max_rows(int64_t n_loc) const;
+  // The most rows the experts see: this rank's, or with etp > 1 every TP rank's.
+  int64_t max_expert_rows(int64_t n_loc) const { return etp * max_rows(n_loc); }
 };
 
 // Addresses of one layer's parameters (gradients null when frozen; biases null when absent).
 struct MoeWeights {
   const float* router = nullptr;  // (E, C)
   float* router_grad = nullptr;
-  const float* expert_bias = nullptr;                      // (E) or null
-  std::vector<const float*> fc1, fc2, fc1_bias, fc2_bias;  // per local expert: (FC1, C), (C, F), (FC1), (C)
+  const float* expert_bias = nullptr;  // (E) or null
+  // per local expert: (FC1/etp, C), (C, F/etp), (FC1/etp), (C)
+  std::vector<const float*> fc1, fc2, fc1_bias, fc2_bias;
   std::vector<float*> fc1_grad, fc2_grad, fc1_bias_grad, fc2_bias_grad;
   const float* shared_fc1 = nullptr;   // (FC1s_local, C)
   const float* shared_fc2 = nullptr;   // (C, Fs_local)
@@ -73,20 +81,26 @@ struct MoeActs {
   Tensor routing;             // int32 (2*M + N_loc*k): row_token, row_slot, slot_row
   Tensor x_perm;              // (M, C) permuted tokens
   Tensor probs_perm;          // (M) their combine weights
-  Tensor fc1;                 // (M, FC1) pre-activation
-  Tensor act;                 // (M, F)
-  Tensor y_perm;              // (M, C) expert outputs (with fc2 bias), before the combine weights
-  Tensor shared_fc1;          // (N, FC1s_local)
-  Tensor shared_act;          // (N, Fs_local)
-  Tensor shared_out;          // gate: (N_loc, C) the shared output before the gate
-  Tensor gate;                // gate: (N_loc) sigmoid scores
+  // etp > 1: every TP rank's rows, grouped by expert (Mg = etp * M rows at most)
+  std::vector<int64_t> counts;    // (etp, E_local) rows of each rank per expert
+  std::vector<int64_t> rows_grp;  // (E_local)
+  Tensor x_grp;                   // (Mg, C)
+  Tensor fc1;                     // (Mg, FC1/etp) pre-activation (Mg = M without ETP)
+  Tensor act;                     // (Mg, F/etp)
+  Tensor y_perm;                  // (M, C) expert outputs (with fc2 bias), before the combine weights
+  Tensor shared_fc1;              // (N, FC1s_local)
+  Tensor shared_act;              // (N, Fs_local)
+  Tensor shared_out;              // gate: (N_loc, C) the shared output before the gate
+  Tensor gate;                    // gate: (N_loc) sigmoid scores
 };
 
 // Temporaries shared by all MoE layers.
 struct MoeWorkspace {
   Tensor d_perm;        // (M, C) d(y_perm), then d(x_perm)
-  Tensor d_fc1;         // (M, FC1)
-  Tensor d_act;         // (M, F)
+  Tensor d_fc1;         // (Mg, FC1/etp)
+  Tensor d_act;         // (Mg, F/etp)
+  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer
+  Tensor grp;           // etp > 1: (Mg, C) grouped expert outputs / their gradients
   Tensor dprobs;        // (N_loc * k)
   Tensor dlogits;       // (N_loc, E)
   Tensor routed;        // (N_loc, C) unpermuted routed output
