@@ -72,6 +72,12 @@ void check_expert_parallel(const Args& a) {
         "During training, performance may degrade if MoE and tensor parallelism are enabled without "
         "also enabling sequence parallelism.",
         "add --sequence_parallel (MoE under TP routes each rank's token shard)");
+  if (a.moe_token_dispatcher_type == "allgather" && etp * ep > 1)
+    throw ConfigError(
+        "--moe_token_dispatcher_type allgather with expert tensor or expert parallelism is not "
+        "implemented yet",
+        "use --moe_token_dispatcher_type alltoall (with EP = ETP = 1 both dispatchers are the same "
+        "local permutation)");
   if (ep == 1 && etp != 1 && etp != tp)
     throw ConfigError(fmt::format("--expert_tensor_parallel_size {} with tensor_model_parallel_size {}: without "
                                   "expert parallelism the experts run on the TP group",

@@ -229,4 +229,25 @@ AuxLosses GptModel::aux_losses(int c, int s) {
   return sum;
 }
 
+std::vector<std::pair<std::string, double>> GptModel::take_aux_log(parallel::Comm& world, int64_t tp, int64_t dp,
+                                                                   int64_t microbatches) {
+  std::vector<std::pair<std::string, double>> out;
+  const MoeSettings& m = config_.moe;
+  if (m.num_experts == 0) return out;
+  int64_t moe_layers = 0;
+  for (int v : m.layers) moe_layers += v;
+  double v[3] = {aux_step_.load_balancing_loss.value_or(0), aux_step_.seq_load_balancing_loss.value_or(0),
+                 aux_step_.z_loss.value_or(0)};
+  aux_step_ = AuxLosses{};
+  world.all_reduce(v, 3, parallel::ReduceOp::kSum);
+  const double per = static_cast<double>(std::max<int64_t>(1, microbatches) * std::max<int64_t>(1, moe_layers));
+  const bool balancing = m.router.aux_loss_coeff > 0;  // Megatron tracks what the router computes
+  if (balancing && m.router.load_balancing == moe::LoadBalancing::kAuxLoss)
+    out.emplace_back("load_balancing_loss", v[0] / static_cast<double>(dp) / per);
+  if (balancing && m.router.load_balancing == moe::LoadBalancing::kSeqAuxLoss)
+    out.emplace_back("seq_load_balancing_loss", v[1] / static_cast<double>(dp) / per);
+  if (m.router.z_loss_coeff) out.emplace_back("z_loss", v[2] / static_cast<double>(tp * dp) / per);
+  return out;
+}
+
 }  // namespace mtrain::model

@@ -227,6 +227,8 @@ StepMetrics Trainer::train_step() {
   if (micro.empty()) ps.grads().zero();
   grad_sync_->begin_overlap(ps.grads().data());
   const double loss_sum = share_loss(run_schedule(micro, it, loss_tokens > 0 ? scale / loss_tokens : 0.0));
+  std::vector<std::pair<std::string, double>> aux_losses = model_.take_aux_log(
+      state_->world(), state_->grid().tp(), state_->grid().dp(), static_cast<int64_t>(micro.size()));
   const double lm_loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
   {
     profiler::Scope phase({profiler::Kind::kPhase, profiler::Pass::kNone, "grad_sync"});
@@ -294,6 +296,7 @@ StepMetrics Trainer::train_step() {
   m.loss_tokens = static_cast<int64_t>(loss_tokens);
   m.tokens = tokens;
   m.lm_loss = lm_loss;
+  m.aux_losses = std::move(aux_losses);
   // Megatron logs the lr read after the scheduler stepped.
   m.learning_rate = scheduler_.lr_at(successful_steps_);
   m.grad_norm = grad_norm;

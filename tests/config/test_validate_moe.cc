@@ -108,6 +108,9 @@ TEST(ValidateMoe, Messages) {
   etp_tp.sequence_parallel = true;
   etp_tp.expert_tensor_parallel_size = 2;
   validate(etp_tp, 2);
+  etp_tp.moe_token_dispatcher_type = "allgather";
+  EXPECT_EQ(fails(etp_tp, 2),
+            "--moe_token_dispatcher_type allgather with expert tensor or expert parallelism is not implemented yet");
   Args dense_etp = moe_demo();
   dense_etp.num_experts.reset();
   dense_etp.expert_tensor_parallel_size = 2;

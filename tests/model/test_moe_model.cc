@@ -175,6 +175,16 @@ TEST(MoeModel, PaddingToCapacityChangesNothing) {
   expect_same_model(a, run(a), run(b));
 }
 
+TEST(MoeModel, FullRecomputeIsExact) {
+  ModelConfig a = tiny_moe();
+  a.moe.layers = {1, 1};
+  ModelConfig b = a;
+  b.recompute = Recompute::kFull;  // the router, permutation and experts run again in backward
+  const RunResult ra = run(a), rb = run(b);
+  EXPECT_EQ(ra.losses, rb.losses);
+  EXPECT_EQ(ra.grads, rb.grads);
+}
+
 TEST(MoeModel, MegatronCoreParameterNames) {
   device::Device dev(device::DeviceProfile{}, 0);
   GptModel m(tiny_moe(), dev);

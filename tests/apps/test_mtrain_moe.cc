@@ -1,0 +1,75 @@
+// A tiny MoE GPT end to end: `mtrain pt` with --num_experts learns (the loss
+// falls), prints Megatron's MoE metrics between the lm loss and the loss
+// scale and writes them to logging.jsonl; the parameter count is the
+// estimator formula's (estimator-formulas.md §1b, with Megatron's EP-aware
+// router term h*E) computed by hand below.
+#include "mtrain_runner.h"
+
+namespace mtrain::functional {
+namespace {
+
+class MoeCli : public MtrainTest {};
+
+TEST_F(MoeCli, TinyMoeTrainsAndLogsMegatronMoeMetrics) {
+  // The demo preset: 4 layers, hidden 256, 4 heads with 2 query groups (head dim 64), RMSNorm,
+  // SwiGLU, untied, vocab 1024. MoE in layers 0 and 2 (freq 2): 4 experts of 128, top-2.
+  const RunResult r = run(concat(demo_pt_args(30, tmp_ / "out"),
+                                 words("--lr 3e-3 --num_experts 4 --moe_ffn_hidden_size 128 --moe_layer_freq 2 "
+                                       "--moe_aux_loss_coeff 1e-2 --moe_z_loss_coeff 1e-3 --moe_grouped_gemm false")),
+                          "moe");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::vector<std::string> lines = training_lines(r.out);
+  ASSERT_EQ(lines.size(), 30u) << r.out;
+  const double first = std::stod(field(lines.front(), "lm loss")), last = std::stod(field(lines.back(), "lm loss"));
+  EXPECT_LT(last, 0.8 * first) << "the MoE model does not learn: " << first << " -> " << last;
+  // Megatron's order: ... lm loss: X | load_balancing_loss: X.XX | z_loss: X.XX | loss scale: ...
+  const std::string& l = lines.back();
+  ASSERT_NE(l.find(" load_balancing_loss: "), std::string::npos) << l;
+  EXPECT_LT(l.find(" lm loss: "), l.find(" load_balancing_loss: "));
+  EXPECT_LT(l.find(" load_balancing_loss: "), l.find(" z_loss: "));
+  EXPECT_LT(l.find(" z_loss: "), l.find(" loss scale: "));
+  // aux_loss = E * sum_e f_e P_e >= 1 (equality when perfectly balanced), two decimals.
+  const double lbl = std::stod(field(l, "load_balancing_loss"));
+  EXPECT_GE(lbl, 0.99);
+  EXPECT_EQ(field(l, "load_balancing_loss").size(), field(l, "load_balancing_loss").find('.') + 3);
+  const auto rows = train_rows(tmp_ / "out");
+  ASSERT_EQ(rows.size(), 30u);
+  EXPECT_NEAR(rows.back().at("load_balancing_loss").get<double>(), lbl, 0.005);
+  EXPECT_TRUE(rows.back().contains("z_loss"));
+
+  // Parameters (§1b, n = 1 for RMSNorm, m = 3/2, r_q = 1, g/a = 1/2, V = 1024 untied):
+  //   attn = 2 h^2 (1 + 1/2) = 196608; dense = 2h(ffn m + 1) + attn with ffn 688 (the preset's)
+  //   moe = 2h(ffn_moe E m + 1) + attn + h E (router); total = 2 dense + 2 moe + h + 2 V h,
+  //   plus the QKV bias the formula leaves out (add_qkv_bias: (a + 2g) d = 512 per layer).
+  const double h = 256, attn = 2 * h * h * 1.5 + 512;
+  const double dense = 2 * h * (688 * 1.5 + 1) + attn, moe = 2 * h * (128 * 4 * 1.5 + 1) + attn + h * 4;
+  const auto total = static_cast<int64_t>(2 * dense + 2 * moe + h + 2 * 1024 * h);
+  EXPECT_NE(
+      r.out.find("number of parameters on (tensor, pipeline) model parallel rank (0, 0): " + std::to_string(total)),
+      std::string::npos)
+      << "expected " << total << "\n"
+      << r.out;
+}
+
+// --dry_run of an MoE job (shape only: no routing, no data) holds exactly the
+// parameters of the formula above, with a shared expert and its gate:
+//   per MoE layer: attn + router h E + experts E * 3 h f + shared 3 h f_s + gate h + norms 2 h.
+TEST_F(MoeCli, DryRunAccountsTheExpertWeights) {
+  const RunResult r = run(concat(words("sft configs/sft_demo.yaml --dry_run --num_experts 8 --moe_ffn_hidden_size 128 "
+                                       "--moe_shared_expert_intermediate_size 256 --moe_shared_expert_gate"),
+                                 {"--output_dir", (tmp_ / "out").string()}),
+                          "dry");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const int64_t h = 256, attn = 2 * h * h * 3 / 2 + 512;
+  const int64_t layer = attn + h * 8 + 8 * 3 * h * 128 + 3 * h * 256 + h + 2 * h;
+  const int64_t total = 4 * layer + h + 2 * 1024 * h;  // 4 MoE layers (freq 1), final norm, untied embeddings
+  EXPECT_NE(r.out.find("parameters on this device                     " + std::to_string(total)), std::string::npos)
+      << "expected " << total << "\n"
+      << r.out;
+  EXPECT_NE(r.out.find("MoE 8 experts (top-2, ffn 128) in 4 of 4 layers, shared expert 256 (gated)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("The plan FITS on every device."), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace mtrain::functional
