@@ -241,17 +241,22 @@ TEST_F(Checkpoint, ResumeUnderAnotherVocabularyPaddingIsExact) {
 // --- MoE: experts are named sharded tensors -------------------------------------
 
 // Saved at TP 2 + SP with the experts split over TP (ETP 2), resumed on one
-// device (whole experts): the run continues as the uninterrupted one.
+// device (whole experts): the run continues as the uninterrupted one. pt rows
+// are full length, so SP adds no padding tokens for the router to count
+// (test_mtrain_moe.cc).
 TEST_F(Checkpoint, MoeCheckpointSavedWithExpertTpResumesOnOneDevice) {
-  const std::string moe = "--num_experts 4 --moe_ffn_hidden_size 256 --moe_layer_freq 2 --moe_aux_loss_coeff 1e-2";
-  const RunResult straight = run(checkpoint_job(tmp_ / "straight", moe + " --tensor_model_parallel_size 2 "
-                                                                         "--sequence_parallel "
-                                                                         "--expert_tensor_parallel_size 2"),
-                                 "straight", launch_ranks(2));
+  const std::string moe =
+      "--lr 3e-4 --save_interval 10 --num_experts 4 --moe_ffn_hidden_size 128 --moe_layer_freq 2 "
+      "--moe_aux_loss_coeff 1e-2";
+  const RunResult straight =
+      run(concat(demo_pt_args(20, tmp_ / "straight"), words(moe + " --tensor_model_parallel_size 2 --sequence_parallel "
+                                                                  "--expert_tensor_parallel_size 2")),
+          "straight", launch_ranks(2));
   ASSERT_EQ(straight.exit_code, 0) << straight.describe();
   seed_with_iteration_10(tmp_ / "straight", tmp_ / "resumed");
   const RunResult resumed =
-      run(concat(checkpoint_job(tmp_ / "resumed", moe), {"--load", (tmp_ / "resumed").string()}), "resumed");
+      run(concat(concat(demo_pt_args(20, tmp_ / "resumed"), words(moe)), {"--load", (tmp_ / "resumed").string()}),
+          "resumed");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
   expect_continues(tmp_ / "straight", tmp_ / "resumed", 1e-5);
 }
