@@ -5,6 +5,7 @@
 // router term h*E) computed by hand below.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "mtrain_runner.h"
 
@@ -105,6 +106,51 @@ TEST_F(MoeCli, DryRunAccountsTheExpertWeights) {
       << r.out;
   EXPECT_NE(r.out.find("MoE 8 experts (top-2, ffn 128) in 4 of 4 layers, shared expert 256 (gated)"), std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find("The plan FITS on every device."), std::string::npos) << r.out;
+}
+
+// Qwen3-30B-A3B (the preset: its published config.json) planned on 16 NPUs,
+// two nodes of 8: TP 4 with SP, the experts split over TP (ETP 4), PP 4, no
+// expert parallelism (not in mtrain yet), bf16 with the distributed
+// optimizer. Megatron's theoretical_memory_usage (estimator-formulas.md §1b,
+// EP-aware form), by hand: h 2048, a 32, g 4, kv_channels 128 (r_q = 2),
+// SwiGLU (m = 3/2), RMSNorm (n = 1), E 128 of ffn 768 in all 48 layers,
+// V_pad = 151936 up to a multiple of 128 x TP 4 = 152064.
+//   attn = 2 h^2 (1 + g/a) r_q = 18874368 a layer: sharded 48 attn / p
+//   replicated = n h (final norm) + 48 (2 n h + h E) = 12781568, / p
+//   routed = 48 x 2 h 768 E m = 28991029248, / p / (ETP x EP)
+//   shard = (48 attn / 4 + V_pad h) / 4 + 12781568 / 4 = 137675264 (p > 1: no output-layer term)
+//   experts = 28991029248 / 4 / 4 = 1811939328
+//   d = EDP = 16 / (4 x 4) = 1: (6 + 12/1) bytes each -> 18 x 1949614592 = 35093062656 B = 32.68 GiB.
+// mtrain's stage 0 holds V_pad h / 4 + 12 layers x (attn / 4 + 2 h + h E + experts / 4) = 1949614080
+// parameters: the formula's 512 more are its share of the final norm (on the last stage in mtrain).
+TEST_F(MoeCli, DryRunOfQwen3MoeOnSixteenNpusMatchesMegatronsFormula) {
+  RunOptions o;
+  o.timeout_seconds = 120;
+  o.env = {{"NNODES", "2"}, {"NPROC_PER_NODE", "8"}};
+  const RunResult r = run(concat(words("pt --model_preset qwen3-30b-a3b --bf16 --seq_length 4096 "
+                                       "--global_batch_size 16 --train_iters 1 --lr_warmup_iters 0 "
+                                       "--tensor_model_parallel_size 4 --sequence_parallel "
+                                       "--expert_tensor_parallel_size 4 --pipeline_model_parallel_size 4 "
+                                       "--use_distributed_optimizer --recompute_granularity selective --dry_run"),
+                                 {"--output_dir", (tmp_ / "out").string()}),
+                          "qwen3", o);
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.out.find("16 ranks (tensor parallel 4, pipeline parallel 4, data parallel 1)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("MoE 128 experts (top-8, ffn 768) in 48 of 48 layers"), std::string::npos) << r.out;
+  const int64_t h = 2048, E = 128, attn = 2 * h * h * 9 / 8 * 2, experts = 2 * h * 768 * E * 3 / 2;
+  const int64_t stage0 = 152064 * h / 4 + 12 * (attn / 4 + 2 * h + h * E + experts / 4);
+  EXPECT_EQ(stage0, 1949614080);
+  EXPECT_NE(r.out.find("parameters on this device" + std::string(27 - std::to_string(stage0).size() + 1, ' ') +
+                       std::to_string(stage0)),
+            std::string::npos)
+      << r.out;
+  const double formula = 18.0 * ((48 * attn / 4 + 152064 * h) / 4 + (h + 48 * (2 * h + h * E)) / 4 + 48 * experts / 16);
+  EXPECT_EQ(formula, 35093062656.0);
+  char gib[64];
+  std::snprintf(gib, sizeof gib, "theoretical_memory_usage %.2f GiB", formula / (1 << 30));
+  EXPECT_NE(r.out.find(gib), std::string::npos) << gib << "\n" << r.out;
   EXPECT_NE(r.out.find("The plan FITS on every device."), std::string::npos) << r.out;
 }
 
