@@ -148,6 +148,12 @@ HfModelShape hf_shape_from_meta(const ModelMeta& m) {
   if (!m.swiglu) refuse("swiglu false (a GELU MLP)");
   if (m.position_embedding_type != "rope") refuse("position_embedding_type " + m.position_embedding_type);
   if (m.add_bias_linear) refuse("add_bias_linear true (biases in every linear layer)");
+  if (m.num_experts > 0)  // Qwen2-MoE / Qwen3-MoE / Mixtral layouts are not written yet
+    throw CheckpointError(
+        fmt::format("the checkpoint's model is a mixture of experts (num_experts {}), which {} cannot express",
+                    m.num_experts, hf_supported_architectures()),
+        "Hugging Face export and import of MoE models (Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+        "MixtralForCausalLM) are not implemented yet; the mtrain checkpoint itself resumes and reshards");
   HfModelShape s;
   s.arch = m.add_qkv_bias ? HfArch::kQwen2 : HfArch::kLlama;
   s.num_layers = m.num_layers;

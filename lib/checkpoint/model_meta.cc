@@ -1,6 +1,9 @@
 #include "checkpoint/model_meta.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "common/errors.h"
 
@@ -9,24 +12,32 @@ namespace mtrain::checkpoint {
 using json = nlohmann::json;
 
 json model_meta_to_json(const ModelMeta& m) {
-  return json{{"num_layers", m.num_layers},
-              {"hidden_size", m.hidden_size},
-              {"ffn_hidden_size", m.ffn_hidden_size},
-              {"num_attention_heads", m.num_attention_heads},
-              {"num_query_groups", m.num_query_groups},
-              {"kv_channels", m.kv_channels},
-              {"vocab_size", m.vocab_size},
-              {"padded_vocab_size", m.padded_vocab_size},
-              {"max_position_embeddings", m.max_position_embeddings},
-              {"normalization", m.normalization},
-              {"swiglu", m.swiglu},
-              {"position_embedding_type", m.position_embedding_type},
-              {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
-              {"add_bias_linear", m.add_bias_linear},
-              {"add_qkv_bias", m.add_qkv_bias},
-              {"norm_epsilon", m.norm_epsilon},
-              {"rotary_base", m.rotary_base},
-              {"params_dtype", m.params_dtype}};
+  json j{{"num_layers", m.num_layers},
+         {"hidden_size", m.hidden_size},
+         {"ffn_hidden_size", m.ffn_hidden_size},
+         {"num_attention_heads", m.num_attention_heads},
+         {"num_query_groups", m.num_query_groups},
+         {"kv_channels", m.kv_channels},
+         {"vocab_size", m.vocab_size},
+         {"padded_vocab_size", m.padded_vocab_size},
+         {"max_position_embeddings", m.max_position_embeddings},
+         {"normalization", m.normalization},
+         {"swiglu", m.swiglu},
+         {"position_embedding_type", m.position_embedding_type},
+         {"untie_embeddings_and_output_weights", m.untie_embeddings_and_output_weights},
+         {"add_bias_linear", m.add_bias_linear},
+         {"add_qkv_bias", m.add_qkv_bias},
+         {"norm_epsilon", m.norm_epsilon},
+         {"rotary_base", m.rotary_base},
+         {"params_dtype", m.params_dtype}};
+  if (m.num_experts > 0) {  // dense checkpoints keep the pre-MoE description
+    j["num_experts"] = m.num_experts;
+    j["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
+    j["moe_layers"] = m.moe_layers;
+    j["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size;
+    j["moe_shared_expert_gate"] = m.moe_shared_expert_gate;
+  }
+  return j;
 }
 
 namespace {
@@ -40,6 +51,8 @@ void take(const json& j, const char* key, T& out, const std::string& source) {
   bool ok;
   if constexpr (std::is_same_v<T, bool>) {
     ok = v.is_boolean();
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    ok = v.is_array() && std::all_of(v.begin(), v.end(), [](const json& e) { return e == 0 || e == 1; });
   } else if constexpr (std::is_integral_v<T>) {
     ok = v.is_number_integer();
   } else if constexpr (std::is_floating_point_v<T>) {
@@ -73,6 +86,13 @@ ModelMeta model_meta_from_json(const json& j, const std::string& source) {
   take(j, "norm_epsilon", m.norm_epsilon, source);
   take(j, "rotary_base", m.rotary_base, source);
   take(j, "params_dtype", m.params_dtype, source);
+  if (j.contains("num_experts")) {  // absent: a dense model
+    take(j, "num_experts", m.num_experts, source);
+    take(j, "moe_ffn_hidden_size", m.moe_ffn_hidden_size, source);
+    take(j, "moe_layers", m.moe_layers, source);
+    take(j, "moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size, source);
+    take(j, "moe_shared_expert_gate", m.moe_shared_expert_gate, source);
+  }
   return m;
 }
 
@@ -98,6 +118,15 @@ std::vector<std::string> model_meta_mismatches(const ModelMeta& s, const ModelMe
         c.untie_embeddings_and_output_weights);
   check("add_bias_linear", s.add_bias_linear, c.add_bias_linear);
   check("add_qkv_bias", s.add_qkv_bias, c.add_qkv_bias);
+  check("num_experts", s.num_experts, c.num_experts);
+  if (s.num_experts > 0 && c.num_experts > 0) {
+    check("moe_ffn_hidden_size", s.moe_ffn_hidden_size, c.moe_ffn_hidden_size);
+    check("moe_layer_freq", fmt::format("[{}]", fmt::join(s.moe_layers, ",")),
+          fmt::format("[{}]", fmt::join(c.moe_layers, ",")));
+    check("moe_shared_expert_intermediate_size", s.moe_shared_expert_intermediate_size,
+          c.moe_shared_expert_intermediate_size);
+    check("moe_shared_expert_gate", s.moe_shared_expert_gate, c.moe_shared_expert_gate);
+  }
   return out;
 }
 

@@ -33,6 +33,14 @@ struct ModelMeta {
   double norm_epsilon = 1e-5;
   double rotary_base = 10000;
   std::string params_dtype = "fp32";  // fp32 | bf16 | fp16: what the training run computed in
+  // Mixture of experts (absent in dense checkpoints and in those of mtrain
+  // before MoE: num_experts 0). moe_layers: one 0/1 per layer, 1 = MoE
+  // (--moe_layer_freq expanded, so "1" and "[1,1]" compare equal).
+  int64_t num_experts = 0;
+  int64_t moe_ffn_hidden_size = 0;
+  std::vector<int> moe_layers;
+  int64_t moe_shared_expert_intermediate_size = 0;
+  bool moe_shared_expert_gate = false;
 };
 
 nlohmann::json model_meta_to_json(const ModelMeta& m);

@@ -139,6 +139,31 @@ struct Args {
   std::optional<double> lorap_lr_ratio;
   std::string init_weights = "true";
 
+  // ---- mixture of experts: the layer (router flags: flag_table_moe_router.cc) --
+  std::optional<int> num_experts;                          // None: dense model
+  std::optional<int> moe_ffn_hidden_size;                  // derived: ffn_hidden_size
+  std::string moe_layer_freq = "1";                        // N, or a pattern "([1]*3+[0]*1)*2"
+  std::optional<int> moe_shared_expert_intermediate_size;  // None: no shared expert
+  bool moe_shared_expert_gate = false;                     // Qwen2-MoE's sigmoid gate on the shared expert
+  bool moe_grouped_gemm = true;                            // swift's default; false: a loop of per-expert GEMMs
+  bool moe_permute_fusion = false;                         // one fused permute(+probs) pass instead of two
+  std::string moe_token_dispatcher_type = "alltoall";      // alltoall | allgather (flex refused)
+  int expert_tensor_parallel_size = 1;                     // swift >= 3.9: 1 (Megatron-LM: TP)
+
+  // ---- MoE router (Megatron-core names and defaults; meaningful with --num_experts) ----
+  int moe_router_topk = 2;
+  std::string moe_router_score_function = "softmax";  // softmax | sigmoid
+  bool moe_router_pre_softmax = false;
+  std::optional<double> moe_router_topk_scaling_factor;
+  std::string moe_router_load_balancing_type = "aux_loss";  // aux_loss | seq_aux_loss | none
+  double moe_aux_loss_coeff = 0.0;
+  std::optional<double> moe_z_loss_coeff;
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
+  std::optional<double> moe_expert_capacity_factor;  // None: no token dropping
+  std::string moe_token_drop_policy = "probs";       // probs | position
+  bool moe_pad_expert_input_to_capacity = false;
+
   // ---- data ----------------------------------------------------------------
   std::vector<std::string> dataset;
   std::vector<std::string> val_dataset;

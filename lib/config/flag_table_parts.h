@@ -12,6 +12,8 @@ std::vector<FlagSpec> parallel_flags();
 std::vector<FlagSpec> fusion_flags();
 std::vector<FlagSpec> training_flags();
 std::vector<FlagSpec> lora_flags();  // --train_type lora
+std::vector<FlagSpec> moe_flags();   // the MoE layer (experts, dispatcher)
+std::vector<FlagSpec> moe_router_flags();  // MoE router (with --num_experts)
 std::vector<FlagSpec> precision_flags();
 std::vector<FlagSpec> data_flags();
 std::vector<FlagSpec> logging_flags();

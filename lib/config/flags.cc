@@ -39,8 +39,9 @@ const std::vector<FlagSpec>& flag_table() {
     std::vector<FlagSpec> all;
     for (auto part :
          {detail::model_flags, detail::parallel_flags, detail::fusion_flags, detail::training_flags, detail::lora_flags,
-          detail::precision_flags, detail::data_flags, detail::logging_flags, detail::tensorboard_flags,
-          detail::checkpoint_flags, detail::debug_flags, detail::profile_flags}) {
+          detail::moe_flags, detail::moe_router_flags, detail::precision_flags, detail::data_flags,
+          detail::logging_flags, detail::tensorboard_flags, detail::checkpoint_flags, detail::debug_flags,
+          detail::profile_flags}) {
       for (auto& spec : part()) all.push_back(std::move(spec));
     }
     return all;

@@ -76,6 +76,18 @@ HfArch parse_arch(const Json& j, const std::string& source) {
                                name, hf_model_type(a)));
     return a;
   }
+  // The MoE classes mtrain has presets for: say what is missing and what plans them.
+  static const std::pair<const char*, const char*> kMoe[] = {{"Qwen2MoeForCausalLM", "qwen1.5-moe-a2.7b"},
+                                                             {"Qwen3MoeForCausalLM", "qwen3-30b-a3b"},
+                                                             {"MixtralForCausalLM", "mixtral-8x7b"}};
+  for (const auto& [moe, preset] : kMoe)
+    if (name == moe)
+      fail(source,
+           fmt::format("unsupported architecture '{}' in field 'architectures': loading Hugging Face "
+                       "mixture-of-experts weights is not implemented yet",
+                       name),
+           fmt::format("supported: {}; --model_preset {} has its shape for --dry_run and mtrain plan",
+                       hf_supported_architectures(), preset));
   fail(source, fmt::format("unsupported architecture '{}' in field 'architectures'", name),
        "supported: " + hf_supported_architectures());
 }

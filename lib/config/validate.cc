@@ -199,6 +199,8 @@ std::vector<std::string> validate(Args& args, int world_size) {
   check_kernels(args);
   detail::check_parallel(args, world_size, warnings);
   detail::check_lora(args);
+  detail::check_moe(args, warnings);
+  detail::check_moe_router(args);
   detail::check_training(args, warnings);
   check_data(args);
   check_logging(args);

@@ -14,6 +14,10 @@ void check_context_parallel(const Args& a);
 void check_training(Args& a, std::vector<std::string>& warnings);
 // --train_type lora: ranges, names, and the LoRA learning-rate default (before check_training).
 void check_lora(Args& a);
+// --num_experts: the MoE layer's flags (after check_parallel); derives moe_ffn_hidden_size.
+void check_moe(Args& a, std::vector<std::string>& warnings);
+// MoE router flags: Megatron's checks and messages; refuses what is not implemented.
+void check_moe_router(Args& a);
 // Derives lr_decay_iters from train_iters and checks warmup/WSD lengths against it.
 void check_schedule_lengths(Args& a);
 

@@ -13,7 +13,9 @@ namespace mtrain::model {
 // fwd + bwd over a global batch of `global_batch` sequences of `seq_length`
 // tokens, no recompute, causal attention not halved (as Megatron counts):
 // 12 B s L h^2 [ (1 + g/a + s/h) (a d / h) + (ffn / h) m + Vp / (2 L h) ],
-// m = 3/2 with SwiGLU (three ffn-wide GEMMs instead of two). `whole_model`:
+// m = 3/2 with SwiGLU (three ffn-wide GEMMs instead of two). An MoE layer's
+// MLP term counts moe_ffn * topk + shared_ffn in place of ffn (Megatron's
+// routed- and shared-experts terms). `whole_model`:
 // the whole model's shape (any rank's config: layers, heads, ffn and the
 // padded vocabulary are not split in it).
 double megatron_flops_per_iteration(const ModelConfig& whole_model, int64_t global_batch, int64_t seq_length);

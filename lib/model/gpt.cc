@@ -83,11 +83,17 @@ void GptModel::build_params() {
       lp.proj_w = params_.add(p + "self_attention.linear_proj.weight", {C, HD}, true, Init::kScaledNormal, cols);
       if (c.add_bias_linear) lp.proj_b = replicated(p + "self_attention.linear_proj.bias", {C}, false, Init::kZeros);
       norm(p + "pre_mlp_layernorm", lp.ln2_w, lp.ln2_b);
-      lp.fc1_w = params_.add(p + "mlp.linear_fc1.weight", {c.fc1_width(), C}, true, Init::kNormal, gate_up);
-      if (c.add_bias_linear)
-        lp.fc1_b = params_.add(p + "mlp.linear_fc1.bias", {c.fc1_width()}, false, Init::kZeros, gate_up);
-      lp.fc2_w = params_.add(p + "mlp.linear_fc2.weight", {C, c.ffn}, true, Init::kScaledNormal, cols);
-      if (c.add_bias_linear) lp.fc2_b = replicated(p + "mlp.linear_fc2.bias", {C}, false, Init::kZeros);
+      if (c.is_moe_layer(ch.spec.first_layer + i)) {
+        auto mp = std::make_shared<MoeLayerParams>();
+        add_moe_params(params_, c, p, *mp);
+        lp.moe = std::move(mp);
+      } else {
+        lp.fc1_w = params_.add(p + "mlp.linear_fc1.weight", {c.fc1_width(), C}, true, Init::kNormal, gate_up);
+        if (c.add_bias_linear)
+          lp.fc1_b = params_.add(p + "mlp.linear_fc1.bias", {c.fc1_width()}, false, Init::kZeros, gate_up);
+        lp.fc2_w = params_.add(p + "mlp.linear_fc2.weight", {C, c.ffn}, true, Init::kScaledNormal, cols);
+        if (c.add_bias_linear) lp.fc2_b = replicated(p + "mlp.linear_fc2.bias", {C}, false, Init::kZeros);
+      }
       if (c.lora.enabled) add_layer_adapters(params_, c, p, lp);
       ch.layer_index.push_back(static_cast<int>(layers_.size()));
       layers_.push_back(lp);
@@ -145,7 +151,8 @@ void GptModel::allocate_slot(ChunkSlot& s, const Chunk& ch, int chunk_id, int sl
   s.residuals = act({ch.spec.num_layers + 1, Nl, C}, c.dtype, "residual stream (per layer input)");
   s.layers.resize(ch.spec.num_layers);
   for (int64_t i = 0; i < ch.spec.num_layers; ++i)
-    if (!c.layer_recomputed(i)) allocate_layer_acts(s.layers[i], c, dev_, meta, static_cast<int>(i));
+    if (!c.layer_recomputed(i))
+      allocate_layer_acts(s.layers[i], c, dev_, meta, static_cast<int>(i), ch.spec.first_layer + i);
   if (!ch.spec.post) return;
   s.lnf = act({Nl, C}, c.dtype, "final norm output");
   s.lnf_rstd = act({Nl}, DType::kF32, "final norm rstd");
@@ -223,6 +230,38 @@ void GptModel::report_ready(int first, int last) {
   if (!grad_ready_ || first < 0) return;
   for (const auto& [begin, end] : grad_spans(first, last))
     if (end > begin) grad_ready_(begin, end);
+}
+
+AuxLosses GptModel::aux_losses(int c, int s) {
+  AuxLosses sum;
+  Chunk& ch = chunks_[c];
+  for (int64_t i = 0; i < ch.spec.num_layers; ++i) {
+    const LayerParams& lp = layers_[ch.layer_index[i]];
+    LayerActs& a = acts_for(ch.slots[s], i);
+    if (lp.moe && a.moe) add_aux_losses(sum, a.moe->route, config_.moe.router);
+  }
+  return sum;
+}
+
+std::vector<std::pair<std::string, double>> GptModel::take_aux_log(parallel::Comm& world, int64_t tp, int64_t dp,
+                                                                   int64_t microbatches) {
+  std::vector<std::pair<std::string, double>> out;
+  const MoeSettings& m = config_.moe;
+  if (m.num_experts == 0) return out;
+  int64_t moe_layers = 0;
+  for (int v : m.layers) moe_layers += v;
+  double v[3] = {aux_step_.load_balancing_loss.value_or(0), aux_step_.seq_load_balancing_loss.value_or(0),
+                 aux_step_.z_loss.value_or(0)};
+  aux_step_ = AuxLosses{};
+  world.all_reduce(v, 3, parallel::ReduceOp::kSum);
+  const double per = static_cast<double>(std::max<int64_t>(1, microbatches) * std::max<int64_t>(1, moe_layers));
+  const bool balancing = m.router.aux_loss_coeff > 0;  // Megatron tracks what the router computes
+  if (balancing && m.router.load_balancing == moe::LoadBalancing::kAuxLoss)
+    out.emplace_back("load_balancing_loss", v[0] / static_cast<double>(dp) / per);
+  if (balancing && m.router.load_balancing == moe::LoadBalancing::kSeqAuxLoss)
+    out.emplace_back("seq_load_balancing_loss", v[1] / static_cast<double>(dp) / per);
+  if (m.router.z_loss_coeff) out.emplace_back("z_loss", v[2] / static_cast<double>(tp * dp) / per);
+  return out;
 }
 
 }  // namespace mtrain::model

@@ -99,6 +99,19 @@ class GptModel {
   // other chunks of each sequence; attention runs as a ring over it. Must be
   // set before the first forward; its size must be config.cp.
   void set_cp_comm(parallel::Comm& cp);
+  // The MoE routers' auxiliary losses of chunk c's last forward in slot s
+  // (moe_layers == 0 for a dense model; recomputed layers share one
+  // activation set, so only the last of them is seen).
+  AuxLosses aux_losses(int c, int s);
+  AuxLosses aux_losses() { return aux_losses(0, 0); }
+  // The auxiliary losses of the training forwards since the last call, as
+  // Megatron's MoE metrics tracker logs them (" load_balancing_loss: X |"):
+  // each summed over the token group (TP), averaged over DP (z_loss: over
+  // TP x DP), summed over pipeline stages, then divided by the micro-batches
+  // and the MoE layers. A collective over `world` (every rank calls it with
+  // the same arguments); empty, without communication, for a dense model.
+  std::vector<std::pair<std::string, double>> take_aux_log(parallel::Comm& world, int64_t tp, int64_t dp,
+                                                           int64_t microbatches);
 
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
@@ -162,6 +175,7 @@ class GptModel {
   Tensor dres_;  // (N_loc, C) gradient of the residual stream
   Tensor dlnf_;  // (N_loc, C)
   std::function<void(int64_t, int64_t)> grad_ready_;
+  AuxLosses aux_step_;  // summed over the training forwards since take_aux_log
 };
 
 }  // namespace mtrain::model

@@ -90,8 +90,11 @@ const float* GptModel::forward_chunk(int c, int s, const TokenBatch& b, const fl
     const uint64_t lseed = stream_seed(seed, static_cast<uint64_t>(ch.spec.first_layer + i));
     pf::Scope m(module("decoder.layers", pf::Pass::kForward, ch.spec.first_layer + i),
                 {hidden(cf, "input", res + i * stride, N)});
-    layer_forward(cf, tp, params_, layers_[ch.layer_index[i]], acts_for(sl, i), ws_, res + i * stride,
-                  res + (i + 1) * stride, b, lseed, training);
+    LayerActs& acts = acts_for(sl, i);
+    layer_forward(cf, tp, params_, layers_[ch.layer_index[i]], acts, ws_, res + i * stride, res + (i + 1) * stride, b,
+                  lseed, training);
+    // Read now: recomputed layers share one activation set.
+    if (training && acts.moe) add_aux_losses(aux_step_, acts.moe->route, cf.moe.router);
     m.end({hidden(cf, "output", res + (i + 1) * stride, N)});
   }
   const float* out = res + ch.spec.num_layers * stride;

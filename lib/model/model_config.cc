@@ -5,6 +5,7 @@
 
 #include "common/errors.h"
 #include "config/args.h"
+#include "config/moe_layer_freq.h"
 
 namespace mtrain::model {
 
@@ -30,6 +31,21 @@ static lora::LoraConfig lora_config_from_args(const config::Args& a) {
   }
   l.modules_to_save = lora::resolve_modules_to_save(a.modules_to_save);
   return l;
+}
+
+static MoeSettings moe_settings_from_args(const config::Args& a) {
+  MoeSettings m;
+  if (!a.num_experts) return m;
+  m.num_experts = *a.num_experts;
+  m.ffn = a.moe_ffn_hidden_size.value_or(a.ffn_hidden_size.value_or(0));
+  m.layers = config::moe_layer_pattern(a.moe_layer_freq, a.num_layers);
+  m.shared_ffn = a.moe_shared_expert_intermediate_size.value_or(0);
+  m.shared_gate = a.moe_shared_expert_gate;
+  m.grouped_gemm = a.moe_grouped_gemm;
+  m.permute_fusion = a.moe_permute_fusion;
+  m.etp = a.expert_tensor_parallel_size;
+  m.router = moe::router_config_from_args(a, m.num_experts);
+  return m;
 }
 
 ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
@@ -59,6 +75,7 @@ ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   c.init_std = static_cast<float>(a.init_method_std);
   c.seed = static_cast<uint64_t>(a.seed);
   c.lora = lora_config_from_args(a);
+  c.moe = moe_settings_from_args(a);
   c.dtype = a.bf16 ? DType::kBF16 : (a.fp16 ? DType::kF16 : DType::kF32);
   c.fusions.masked_softmax = a.masked_softmax_fusion;
   c.fusions.bias_dropout = a.bias_dropout_fusion;
@@ -126,6 +143,18 @@ static std::string describe_lora(const lora::LoraConfig& l) {
                      l.modules_to_save.empty() ? "" : fmt::format(", training {}", fmt::join(l.modules_to_save, " ")));
 }
 
+// ", MoE 8 experts (top-2, ffn 64) in 2 of 4 layers, shared expert 128 (gated)", or "".
+static std::string describe_moe(const ModelConfig& c) {
+  const MoeSettings& m = c.moe;
+  if (m.num_experts == 0) return "";
+  int moe_layers = 0;
+  for (int v : m.layers) moe_layers += v;
+  return fmt::format(
+      ", MoE {} experts (top-{}, ffn {}) in {} of {} layers{}", m.num_experts, m.router.topk, m.ffn, moe_layers,
+      c.num_layers,
+      m.shared_ffn > 0 ? fmt::format(", shared expert {}{}", m.shared_ffn, m.shared_gate ? " (gated)" : "") : "");
+}
+
 std::string describe(const ModelConfig& c) {
   return fmt::format(
              "GPT: {} layers, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {} (padded {}), {} {} "
@@ -133,7 +162,7 @@ std::string describe(const ModelConfig& c) {
              c.num_layers, c.hidden, c.ffn, c.heads, c.groups, c.head_dim, c.vocab, c.padded_vocab,
              c.rmsnorm ? "RMSNorm" : "LayerNorm", c.swiglu ? "SwiGLU" : "GELU", c.rope ? "RoPE" : "learned positions",
              c.untie ? "untied" : "tied", dtype_name(c.dtype)) +
-         describe_lora(c.lora);
+         describe_lora(c.lora) + describe_moe(c);
 }
 
 }  // namespace mtrain::model

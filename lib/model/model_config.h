@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "lora/lora_config.h"
+#include "moe/router.h"
 #include "tensor/tensor.h"
 
 namespace mtrain::config {
@@ -28,6 +29,21 @@ struct Fusions {
 };
 
 enum class Recompute { kNone, kSelective, kFull };
+
+// Mixture of experts (--num_experts): the layers `layers` marks replace the
+// dense MLP by an MoE layer (lib/moe/moe_layer.h) of num_experts routed
+// experts of hidden size ffn, plus an optional shared expert.
+struct MoeSettings {
+  int64_t num_experts = 0;  // E; 0: a dense model
+  int64_t ffn = 0;          // --moe_ffn_hidden_size
+  std::vector<int> layers;  // per global layer: 1 = MoE (--moe_layer_freq)
+  int64_t shared_ffn = 0;   // --moe_shared_expert_intermediate_size (0: none)
+  bool shared_gate = false;
+  bool grouped_gemm = true;
+  bool permute_fusion = false;
+  int64_t etp = 1;  // --expert_tensor_parallel_size: 1 (whole experts per TP rank) or tp
+  moe::RouterConfig router;
+};
 
 // A contiguous range of decoder layers held by one rank (one pipeline stage,
 // or one virtual stage of an interleaved pipeline). `pre`: it starts with the
@@ -73,6 +89,13 @@ struct ModelConfig {
   // --train_type lora: adapters on the targeted linears, everything else
   // frozen except modules_to_save (and biases with --lora_bias all).
   lora::LoraConfig lora;
+  MoeSettings moe;
+  // The experts' tensor-parallel split on this rank: the TP group with
+  // --expert_tensor_parallel_size > 1 (validated to equal TP), else 1.
+  int64_t expert_tp() const { return moe.etp > 1 ? tp : 1; }
+  bool is_moe_layer(int64_t layer) const {
+    return moe.num_experts > 0 && layer >= 0 && layer < static_cast<int64_t>(moe.layers.size()) && moe.layers[layer];
+  }
   // With kFull: --recompute_method block recomputes only the first
   // recompute_num_layers layers; uniform recomputes every layer (each from its
   // own saved input; Megatron's uniform chunks of n > 1 layers compute the

@@ -46,7 +46,7 @@ static Dims dims(const ModelConfig& c, int64_t B, int64_t T) {
           c.fc1_width_local()};
 }
 
-void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot) {
+void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot, int64_t layer) {
   const Dims d = dims(c, c.micro_batch, c.seq_local());
   const DType t = c.dtype;
   // The prefix says what the buffer is for the memory report (plan/activation_buffers.h):
@@ -69,8 +69,14 @@ void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev
   a.ln2 = act_tensor(dev, {d.Nl, d.C}, t, p + "pre-mlp norm", meta);
   a.ln2_rstd = act_tensor(dev, {d.Nl}, DType::kF32, p + "pre-mlp norm rstd", meta);
   if (!c.rmsnorm) a.ln2_mean = act_tensor(dev, {d.Nl}, DType::kF32, p + "pre-mlp norm mean", meta);
-  a.fc1 = act_tensor(dev, {d.N, d.FC1}, t, p + "fc1 output", meta);
-  a.act = act_tensor(dev, {d.N, d.F}, t, p + "activation output", meta);
+  if (layer < 0 || !c.is_moe_layer(layer)) {
+    a.fc1 = act_tensor(dev, {d.N, d.FC1}, t, p + "fc1 output", meta);
+    a.act = act_tensor(dev, {d.N, d.F}, t, p + "activation output", meta);
+  }
+  if (c.moe.num_experts > 0 && (layer < 0 || c.is_moe_layer(layer))) {
+    a.moe = std::make_unique<moe::MoeActs>();
+    moe::allocate_moe_acts(*a.moe, moe_layer_config(c), d.B, d.T, dev, meta, p);
+  }
   allocate_lora_acts(a, c, dev, meta, p);
 }
 
@@ -116,6 +122,10 @@ void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev,
   w.scratch = act_tensor(dev, {std::max<int64_t>(scratch_floats(c), 1)}, DType::kF32, "kernel scratch", meta);
   allocate_cp_workspace(w, c, dev, meta);
   allocate_lora_workspace(w, c, dev, meta);
+  if (c.moe.num_experts > 0) {
+    w.moe = std::make_unique<moe::MoeWorkspace>();
+    moe::allocate_moe_workspace(*w.moe, moe_layer_config(c), d.B, d.T, dev, meta);
+  }
 }
 
 namespace {
@@ -196,6 +206,42 @@ struct Probe {
 };
 
 }  // namespace
+
+// The dense MLP: fc1 column-parallel, activation local, fc2 row-parallel; output in w.d_proj (N_loc, C).
+static void dense_mlp_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
+                              LayerActs& a, Workspace& w, const Dims& d, uint64_t seed, bool training) {
+  const Probe pr{c, d, Pass::kForward};
+  const Fusions& f = c.fusions;
+  float* scratch = w.scratch.data();
+  {
+    pf::Scope m(pr.module("linear_fc1"), {pr.tokens("input", a.ln2.data())});
+    parallel::column_parallel_linear_forward(tp, a.fc1.data(), full_input(c, w, a.ln2.data()), a.ln2.data(),
+                                             ps.param(lp.fc1_w), nullptr, d.N, d.C, d.FC1);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteFc1, a.fc1.data(), full_input(c, w, a.ln2.data()), d.N, d.T, seed,
+                    training);
+    round_act(c, a.fc1.data(), d.N * d.FC1);
+    m.end({pr.cols("output", a.fc1.data(), d.FC1)});
+  }
+  {
+    pf::Scope op(pr.op("activation_func", f.bias_activation, c.swiglu ? "--bias_swiglu_fusion" : "--bias_gelu_fusion"),
+                 {pr.cols("input", a.fc1.data(), d.FC1)});
+    if (c.swiglu) {
+      k::bias_swiglu_forward(a.act.data(), a.fc1.data(), opt(ps, lp.fc1_b), d.N, d.F, f.bias_activation, scratch);
+    } else {
+      k::bias_gelu_forward(a.act.data(), a.fc1.data(), opt(ps, lp.fc1_b), d.N, d.F, f.bias_activation, scratch);
+    }
+    round_act(c, a.act.data(), d.N * d.F);
+    op.end({pr.cols("output", a.act.data(), d.F)});
+  }
+  {
+    pf::Scope m(pr.module("linear_fc2"), {pr.cols("input", a.act.data(), d.F)});
+    parallel::row_parallel_linear_forward(tp, w.d_proj.data(), w.full_out.data(), a.act.data(), ps.param(lp.fc2_w), d.N,
+                                          d.F, d.C);
+    adapter_forward(c, tp, ps, lp, a, w, kSiteFc2, w.d_proj.data(), a.act.data(), d.N, d.T, seed, training);
+    round_act(c, w.d_proj.data(), d.Nl * d.C);
+    m.end({pr.tokens("output", w.d_proj.data())});
+  }
+}
 
 void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
                    LayerActs& a, Workspace& w, const float* x, float* out, const TokenBatch& b, uint64_t seed,
@@ -281,33 +327,12 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     m.end({pr.tokens("output", a.ln2.data())});
   }
   pf::Scope mlp(pr.module("mlp"), {pr.tokens("input", a.ln2.data())});
-  {
-    pf::Scope m(pr.module("linear_fc1"), {pr.tokens("input", a.ln2.data())});
-    parallel::column_parallel_linear_forward(tp, a.fc1.data(), full_input(c, w, a.ln2.data()), a.ln2.data(),
-                                             ps.param(lp.fc1_w), nullptr, d.N, d.C, d.FC1);
-    adapter_forward(c, tp, ps, lp, a, w, kSiteFc1, a.fc1.data(), full_input(c, w, a.ln2.data()), d.N, d.T, seed,
-                    training);
-    round_act(c, a.fc1.data(), d.N * d.FC1);
-    m.end({pr.cols("output", a.fc1.data(), d.FC1)});
-  }
-  {
-    pf::Scope op(pr.op("activation_func", f.bias_activation, c.swiglu ? "--bias_swiglu_fusion" : "--bias_gelu_fusion"),
-                 {pr.cols("input", a.fc1.data(), d.FC1)});
-    if (c.swiglu) {
-      k::bias_swiglu_forward(a.act.data(), a.fc1.data(), opt(ps, lp.fc1_b), d.N, d.F, f.bias_activation, scratch);
-    } else {
-      k::bias_gelu_forward(a.act.data(), a.fc1.data(), opt(ps, lp.fc1_b), d.N, d.F, f.bias_activation, scratch);
-    }
-    round_act(c, a.act.data(), d.N * d.F);
-    op.end({pr.cols("output", a.act.data(), d.F)});
-  }
-  {
-    pf::Scope m(pr.module("linear_fc2"), {pr.cols("input", a.act.data(), d.F)});
-    parallel::row_parallel_linear_forward(tp, w.d_proj.data(), w.full_out.data(), a.act.data(), ps.param(lp.fc2_w), d.N,
-                                          d.F, d.C);
-    adapter_forward(c, tp, ps, lp, a, w, kSiteFc2, w.d_proj.data(), a.act.data(), d.N, d.T, seed, training);
-    round_act(c, w.d_proj.data(), d.Nl * d.C);
-    m.end({pr.tokens("output", w.d_proj.data())});
+  if (lp.moe) {
+    moe::moe_forward(moe_layer_config(c), tp, moe_weights(ps, *lp.moe), *a.moe, *w.moe,
+                     moe::SpBuffers{w.full_in.data(), w.full_out.data()}, w.d_proj.data(), a.ln2.data(), d.B, d.T,
+                     training);
+  } else {
+    dense_mlp_forward(c, tp, ps, lp, a, w, d, seed, training);
   }
   mlp.end({pr.tokens("output", w.d_proj.data())});
   pf::Scope op(pr.op("mlp_bda", f.bias_dropout, "--bias_dropout_fusion"),
@@ -318,20 +343,13 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
   op.end({pr.tokens("output", out)});
 }
 
-static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
-                         LayerActs& a, Workspace& w, float* dres, const Dims& d, uint64_t seed, bool training) {
+// The dense MLP's backward: d(output) in w.d_proj -> d(norm output) in w.d_ln.
+static void dense_mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps,
+                               const LayerParams& lp, LayerActs& a, Workspace& w, const Dims& d, uint64_t seed,
+                               bool training) {
   const Probe pr{c, d, Pass::kBackward};
   float* scratch = w.scratch.data();
-  const float p_hid = training ? c.hidden_dropout : 0.f;
   const bool ga = c.fusions.grad_accumulation;
-  // dres = d(out); the residual passes it through to d(x2) unchanged.
-  {
-    pf::Scope op(pr.op("mlp_bda", c.fusions.bias_dropout, "--bias_dropout_fusion"), {pr.tokens("grad_output", dres)});
-    k::bias_dropout_add_backward(w.d_proj.data(), opt_grad(ps, lp.fc2_b), dres, d.Nl, d.C, p_hid,
-                                 stream_seed(seed, kSiteMlpResidual), mask_rows(c, d.B, d.T));
-    op.end({pr.tokens("grad_input", w.d_proj.data())});
-  }
-  pf::Scope mlp(pr.module("mlp"), {pr.tokens("grad_output", w.d_proj.data())});
   {
     pf::Scope m(pr.module("linear_fc2"), {pr.tokens("grad_output", w.d_proj.data())});
     parallel::row_parallel_linear_backward(tp, w.d_act.data(), ps.grad(lp.fc2_w), w.full_out.data(), w.d_proj.data(),
@@ -366,6 +384,29 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
     round_act(c, w.d_ln.data(), d.Nl * d.C);
     m.end({pr.tokens("grad_input", w.d_ln.data())});
   }
+}
+
+static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
+                         LayerActs& a, Workspace& w, float* dres, const Dims& d, uint64_t seed, bool training,
+                         float aux_loss_scale) {
+  const Probe pr{c, d, Pass::kBackward};
+  float* scratch = w.scratch.data();
+  const float p_hid = training ? c.hidden_dropout : 0.f;
+  // dres = d(out); the residual passes it through to d(x2) unchanged.
+  {
+    pf::Scope op(pr.op("mlp_bda", c.fusions.bias_dropout, "--bias_dropout_fusion"), {pr.tokens("grad_output", dres)});
+    k::bias_dropout_add_backward(w.d_proj.data(), opt_grad(ps, lp.fc2_b), dres, d.Nl, d.C, p_hid,
+                                 stream_seed(seed, kSiteMlpResidual), mask_rows(c, d.B, d.T));
+    op.end({pr.tokens("grad_input", w.d_proj.data())});
+  }
+  pf::Scope mlp(pr.module("mlp"), {pr.tokens("grad_output", w.d_proj.data())});
+  if (lp.moe) {
+    moe::moe_backward(moe_layer_config(c), tp, moe_weights(ps, *lp.moe), *a.moe, *w.moe,
+                      moe::SpBuffers{w.full_in.data(), w.full_out.data()}, w.d_ln.data(), w.d_proj.data(), a.ln2.data(),
+                      d.B, d.T, aux_loss_scale);
+  } else {
+    dense_mlp_backward(c, tp, ps, lp, a, w, d, seed, training);
+  }
   mlp.end({pr.tokens("grad_input", w.d_ln.data())});
   pf::Scope m(pr.module("pre_mlp_layernorm"), {pr.tokens("grad_output", w.d_ln.data())});
   norm_backward(c, ps, lp.ln2_w, lp.ln2_b, dres, w.d_ln.data(), a.x2.data(), a.ln2_mean, a.ln2_rstd, d.Nl, scratch);
@@ -384,7 +425,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
   const float p_hid = training ? c.hidden_dropout : 0.f;
   const bool ga = f.grad_accumulation;
   const int64_t h0 = c.tp_rank * d.H;
-  mlp_backward(c, tp, ps, lp, a, w, dres, d, seed, training);
+  mlp_backward(c, tp, ps, lp, a, w, dres, d, seed, training, b.aux_loss_scale);
 
   // Attention block: dres = d(x2).
   {

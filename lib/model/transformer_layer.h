@@ -11,8 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "model/model_config.h"
+#include "model/moe_block.h"
 #include "model/params.h"
 #include "parallel/tensor_parallel.h"
 #include "tensor/tensor.h"
@@ -26,6 +28,10 @@ struct TokenBatch {
   const int32_t* targets = nullptr;    // next tokens; may be null for inference
   const int32_t* positions = nullptr;  // per-token positions (restart per packed sample)
   const int32_t* doc_ids = nullptr;    // may be null: plain causal mask
+  // d(total loss)/d(an auxiliary loss of the model, e.g. MoE load balancing):
+  // the weight each token loss gets in backward (Megatron's per-token loss:
+  // loss scale / tokens of the global batch). 0: auxiliary losses give no gradient.
+  float aux_loss_scale = 0.f;
 };
 
 // The layer's four linears, in lora::linear_layer_names() order.
@@ -38,6 +44,9 @@ struct LayerParams {
   // LoRA adapters per linear (lora_layer.h)
   int lora_a[kNumLinearSites] = {-1, -1, -1, -1};
   int lora_b[kNumLinearSites] = {-1, -1, -1, -1};
+  // An MoE layer (--num_experts, --moe_layer_freq): the MLP is moe::MoeLayer
+  // and fc1_w / fc2_w are absent.
+  std::shared_ptr<const MoeLayerParams> moe;
 };
 
 // Saved activations of one layer; shapes in comments, N = B*T, H, G, F and
@@ -57,6 +66,7 @@ struct LayerActs {
   Tensor act;                 // (N, F)
   // LoRA: (N, r) adapter activation A dropout(x) per linear
   Tensor lora_h[kNumLinearSites];
+  std::unique_ptr<moe::MoeActs> moe;  // MoE layers: what the MoE MLP keeps
 };
 
 // Temporaries shared by all layers (forward and backward).
@@ -86,9 +96,13 @@ struct Workspace {
   // LoRA: (N, r) adapter gradient; (N, max(C, H*D, F)) dropout(x) / d(x) of an adapter
   Tensor lora_dh;
   Tensor lora_scratch;
+  std::unique_ptr<moe::MoeWorkspace> moe;  // when the model has MoE layers
 };
 
-void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot);
+// layer: the global layer number, which says dense or MoE; -1 (the recompute
+// buffer shared by recomputed layers): whatever kinds the model has.
+void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev, bool meta, int slot,
+                         int64_t layer = -1);
 void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev, bool meta);
 
 // One layer's key/value cache for inference (model/kv_cache.h): k and v

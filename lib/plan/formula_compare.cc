@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "config/moe_layer_freq.h"
 #include "model/model_config.h"
 #include "plan/activation_buffers.h"
 
@@ -13,18 +14,41 @@ using device::MemCategory;
 
 static double gib(double b) { return b / static_cast<double>(1LL << 30); }
 
-// theoretical_memory_usage.py, current form (estimator-formulas.md §1b, no MoE/MTP).
+// theoretical_memory_usage.py (estimator-formulas.md §1b; MoE split as its
+// EP-aware form 1bcb3b9e): TP-sharded parameters (attention, dense MLP,
+// shared experts, embedding) / t, replicated ones (norms, routers) not
+// divided, routed experts / (ETP x EP) at 6 + 12/EDP bytes with the
+// distributed optimizer, EDP = world / (ETP x EP x p). No MTP.
 static double megatron_states(const config::Args& a, double v_pad) {
-  const double h = a.hidden_size, ffn = *a.ffn_hidden_size, L = a.num_layers;
+  const double h = a.hidden_size, ffn = *a.ffn_hidden_size;
   const double r_q = static_cast<double>(*a.kv_channels) * a.num_attention_heads / h;
   const double g_over_a = static_cast<double>(a.num_query_groups) / a.num_attention_heads;
   const double m = a.swiglu ? 1.5 : 1, n = a.normalization == "RMSNorm" ? 1 : 2;
   const double t = a.tensor_model_parallel_size, p = a.pipeline_model_parallel_size, d = a.data_parallel_size;
   const double attn = 2 * h * h * (1 + g_over_a) * r_q;
-  const double block = (2 * h * (ffn * m + n) + attn) * L + n * h;
-  double shard = (block / p + v_pad * h) / t;
+  double sharded = 0, replicated = n * h, routed = 0;  // over the whole model; n * h: the final norm
+  const std::vector<int> moe =
+      a.num_experts ? config::moe_layer_pattern(a.moe_layer_freq, a.num_layers) : std::vector<int>(a.num_layers, 0);
+  for (int layer : moe) {
+    replicated += 2 * h * n;
+    if (!layer) {
+      sharded += attn + 2 * h * ffn * m;
+      continue;
+    }
+    const double E = *a.num_experts;
+    sharded += attn + 2 * h * a.moe_shared_expert_intermediate_size.value_or(0) * m;
+    replicated += h * E;
+    routed += 2 * h * *a.moe_ffn_hidden_size * E * m;
+  }
+  // A dense model keeps the 00caa53a form, where the norms are divided by t with the rest.
+  if (!a.num_experts) sharded += replicated, replicated = 0;
+  double shard = (sharded / p + v_pad * h) / t + replicated / p;
   if (a.untie_embeddings_and_output_weights && p == 1) shard += v_pad * h / t;
-  return shard * (a.use_distributed_optimizer ? 6 + 12 / d : 18);
+  const double experts = routed / p / (a.expert_tensor_parallel_size * a.expert_model_parallel_size);
+  const double edp = static_cast<double>(a.world_size) /
+                     (a.expert_tensor_parallel_size * a.expert_model_parallel_size * a.pipeline_model_parallel_size);
+  if (!a.use_distributed_optimizer) return (shard + experts) * 18;
+  return shard * (6 + 12 / d) + experts * (6 + 12 / edp);
 }
 
 // compute_activation_memory (§1c): first stage, SP + selective recompute only.

@@ -53,6 +53,13 @@ checkpoint::ModelMeta model_meta(const model::ModelConfig& c) {
   m.norm_epsilon = c.norm_eps;
   m.rotary_base = c.rotary_base;
   m.params_dtype = c.dtype == DType::kBF16 ? "bf16" : c.dtype == DType::kF16 ? "fp16" : "fp32";
+  m.num_experts = c.moe.num_experts;
+  if (c.moe.num_experts > 0) {
+    m.moe_ffn_hidden_size = c.moe.ffn;
+    m.moe_layers = c.moe.layers;
+    m.moe_shared_expert_intermediate_size = c.moe.shared_ffn;
+    m.moe_shared_expert_gate = c.moe.shared_gate;
+  }
   return m;
 }
 

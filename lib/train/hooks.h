@@ -48,6 +48,9 @@ struct StepMetrics {
   int64_t loss_tokens = 0;  // tokens that carried loss in this global batch
   int64_t tokens = 0;       // tokens processed (incl. padding) in this global batch
   double lm_loss = 0;       // mean loss per loss token over the global batch
+  // The model's auxiliary losses as Megatron logs them after the lm loss
+  // (MoE: load_balancing_loss, seq_load_balancing_loss, z_loss); empty for a dense model.
+  std::vector<std::pair<std::string, double>> aux_losses;
   double learning_rate = 0;
   double grad_norm = 0;       // before clipping
   bool has_grad_norm = true;  // false when an fp16 overflow skipped the step (Megatron logs none)

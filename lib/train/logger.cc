@@ -50,6 +50,8 @@ std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms
   s += fmt::format(" learning rate: {} |", sci(m.learning_rate));
   s += fmt::format(" global batch size: {:5d} |", m.global_batch_size);
   if (avg_loss > 0) s += fmt::format(" lm loss: {} |", sci(avg_loss));
+  for (const auto& [name, value] : m.aux_losses)
+    s += fmt::format(" {}: {:.2f} |", name, value);  // Megatron's MoE format
   s += fmt::format(" loss scale: {:.1f} |", m.loss_scale);
   if (m.has_grad_norm) s += fmt::format(" grad norm: {:.3f} |", m.grad_norm);
   if (m.has_num_zeros) s += fmt::format(" num zeros: {} |", m.num_zeros);
@@ -177,6 +179,7 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
     add_memory_keys(j, st);
     if (m.has_num_zeros) j["num_zeros"] = m.num_zeros;
     if (m.has_params_norm) j["params_norm"] = m.params_norm;
+    for (const auto& [name, value] : m.aux_losses) j[name] = value;
     if (shown) j["throughput_tflops_per_gpu"] = tp.tflops_per_gpu;
     if (shown && tp.simulated) {
       j["simulated_device_time_per_iteration_ms"] = tp.simulated_ms;

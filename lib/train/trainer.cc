@@ -156,6 +156,8 @@ double Trainer::run_schedule(const std::vector<data::Batch>& micro, int64_t it, 
   const bool counts_loss = state_->coords().tp == 0;
   std::vector<model::TokenBatch> tb;
   for (const data::Batch& b : micro) tb.push_back(token_batch(b));
+  // Auxiliary losses (MoE load balancing) weigh in backward like one token loss (Megatron's per-token loss).
+  for (model::TokenBatch& t : tb) t.aux_loss_scale = static_cast<float>(dloss_scale);
   auto seed_of = [&](int mb) {
     return stream_seed(opts_.seed, static_cast<uint64_t>(it), uint64_t(mb) * dp + dp_rank);
   };
@@ -230,6 +232,8 @@ StepMetrics Trainer::train_step() {
   if (micro.empty()) ps.grads().zero();
   grad_sync_->begin_overlap(ps.grads().data());
   const double loss_sum = share_loss(run_schedule(micro, it, loss_tokens > 0 ? scale / loss_tokens : 0.0));
+  std::vector<std::pair<std::string, double>> aux_losses = model_.take_aux_log(
+      state_->world(), state_->grid().tp(), state_->grid().dp(), static_cast<int64_t>(micro.size()));
   const double lm_loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
   {
     profiler::Scope phase({profiler::Kind::kPhase, profiler::Pass::kNone, "grad_sync"});
@@ -307,6 +311,7 @@ StepMetrics Trainer::train_step() {
   m.loss_tokens = static_cast<int64_t>(loss_tokens);
   m.tokens = tokens;
   m.lm_loss = lm_loss;
+  m.aux_losses = std::move(aux_losses);
   // Megatron logs the lr read after the scheduler stepped.
   m.learning_rate = scheduler_.lr_at(successful_steps_);
   m.grad_norm = grad_norm;

@@ -239,6 +239,68 @@ TEST_F(Checkpoint, ResumeUnderAnotherVocabularyPaddingIsExact) {
   expect_continues(tmp_ / "a", tmp_ / "c", 1e-5);
 }
 
+// --- MoE: experts are named sharded tensors -------------------------------------
+
+// Saved at TP 2 + SP with the experts split over TP (ETP 2), resumed on one
+// device (whole experts): the run continues as the uninterrupted one. pt rows
+// are full length, so SP adds no padding tokens for the router to count
+// (test_mtrain_moe.cc).
+TEST_F(Checkpoint, MoeCheckpointSavedWithExpertTpResumesOnOneDevice) {
+  const std::string moe =
+      "--lr 3e-4 --save_interval 10 --num_experts 4 --moe_ffn_hidden_size 128 --moe_layer_freq 2 "
+      "--moe_aux_loss_coeff 1e-2";
+  const RunResult straight =
+      run(concat(demo_pt_args(20, tmp_ / "straight"), words(moe + " --tensor_model_parallel_size 2 --sequence_parallel "
+                                                                  "--expert_tensor_parallel_size 2")),
+          "straight", launch_ranks(2));
+  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
+  seed_with_iteration_10(tmp_ / "straight", tmp_ / "resumed");
+  const RunResult resumed =
+      run(concat(concat(demo_pt_args(20, tmp_ / "resumed"), words(moe)), {"--load", (tmp_ / "resumed").string()}),
+          "resumed");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  expect_continues(tmp_ / "straight", tmp_ / "resumed", 1e-5);
+}
+
+// Saved on one device with a gated shared expert, resumed under PP 2 (one
+// MoE layer per stage): the router, the experts and the shared expert with
+// its gate are named tensors any layout reads, and the run continues as the
+// uninterrupted one. The checkpoint records the MoE shape, so a resume with
+// another expert count is refused naming both values (Megatron's
+// check_checkpoint_args wording), and HF export refuses an MoE model by name.
+TEST_F(Checkpoint, MoeCheckpointReshardsOverPipelineAndRecordsTheMoeShape) {
+  const std::string moe =
+      "--lr 3e-4 --save_interval 10 --num_experts 4 --moe_ffn_hidden_size 128 --moe_layer_freq 2 "
+      "--moe_aux_loss_coeff 1e-2 --moe_shared_expert_intermediate_size 64 --moe_shared_expert_gate";
+  const RunResult straight = run(concat(demo_pt_args(20, tmp_ / "straight"), words(moe)), "straight");
+  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
+  PosixFileSystem pfs;
+  const auto names = checkpoint::CheckpointReader::open(pfs, (tmp_ / "straight").string()).names();
+  for (const char* n :
+       {"decoder.layers.2.mlp.router.weight", "decoder.layers.2.mlp.experts.local_experts.3.linear_fc1.weight",
+        "decoder.layers.0.mlp.shared_experts.gate_weight"})
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+  seed_with_iteration_10(tmp_ / "straight", tmp_ / "resumed");
+  const std::vector<std::string> load = {"--load", (tmp_ / "resumed").string()};
+  const RunResult resumed =
+      run(concat(concat(demo_pt_args(20, tmp_ / "resumed"), words(moe + " --pipeline_model_parallel_size 2")), load),
+          "resumed", launch_ranks(2));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  expect_continues(tmp_ / "straight", tmp_ / "resumed", 1e-5);
+
+  const RunResult other =
+      run(concat(concat(demo_pt_args(20, tmp_ / "other"), words(moe + " --num_experts 8")), load), "other");
+  EXPECT_EQ(other.exit_code, 5) << other.describe();
+  EXPECT_TRUE(contains(other.err, "num_experts value from checkpoint (4) is not equal to the input argument value (8)"))
+      << other.err;
+  const RunResult hf =
+      run({"export", "--to_hf", "true", "--load", (tmp_ / "straight").string(), "--output_dir", (tmp_ / "hf").string()},
+          "hf");
+  EXPECT_EQ(hf.exit_code, 5) << hf.describe();
+  EXPECT_TRUE(contains(hf.err, "the checkpoint's model is a mixture of experts (num_experts 4)")) << hf.err;
+  EXPECT_FALSE(fs::exists(tmp_ / "hf"));
+}
+
 // --- (2, 2, 2): exact resume and resharding --------------------------------------
 
 class ParallelCheckpoint : public MtrainTest {

@@ -33,6 +33,9 @@ struct Layout {
 
 std::ostream& operator<<(std::ostream& os, const Layout& l) { return os << l.name; }
 
+const char* const kMoe =
+    "--num_experts 4 --moe_ffn_hidden_size 256 --moe_layer_freq 2 --moe_aux_loss_coeff 1e-2 --moe_z_loss_coeff 1e-3";
+
 std::vector<std::string> base_args(const fs::path& out) {
   return concat(words("sft configs/sft_demo.yaml --train_iters 20 --lr 3e-4 --min_lr 3e-5 --lr_decay_iters 2400 "
                       "--micro_batch_size 2 --global_batch_size 8 --eval_interval 20 --eval_iters 1 "
@@ -60,6 +63,11 @@ TEST_P(ParallelEquivalence, MatchesSingleDevice) {
     const double ga = steps_a[i].at("grad_norm").get<double>(), gb = steps_b[i].at("grad_norm").get<double>();
     EXPECT_LE(rel(la, lb), 1e-5) << "iteration " << i + 1 << ": loss " << la << " vs " << lb;
     EXPECT_LE(rel(ga, gb), 1e-5) << "iteration " << i + 1 << ": grad norm " << ga << " vs " << gb;
+    for (const char* aux : {"load_balancing_loss", "z_loss"}) {  // MoE: the routers' losses as logged
+      if (!steps_a[i].contains(aux)) continue;
+      ASSERT_TRUE(steps_b[i].contains(aux)) << aux;
+      EXPECT_LE(rel(steps_a[i].at(aux).get<double>(), steps_b[i].at(aux).get<double>()), 1e-5) << aux;
+    }
   }
   const auto eval_a = eval_rows(tmp_ / "ref"), eval_b = eval_rows(tmp_ / "par");
   ASSERT_FALSE(eval_a.empty());
@@ -116,7 +124,10 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"cp2pp2", 4, "--context_parallel_size 2 --pipeline_model_parallel_size 2"},
         Layout{"cp2_ulysses", 2, "--context_parallel_size 2 --context_parallel_algo ulysses_cp_algo"},
         Layout{"cp4_ulysses", 4, "--context_parallel_size 4 --context_parallel_algo ulysses_cp_algo",
-               "--num_query_groups 4"}),
+               "--num_query_groups 4"},
+        // MoE (every other layer, 4 experts, top-2, aux and z losses in the gradient): PP and DP see
+        // ordinary parameters. (TP + SP: test_mtrain_moe.cc, on full-length pt rows.)
+        Layout{"moe_pp2", 2, "--pipeline_model_parallel_size 2", kMoe}, Layout{"moe_dp2", 2, "", kMoe}),
     [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 }  // namespace

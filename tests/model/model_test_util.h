@@ -42,6 +42,24 @@ inline ModelConfig tiny_gpt2() {
   return c;
 }
 
+// tiny_llama with an MoE layer 0 (4 experts of ffn 8, top-2, a shared expert
+// of 12 with its sigmoid gate, aux and z losses large enough that their
+// gradients stand well above finite-difference noise); layer 1 dense.
+inline ModelConfig tiny_moe() {
+  ModelConfig c = tiny_llama();
+  c.moe.num_experts = 4;
+  c.moe.ffn = 8;
+  c.moe.layers = {1, 0};
+  c.moe.shared_ffn = 12;
+  c.moe.shared_gate = true;
+  c.moe.router.num_experts = 4;
+  c.moe.router.hidden = c.hidden;
+  c.moe.router.topk = 2;
+  c.moe.router.aux_loss_coeff = 1.0;
+  c.moe.router.z_loss_coeff = 0.1;
+  return c;
+}
+
 // Two ways of computing the same model (fused vs unfused kernels, TP shards vs
 // the whole model) differ only in fp32 summation order (flash: tiled online
 // softmax; unfused: whole rows; TP: partial sums added over ranks; and each

@@ -38,5 +38,33 @@ TEST(MegatronFlops, SwigluAndGroupedQueryTerms) {
   EXPECT_NEAR(megatron_flops_per_iteration(c, 1024, 4096), f, 1e-12 * f);
 }
 
+TEST(MegatronFlops, MoeRoutedAndSharedExpertTerms) {
+  // Megatron's num_floating_point_operations (training.py) for an MoE model,
+  // per token: 3 (fwd, wgrad, dgrad) x 2 (FMA) x h x 3 (SwiGLU) x
+  // [ffn x dense layers + (moe_ffn x topk + shared) x MoE layers], plus the
+  // attention and logit terms of the dense formula. Qwen1.5-MoE-A2.7B-like:
+  // 24 layers, h 2048, 60 experts of 1408, top-4, shared 5632; every other layer MoE.
+  ModelConfig c;
+  c.num_layers = 24;
+  c.hidden = 2048;
+  c.heads = c.groups = 16;
+  c.head_dim = 128;
+  c.ffn = 5632;
+  c.padded_vocab = 151936;
+  c.swiglu = true;
+  c.moe.num_experts = 60;
+  c.moe.ffn = 1408;
+  c.moe.router.topk = 4;
+  c.moe.shared_ffn = 5632;
+  for (int i = 0; i < 24; ++i) c.moe.layers.push_back(i % 2 == 0 ? 1 : 0);
+  const double B = 32, s = 4096, h = 2048, L = 24, V = 151936;
+  const double tokens = B * s;
+  const double mlp = 3 * 2 * h * 3 * (5632.0 * 12 + (1408.0 * 4 + 5632) * 12);
+  const double attn = 3 * 2 * (h * (h + h + h) + h * h) * L + 3 * 2 * h * 2 * s * L;
+  const double logit = 3 * 2 * h * V;
+  const double f = tokens * (mlp + attn + logit);
+  EXPECT_NEAR(megatron_flops_per_iteration(c, 32, 4096), f, 1e-12 * f);
+}
+
 }  // namespace
 }  // namespace mtrain::model

@@ -39,7 +39,8 @@ struct Reference {
 Reference run_reference(const ModelConfig& c, const testing::RandomBatch& rb, int64_t B, int64_t T) {
   device::Device dev(device::DeviceProfile{}, 0);
   GptModel m(c, dev);
-  const TokenBatch b = rb.view(B, T, false);
+  TokenBatch b = rb.view(B, T, false);
+  b.aux_loss_scale = 1.0f;  // MoE: the routers' auxiliary losses join the gradient
   m.forward(b, 5, true);
   Reference r;
   r.losses.assign(m.losses(), m.losses() + B * T);
@@ -74,7 +75,8 @@ void expect_tp_matches(const ModelConfig& base, int tp_size, bool sp, const Refe
     auto tp = world.make_comm("tp", group, rank);
     device::Device dev(device::DeviceProfile{}, rank);
     GptModel m(c, dev, *tp);
-    const TokenBatch b = rb.view(B, T, false);
+    TokenBatch b = rb.view(B, T, false);
+    b.aux_loss_scale = 1.0f;
     m.forward(b, 5, true);
     const std::vector<float> losses = leading_positions(m.losses(), B, T, T_ref);
     EXPECT_TRUE(mtrain::testing::close_in_max_norm(losses.data(), ref.losses.data(), B * T_ref, testing::kPathRtol))
@@ -137,14 +139,31 @@ ModelConfig unfused(ModelConfig c) {
   return c;
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, ModelTensorParallel,
-                         ::testing::Values(Case{"llama_tp2", with_dropout(testing::tiny_llama()), 2, false},
-                                           Case{"llama_tp2_sp", with_dropout(testing::tiny_llama()), 2, true},
-                                           Case{"llama_tp2_sp_unfused", unfused(with_dropout(testing::tiny_llama())), 2,
-                                                true},
-                                           Case{"gpt2_tp2_sp", with_dropout(testing::tiny_gpt2()), 2, true},
-                                           Case{"gpt2_tp4", testing::tiny_gpt2(), 4, false}),
-                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+// Expert tensor parallelism `etp` on an MoE model; gpt2: GELU experts with
+// fc1/fc2 biases and no shared expert (shared experts refuse biases).
+ModelConfig moe_etp(ModelConfig c, int64_t etp, bool gpt2) {
+  const ModelConfig moe = testing::tiny_moe();
+  c.moe = moe.moe;
+  c.moe.etp = etp;
+  if (gpt2) c.moe.shared_ffn = 0, c.moe.shared_gate = false, c.moe.grouped_gemm = false;
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, ModelTensorParallel,
+    ::testing::Values(Case{"llama_tp2", with_dropout(testing::tiny_llama()), 2, false},
+                      Case{"llama_tp2_sp", with_dropout(testing::tiny_llama()), 2, true},
+                      Case{"llama_tp2_sp_unfused", unfused(with_dropout(testing::tiny_llama())), 2, true},
+                      Case{"gpt2_tp2_sp", with_dropout(testing::tiny_gpt2()), 2, true},
+                      Case{"gpt2_tp4", testing::tiny_gpt2(), 4, false},
+                      // MoE under TP needs SP (Megatron): each rank routes its token
+                      // shard through whole experts (ETP 1); the shared expert is split.
+                      Case{"moe_tp2_sp", testing::tiny_moe(), 2, true},
+                      Case{"moe_tp2_sp_unfused", unfused(testing::tiny_moe()), 2, true},
+                      // ETP = TP: each rank runs F/2 of every expert on both ranks' rows.
+                      Case{"moe_tp2_sp_etp2", moe_etp(testing::tiny_moe(), 2, false), 2, true},
+                      Case{"moe_tp2_sp_etp2_gelu_bias", moe_etp(testing::tiny_gpt2(), 2, true), 2, true}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // Sequence parallelism pads rows of 7 tokens to 8 (a multiple of TP): with
 // dropout on, the masks of the second row's tokens must not move with the

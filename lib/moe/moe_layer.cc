@@ -1,0 +1,328 @@
+#include "moe/moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "moe/expert_tp.h"
+#include "moe/grouped_gemm.h"
+#include "moe/permute.h"
+#include "profiler/kernel_region.h"
+#include "tensor/activation.h"
+#include "tensor/precision.h"
+
+namespace mtrain::moe {
+
+namespace k = kernels;
+using device::MemCategory;
+
+namespace {
+
+Tensor act_tensor(device::Device& dev, Shape s, DType t, const std::string& name, bool meta) {
+  return Tensor(dev, std::move(s), t, MemCategory::kActivations, name, meta);
+}
+
+void round_act(const MoeLayerConfig& c, float* x, int64_t n) {
+  if (c.dtype != DType::kF32 && x) k::round_to_dtype(x, n, c.dtype);
+}
+
+int64_t tokens_local(const MoeLayerConfig& c, int64_t N) { return c.sequence_parallel ? N / c.tp : N; }
+
+// The routing index arrays inside MoeActs::routing (int32 stored in fp32-sized slots).
+struct Routing {
+  int32_t* row_token;
+  int32_t* row_slot;
+  int32_t* slot_row;
+};
+Routing routing_of(MoeActs& a, int64_t m_max) {
+  auto* p = reinterpret_cast<int32_t*>(a.routing.data());
+  return {p, p + m_max, p + 2 * m_max};
+}
+
+// Offsets of each local expert's rows.
+std::vector<int64_t> segments(const std::vector<int64_t>& rows) {
+  std::vector<int64_t> off(rows.size() + 1, 0);
+  for (size_t e = 0; e < rows.size(); ++e) off[e + 1] = off[e] + rows[e];
+  return off;
+}
+
+// F: the activation's width on this rank.
+void activation_forward(const MoeLayerConfig& c, int64_t F, float* act, const float* fc1, const float* bias,
+                        int64_t rows, float* scratch) {
+  if (c.swiglu) {
+    k::bias_swiglu_forward(act, fc1, bias, rows, F, c.fused_activation, scratch);
+  } else {
+    k::bias_gelu_forward(act, fc1, bias, rows, F, c.fused_activation, scratch);
+  }
+}
+
+void activation_backward(const MoeLayerConfig& c, int64_t F, float* dfc1, float* dbias, const float* dact,
+                         const float* fc1, const float* bias, int64_t rows, float* scratch) {
+  if (c.swiglu) {
+    k::bias_swiglu_backward(dfc1, dbias, dact, fc1, bias, rows, F, c.fused_activation, scratch);
+  } else {
+    k::bias_gelu_backward(dfc1, dbias, dact, fc1, bias, rows, F, c.fused_activation, scratch);
+  }
+}
+
+float* at(float* p, int64_t off) { return p ? p + off : nullptr; }
+
+// The local experts on in (sum rows, C), `rows` (E_local) per expert -> out
+// (sum rows, C) without the fc2 bias; a.fc1 / a.act keep what backward needs.
+void experts_forward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, MoeWorkspace& w, float* out,
+                     const float* in, const int64_t* rows) {
+  const int64_t C = c.hidden, F = c.ffn_local(), FC1 = c.fc1_local();
+  int64_t M = 0;
+  for (int64_t e = 0; e < c.num_local; ++e) M += rows[e];
+  std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
+  grouped_linear_forward(a.fc1.data(), in, w1.data(), rows, c.num_local, C, FC1, c.grouped_gemm);
+  round_act(c, a.fc1.data(), M * FC1);
+  for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
+    activation_forward(c, F, at(a.act.data(), off * F), at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e],
+                       w.scratch.data());
+  round_act(c, a.act.data(), M * F);
+  grouped_linear_forward(out, a.act.data(), w2.data(), rows, c.num_local, F, C, c.grouped_gemm);
+}
+
+// din (sum rows, C) OVERWRITTEN from dout (may alias din); weight gradients ACCUMULATED.
+void experts_backward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, MoeWorkspace& w, float* din,
+                      const float* dout, const float* in, const int64_t* rows) {
+  const int64_t C = c.hidden, F = c.ffn_local(), FC1 = c.fc1_local();
+  int64_t M = 0;
+  for (int64_t e = 0; e < c.num_local; ++e) M += rows[e];
+  std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
+  grouped_linear_backward(w.d_act.data(), wt.fc2_grad.data(), dout, a.act.data(), w2.data(), rows, c.num_local, F, C,
+                          c.grouped_gemm);
+  round_act(c, w.d_act.data(), M * F);
+  for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
+    activation_backward(c, F, at(w.d_fc1.data(), off * FC1), wt.fc1_bias_grad[e], at(w.d_act.data(), off * F),
+                        at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e], w.scratch.data());
+  round_act(c, w.d_fc1.data(), M * FC1);
+  grouped_linear_backward(din, wt.fc1_grad.data(), w.d_fc1.data(), in, w1.data(), rows, c.num_local, C, FC1,
+                          c.grouped_gemm);
+  round_act(c, din, M * C);
+}
+
+// Shared expert: a dense MLP split over TP; out (N_loc, C) OVERWRITTEN.
+void shared_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                    MoeWorkspace& w, const SpBuffers& sp, float* out, const float* x, int64_t N) {
+  const int64_t C = c.hidden, Fs = c.shared_local(), FC1s = c.shared_fc1_local(), Nl = tokens_local(c, N);
+  float* x_full = c.sequence_parallel ? sp.full_in : const_cast<float*>(x);
+  parallel::column_parallel_linear_forward(tp, a.shared_fc1.data(), x_full, x, wt.shared_fc1, nullptr, N, C, FC1s);
+  round_act(c, a.shared_fc1.data(), N * FC1s);
+  activation_forward(c, Fs, a.shared_act.data(), a.shared_fc1.data(), nullptr, N, w.scratch.data());
+  round_act(c, a.shared_act.data(), N * Fs);
+  parallel::row_parallel_linear_forward(tp, out, sp.full_out, a.shared_act.data(), wt.shared_fc2, N, Fs, C);
+  round_act(c, out, Nl * C);
+  if (!c.shared_gate || profiler::shape_only()) return;
+  // Qwen2-MoE: out_t *= sigmoid(x_t . gate_weight) on this rank's tokens.
+  std::memcpy(a.shared_out.data(), out, sizeof(float) * Nl * C);
+  for (int64_t t = 0; t < Nl; ++t) {
+    double s = 0;
+    for (int64_t j = 0; j < C; ++j) s += static_cast<double>(x[t * C + j]) * wt.shared_gate[j];
+    const float g = static_cast<float>(1.0 / (1.0 + std::exp(-s)));
+    a.gate.data()[t] = g;
+    for (int64_t j = 0; j < C; ++j) out[t * C + j] *= g;
+  }
+  round_act(c, out, Nl * C);
+}
+
+// dx (N_loc, C) OVERWRITTEN with the shared expert's input gradient.
+void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                     MoeWorkspace& w, const SpBuffers& sp, float* dx, const float* dout, const float* x, int64_t N) {
+  const int64_t C = c.hidden, Fs = c.shared_local(), FC1s = c.shared_fc1_local(), Nl = tokens_local(c, N);
+  const float* d_out = dout;
+  if (c.shared_gate && !profiler::shape_only()) {
+    // out = s * g, g = sigmoid(x . w): d(s) = dout * g; d(pre) = <dout, s> g (1 - g).
+    float* ds = w.d_shared.data();
+    for (int64_t t = 0; t < Nl; ++t) {
+      const float g = a.gate.data()[t];
+      double dot = 0;
+      for (int64_t j = 0; j < C; ++j) {
+        dot += static_cast<double>(dout[t * C + j]) * a.shared_out.data()[t * C + j];
+        ds[t * C + j] = dout[t * C + j] * g;
+      }
+      w.dprobs.data()[t] = static_cast<float>(dot * g * (1.0 - g));  // dprobs is free here: d(pre-gate) per token
+    }
+    round_act(c, ds, Nl * C);
+    d_out = ds;
+  }
+  parallel::row_parallel_linear_backward(tp, w.shared_d_act.data(), wt.shared_fc2_grad, sp.full_out, d_out,
+                                         a.shared_act.data(), wt.shared_fc2, N, Fs, C, c.grad_accumulation,
+                                         w.scratch.data());
+  round_act(c, w.shared_d_act.data(), N * Fs);
+  activation_backward(c, Fs, w.shared_d_fc1.data(), nullptr, w.shared_d_act.data(), a.shared_fc1.data(), nullptr, N,
+                      w.scratch.data());
+  round_act(c, w.shared_d_fc1.data(), N * FC1s);
+  if (c.sequence_parallel) parallel::sp_all_gather(*tp.tp, x, sp.full_in, Nl * C, tp.wire);
+  const float* x_full = c.sequence_parallel ? sp.full_in : x;
+  parallel::column_parallel_linear_backward(tp, dx, sp.full_out, wt.shared_fc1_grad, nullptr, w.shared_d_fc1.data(),
+                                            x_full, wt.shared_fc1, N, C, FC1s, c.grad_accumulation, w.scratch.data());
+  if (!c.shared_gate || profiler::shape_only()) return;
+  const float* dpre = w.dprobs.data();
+  for (int64_t t = 0; t < Nl; ++t)
+    for (int64_t j = 0; j < C; ++j) {
+      dx[t * C + j] += dpre[t] * wt.shared_gate[j];
+      if (wt.shared_gate_grad) wt.shared_gate_grad[j] += dpre[t] * x[t * C + j];
+    }
+}
+
+}  // namespace
+
+int64_t MoeLayerConfig::max_rows(int64_t n_loc) const {
+  int64_t m = n_loc * router.topk;
+  if (router.capacity_factor && router.pad_to_capacity) {
+    const int64_t cap = expert_capacity(n_loc, router.num_experts, router.topk, *router.capacity_factor);
+    m = std::max(m, num_local * cap);
+  }
+  return m;
+}
+
+void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev, bool meta,
+                       const std::string& p) {
+  const int64_t N = B * T, Nl = tokens_local(c, N), M = c.max_rows(Nl), C = c.hidden, k = c.router.topk;
+  const DType t = c.dtype;
+  a.rows.assign(c.num_local, 0);
+  a.routing = act_tensor(dev, {2 * M + Nl * k}, DType::kF32, p + "moe routing indices", meta);
+  const int64_t Mg = c.max_expert_rows(Nl);
+  a.x_perm = act_tensor(dev, {M, C}, t, p + "moe permuted tokens", meta);
+  a.probs_perm = act_tensor(dev, {M}, DType::kF32, p + "moe permuted probs", meta);
+  if (c.etp > 1) {
+    a.counts.assign(c.etp * c.num_local, 0);
+    a.rows_grp.assign(c.num_local, 0);
+    a.x_grp = act_tensor(dev, {Mg, C}, t, p + "moe tokens of every TP rank, grouped by expert", meta);
+  }
+  a.fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, p + "moe expert fc1 output", meta);
+  a.act = act_tensor(dev, {Mg, c.ffn_local()}, t, p + "moe expert activation output", meta);
+  a.y_perm = act_tensor(dev, {M, C}, t, p + "moe expert output", meta);
+  if (c.shared_ffn > 0) {
+    a.shared_fc1 = act_tensor(dev, {N, c.shared_fc1_local()}, t, p + "shared expert fc1 output", meta);
+    a.shared_act = act_tensor(dev, {N, c.shared_local()}, t, p + "shared expert activation output", meta);
+    if (c.shared_gate) {
+      a.shared_out = act_tensor(dev, {Nl, C}, t, p + "shared expert output before the gate", meta);
+      a.gate = act_tensor(dev, {Nl}, DType::kF32, p + "shared expert gate", meta);
+    }
+  }
+}
+
+void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev,
+                            bool meta) {
+  const int64_t N = B * T, Nl = tokens_local(c, N), M = c.max_rows(Nl), C = c.hidden;
+  const DType t = c.dtype;
+  w.d_perm = act_tensor(dev, {M, C}, t, "moe grad of permuted rows", meta);
+  const int64_t Mg = c.max_expert_rows(Nl);
+  w.d_fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, "moe grad of expert fc1 output", meta);
+  w.d_act = act_tensor(dev, {Mg, c.ffn_local()}, t, "moe grad of expert activation", meta);
+  if (c.etp > 1) {
+    w.gathered = act_tensor(dev, {c.etp * M, C}, t, "moe expert-TP gather / reduce-scatter buffer", meta);
+    w.grp = act_tensor(dev, {Mg, C}, t, "moe grouped expert output / gradient", meta);
+  }
+  w.dprobs = act_tensor(dev, {std::max(Nl * c.router.topk, Nl)}, DType::kF32, "moe grad of combine probs", meta);
+  w.dlogits = act_tensor(dev, {Nl, c.router.num_experts}, DType::kF32, "moe grad of router logits", meta);
+  w.routed = act_tensor(dev, {Nl, C}, t, "moe routed output", meta);
+  int64_t scratch = M * C;  // unfused unpermute
+  if (!c.fused_activation) scratch = std::max(scratch, 4 * Mg * c.ffn_local());
+  if (c.shared_ffn > 0) {
+    w.d_shared = act_tensor(dev, {Nl, C}, t, "shared expert grad before the gate", meta);
+    w.shared_d_fc1 = act_tensor(dev, {N, c.shared_fc1_local()}, t, "shared expert grad of fc1 output", meta);
+    w.shared_d_act = act_tensor(dev, {N, c.shared_local()}, t, "shared expert grad of activation", meta);
+    if (!c.fused_activation) scratch = std::max(scratch, 4 * N * c.shared_local());
+    if (!c.grad_accumulation) scratch = std::max(scratch, c.shared_fc1_local() * C);
+  }
+  w.scratch = act_tensor(dev, {std::max<int64_t>(scratch, 1)}, DType::kF32, "moe kernel scratch", meta);
+}
+
+void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                 MoeWorkspace& w, const SpBuffers& sp, float* out, const float* x, int64_t B, int64_t T,
+                 bool training) {
+  const int64_t N = B * T, Nl = tokens_local(c, N), C = c.hidden, K = c.router.topk;
+  if (c.shared_ffn > 0) {
+    shared_forward(c, tp, wt, a, w, sp, out, x, N);
+  } else if (out) {
+    std::memset(out, 0, sizeof(float) * Nl * C);
+  }
+  if (profiler::shape_only()) {  // a dry run: no routing, every expert gets its even share of the rows
+    a.M = Nl * K;
+    for (int64_t e = 0; e < c.num_local; ++e) a.rows[e] = a.M / c.num_local + (e < a.M % c.num_local ? 1 : 0);
+  } else {
+    // Each TP rank routes its own token shard (sequence parallel); B sequences of T tokens otherwise.
+    const RouterTokens toks = c.sequence_parallel ? RouterTokens{1, Nl} : RouterTokens{B, T};
+    router_forward(a.route, nullptr, x, wt.router, wt.expert_bias, toks, c.router, training, *tp.tp);
+    const int64_t m_max = c.max_rows(Nl);
+    const Routing r = routing_of(a, m_max);
+    const int64_t pad = c.router.pad_to_capacity && a.route.capacity > 0 ? a.route.capacity : 0;
+    a.M = build_permutation(r.row_token, r.row_slot, r.slot_row, a.rows.data(), a.route.expert_ids.data(),
+                            a.route.kept.data(), Nl, K, c.num_local, pad);
+    permute_forward(a.x_perm.data(), a.probs_perm.data(), x, a.route.probs.data(), r.row_token, r.row_slot, a.M, C,
+                    c.permute_fusion);
+  }
+  const int64_t M = a.M, m_max = c.max_rows(Nl);
+  if (c.etp > 1) {  // every TP rank's rows through this rank's F/etp slice of each expert
+    if (profiler::shape_only()) std::fill(a.counts.begin(), a.counts.end(), 0);
+    etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), a.x_grp.data(), w.gathered.data(), a.x_perm.data(),
+                 a.rows.data(), true, m_max, c.num_local, C, tp.wire);
+    if (profiler::shape_only())
+      for (int64_t e = 0; e < c.num_local; ++e) a.rows_grp[e] = c.etp * a.rows[e];
+    experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    etp_combine(*tp.tp, a.y_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
+                tp.wire);
+  } else {
+    experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows.data());
+  }
+  const std::vector<int64_t> off = segments(a.rows);
+  if (!profiler::shape_only()) {  // after the reduction over expert TP, like a row-parallel bias
+    for (int64_t e = 0; e < c.num_local; ++e)
+      if (wt.fc2_bias[e])
+        for (int64_t r = off[e]; r < off[e + 1]; ++r)
+          for (int64_t j = 0; j < C; ++j) a.y_perm.data()[r * C + j] += wt.fc2_bias[e][j];
+  }
+  round_act(c, a.y_perm.data(), M * C);
+  if (profiler::shape_only()) return;
+  const Routing r = routing_of(a, c.max_rows(Nl));
+  unpermute_forward(w.routed.data(), a.y_perm.data(), a.probs_perm.data(), r.slot_row, Nl, K, M, C, c.permute_fusion,
+                    w.scratch.data());
+  round_act(c, w.routed.data(), Nl * C);
+  for (int64_t i = 0; i < Nl * C; ++i) out[i] += w.routed.data()[i];
+  if (c.shared_ffn > 0) round_act(c, out, Nl * C);
+}
+
+void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                  MoeWorkspace& w, const SpBuffers& sp, float* dx, const float* dout, const float* x, int64_t B,
+                  int64_t T, float aux_loss_scale) {
+  const int64_t N = B * T, Nl = tokens_local(c, N), C = c.hidden, K = c.router.topk, M = a.M;
+  if (c.shared_ffn > 0) {
+    shared_backward(c, tp, wt, a, w, sp, dx, dout, x, N);
+  } else if (dx) {
+    std::memset(dx, 0, sizeof(float) * Nl * C);
+  }
+  const bool shape = profiler::shape_only();
+  const Routing r = routing_of(a, c.max_rows(Nl));
+  if (!shape)
+    unpermute_backward(w.d_perm.data(), w.dprobs.data(), dout, a.y_perm.data(), a.probs_perm.data(), r.row_token,
+                       r.slot_row, Nl, K, M, C);
+  round_act(c, w.d_perm.data(), M * C);
+  const std::vector<int64_t> off = segments(a.rows);
+  if (!shape) {
+    for (int64_t e = 0; e < c.num_local; ++e)
+      if (wt.fc2_bias_grad[e])
+        for (int64_t row = off[e]; row < off[e + 1]; ++row)
+          for (int64_t j = 0; j < C; ++j) wt.fc2_bias_grad[e][j] += w.d_perm.data()[row * C + j];
+  }
+  const int64_t m_max = c.max_rows(Nl);
+  if (c.etp > 1) {
+    etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), w.grp.data(), w.gathered.data(), w.d_perm.data(),
+                 a.rows.data(), false, m_max, c.num_local, C, tp.wire);
+    experts_backward(c, wt, a, w, w.grp.data(), w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    etp_combine(*tp.tp, w.d_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
+                tp.wire);
+  } else {
+    experts_backward(c, wt, a, w, w.d_perm.data(), w.d_perm.data(), a.x_perm.data(), a.rows.data());
+  }
+  if (shape) return;
+  permute_backward(dx, w.d_perm.data(), r.slot_row, Nl, K, C);
+  router_backward(dx, wt.router_grad, w.dlogits.data(), w.dprobs.data(), a.route, x, wt.router, c.router,
+                  aux_loss_scale);
+  round_act(c, dx, Nl * C);
+}
+
+}  // namespace mtrain::moe

@@ -1,0 +1,134 @@
+// The MoE layer (Megatron-core's MoELayer) of one rank: shared experts (a
+// dense MLP on every token, optionally scaled by a sigmoid gate) + router +
+// token dispatch + the local routed experts, as a forward/backward pair over
+// caller-owned buffers. It replaces the dense MLP of the layers
+// --moe_layer_freq selects; the model (lib/model/moe_block.h) registers the
+// parameters and hands their addresses in MoeWeights.
+//
+//   x (N_loc, C)  -> router -> expert ids / combine probs (N_loc, k)
+//                 -> permute (expert-major rows, moe/permute.h)
+//                 -> experts: fc1 (grouped GEMM), bias + SwiGLU/GELU, fc2
+//                 -> unpermute weighted by the probs -> + shared(x) = out (N_loc, C)
+//
+// Tensor parallelism (Megatron: MoE under TP needs sequence parallelism, so
+// x is this rank's token shard): the router and the routed experts see only
+// the rank's tokens. Expert tensor parallelism etp = 1: every rank holds
+// whole experts (replicated over TP, their gradients summed over TP like a
+// sequence-parallel weight's); etp = tp: each rank holds F/tp of every
+// expert and runs it on every TP rank's permuted rows (moe/expert_tp.h).
+// The shared expert is split over TP as the dense MLP (column-parallel
+// fc1, row-parallel fc2, SP gather/scatter).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moe/router.h"
+#include "parallel/tensor_parallel.h"
+#include "tensor/tensor.h"
+
+namespace mtrain::moe {
+
+struct MoeLayerConfig {
+  RouterConfig router;
+  int64_t hidden = 0;        // C
+  int64_t ffn = 0;           // F of each routed expert
+  int64_t num_local = 0;     // routed experts on this rank (all E without expert parallelism)
+  int64_t shared_ffn = 0;    // the shared experts' total F (0: none); this rank holds shared_ffn / tp
+  bool shared_gate = false;  // Qwen2-MoE: shared output *= sigmoid(x . gate_weight)
+  bool swiglu = true;
+  bool fused_activation = true;   // --bias_swiglu_fusion
+  bool grouped_gemm = true;       // --moe_grouped_gemm
+  bool permute_fusion = false;    // --moe_permute_fusion
+  bool grad_accumulation = true;  // --gradient_accumulation_fusion (shared expert's linears)
+  DType dtype = DType::kF32;
+  int64_t tp = 1;
+  bool sequence_parallel = false;
+  int64_t etp = 1;  // expert tensor parallel size: 1 or tp (the TP group)
+  int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
+  int64_t ffn_local() const { return ffn / etp; }
+  int64_t fc1_local() const { return fc1_width() / etp; }
+  int64_t shared_local() const { return shared_ffn / tp; }
+  int64_t shared_fc1_local() const { return (swiglu ? 2 : 1) * shared_local(); }
+  // The most permuted rows of N_loc tokens: k per token, or every expert padded to capacity.
+  int64_t max_rows(int64_t n_loc) const;
+  // The most rows the experts see: this rank's, or with etp > 1 every TP rank's.
+  int64_t max_expert_rows(int64_t n_loc) const { return etp * max_rows(n_loc); }
+};
+
+// Addresses of one layer's parameters (gradients null when frozen; biases null when absent).
+struct MoeWeights {
+  const float* router = nullptr;  // (E, C)
+  float* router_grad = nullptr;
+  const float* expert_bias = nullptr;  // (E) or null
+  // per local expert: (FC1/etp, C), (C, F/etp), (FC1/etp), (C)
+  std::vector<const float*> fc1, fc2, fc1_bias, fc2_bias;
+  std::vector<float*> fc1_grad, fc2_grad, fc1_bias_grad, fc2_bias_grad;
+  const float* shared_fc1 = nullptr;   // (FC1s_local, C)
+  const float* shared_fc2 = nullptr;   // (C, Fs_local)
+  const float* shared_gate = nullptr;  // (1, C)
+  float* shared_fc1_grad = nullptr;
+  float* shared_fc2_grad = nullptr;
+  float* shared_gate_grad = nullptr;
+};
+
+// What one layer keeps from forward to backward (activations on the device).
+// M = permuted rows (max_rows), N = all tokens of the micro-batch, N_loc this rank's.
+struct MoeActs {
+  RouterForward route;
+  std::vector<int64_t> rows;  // (E_local) rows per expert of the last forward
+  int64_t M = 0;              // rows used
+  Tensor routing;             // int32 (2*M + N_loc*k): row_token, row_slot, slot_row
+  Tensor x_perm;              // (M, C) permuted tokens
+  Tensor probs_perm;          // (M) their combine weights
+  // etp > 1: every TP rank's rows, grouped by expert (Mg = etp * M rows at most)
+  std::vector<int64_t> counts;    // (etp, E_local) rows of each rank per expert
+  std::vector<int64_t> rows_grp;  // (E_local)
+  Tensor x_grp;                   // (Mg, C)
+  Tensor fc1;                     // (Mg, FC1/etp) pre-activation (Mg = M without ETP)
+  Tensor act;                     // (Mg, F/etp)
+  Tensor y_perm;                  // (M, C) expert outputs (with fc2 bias), before the combine weights
+  Tensor shared_fc1;              // (N, FC1s_local)
+  Tensor shared_act;              // (N, Fs_local)
+  Tensor shared_out;              // gate: (N_loc, C) the shared output before the gate
+  Tensor gate;                    // gate: (N_loc) sigmoid scores
+};
+
+// Temporaries shared by all MoE layers.
+struct MoeWorkspace {
+  Tensor d_perm;        // (M, C) d(y_perm), then d(x_perm)
+  Tensor d_fc1;         // (Mg, FC1/etp)
+  Tensor d_act;         // (Mg, F/etp)
+  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer
+  Tensor grp;           // etp > 1: (Mg, C) grouped expert outputs / their gradients
+  Tensor dprobs;        // (N_loc * k)
+  Tensor dlogits;       // (N_loc, E)
+  Tensor routed;        // (N_loc, C) unpermuted routed output
+  Tensor d_shared;      // (N_loc, C) d(shared output before the gate)
+  Tensor shared_d_fc1;  // (N, FC1s_local)
+  Tensor shared_d_act;  // (N, Fs_local)
+  Tensor scratch;       // unfused activation / unpermute / weight-gradient scratch
+};
+
+// The dense layer's sequence-parallel buffers, shared with the MoE layer (N, C) each.
+struct SpBuffers {
+  float* full_in = nullptr;
+  float* full_out = nullptr;
+};
+
+// B, T: the micro-batch sizes the buffers are for (max); tag prefixes the tensor names.
+void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev, bool meta,
+                       const std::string& tag);
+void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev,
+                            bool meta);
+
+// x (N_loc, C) -> out (N_loc, C) OVERWRITTEN. N = B*T tokens in the micro-batch.
+void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                 MoeWorkspace& w, const SpBuffers& sp, float* out, const float* x, int64_t B, int64_t T, bool training);
+// dx (N_loc, C) OVERWRITTEN from dout (N_loc, C); weight gradients ACCUMULATED.
+// aux_loss_scale: d(total loss)/d(aux loss) (the router's aux_grad_scale).
+void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                  MoeWorkspace& w, const SpBuffers& sp, float* dx, const float* dout, const float* x, int64_t B,
+                  int64_t T, float aux_loss_scale);
+
+}  // namespace mtrain::moe
