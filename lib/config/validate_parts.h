@@ -12,8 +12,10 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
 void check_training(Args& a, std::vector<std::string>& warnings);
 // --train_type lora: ranges, names, and the LoRA learning-rate default (before check_training).
 void check_lora(Args& a);
-// MoE router flags: Megatron's checks and messages; refuses what is not implemented.
+// MoE router flags: refused without --num_experts, else check_moe_router_settings.
 void check_moe_router(Args& a);
+// Megatron's checks and messages on the router flags; refuses what is not implemented.
+void check_moe_router_settings(Args& a);
 // Derives lr_decay_iters from train_iters and checks warmup/WSD lengths against it.
 void check_schedule_lengths(Args& a);
 
