@@ -3,14 +3,17 @@
 // over it, and mtrain's forward + backward on it.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "moe/router.h"
 #include "parallel/local_comm.h"
 #include "router_reference.h"
+#include "test_util/fp32_bounds.h"
 
 namespace mtrain::moe::testing {
 
@@ -118,6 +121,24 @@ inline double logit_l1_max(const Problem& p) {
     }
   return m;
 }
+
+// Norm-relative bound between two fp32 evaluations of the router's
+// gradients (or one against an exact reference): the logits carry
+// gamma_C * sum|x W| (logit_l1_max), which moves each dlogits term (a
+// product of <= 3 score-function factors, each changing by <= 2x the logit
+// error relatively); then <= 4 rounding stages of sums of <= K terms (score
+// backward, loss gradients, the two GEMMs).
+inline double gradient_rtol(const Problem& p) {
+  const int64_t C = p.cfg.hidden;
+  const int64_t K = std::max({p.tokens(), C, p.cfg.num_experts + p.cfg.topk});
+  return 2 * 4 * mtrain::testing::fp32_gamma(K) + 2 * 3 * 2 * mtrain::testing::fp32_gamma(C) * logit_l1_max(p);
+}
+
+// A router configuration with a name for SCOPED_TRACE.
+struct NamedConfig {
+  std::string name;
+  RouterConfig cfg;
+};
 
 inline RouterConfig base_config() {
   RouterConfig c;
