@@ -89,9 +89,9 @@ struct RouterTokens {
 // over the MoE layers: ` load_balancing_loss: X |`, ` seq_load_balancing_loss: X |`,
 // ` z_loss: X |`. Unset when the loss is off or not training.
 struct RouterLossValues {
-  std::optional<double> load_balancing_loss;      // aux_loss: this rank's share of the layer's value
-  std::optional<double> seq_load_balancing_loss;  // seq_aux_loss: this rank's share
-  std::optional<double> z_loss;                   // mean over this rank's tokens of logsumexp(logits)^2
+  std::optional<double> load_balancing_loss = {};      // aux_loss: this rank's share of the layer's value
+  std::optional<double> seq_load_balancing_loss = {};  // seq_aux_loss: this rank's share
+  std::optional<double> z_loss = {};                   // mean over this rank's tokens of logsumexp(logits)^2
 };
 
 // One layer's routing of one micro-batch: the outputs, and what the backward
