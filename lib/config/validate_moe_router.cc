@@ -99,6 +99,13 @@ void check_moe_router(Args& a) {
 }
 
 void check_moe_router_settings(Args& a) {
+  // Megatron's MoELayer refuses this in training: every TP rank would route
+  // the same tokens, and the token group's shares would count them TP times.
+  if (a.tensor_model_parallel_size > 1 && !a.sequence_parallel)
+    throw ConfigError(
+        "During training, performance may degrade if MoE and tensor parallelism are enabled without "
+        "also enabling sequence parallelism.",
+        "add --sequence_parallel");
   require_positive(a.moe_router_topk, "moe_router_topk");
   require_non_negative(a.moe_aux_loss_coeff, "moe_aux_loss_coeff");
   if (a.moe_z_loss_coeff) require_non_negative(*a.moe_z_loss_coeff, "moe_z_loss_coeff");

@@ -122,7 +122,11 @@ struct RouterForward {
 // z losses (collectives on token_group: every rank of the group calls this
 // with the same N) and adds each token's routing (after dropping, as
 // Megatron's routing_map) to expert_counts (E) ACCUMULATED, if not null.
-// Dropping applies in training and evaluation alike.
+// Dropping applies in training and evaluation alike. A recomputed forward
+// (activation recompute) must pass expert_counts = null, so each token is
+// counted once, as Megatron counts only under grad mode. In a shape-only
+// run (profiler::shape_only()) only the gate GEMM is reported; nothing is
+// routed (buffers may be null).
 void router_forward(RouterForward& out, float* expert_counts, const float* x, const float* weight,
                     const float* expert_bias, const RouterTokens& tokens, const RouterConfig& cfg, bool training,
                     parallel::Comm& token_group);
@@ -138,6 +142,10 @@ void router_probs_backward(float* dlogits, const float* dprobs, const RouterForw
 // Full backward through the gate: dx (N, C) ACCUMULATED += dlogits · W_r
 // (skipped if null), dweight (E, C) ACCUMULATED += dlogits^T · x (skipped if
 // null). dlogits (N, E) scratch, OVERWRITTEN (router_probs_backward).
+// Each rank's dweight covers its own tokens: under sequence or context
+// parallelism the layer sums it over the token group like any
+// sequence-parallel replicated weight (Megatron marks the router weight
+// `sequence_parallel`).
 void router_backward(float* dx, float* dweight, float* dlogits, const float* dprobs, const RouterForward& fwd,
                      const float* x, const float* weight, const RouterConfig& cfg, float aux_grad_scale);
 

@@ -80,6 +80,14 @@ TEST(RouterFlags, MegatronMessages) {
             "moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, global_aux_loss or none load "
             "balancing");
 
+  Args tp;
+  tp.tensor_model_parallel_size = 2;
+  EXPECT_EQ(settings_error(tp),
+            "During training, performance may degrade if MoE and tensor parallelism are enabled without also "
+            "enabling sequence parallelism.");
+  tp.sequence_parallel = true;
+  config::detail::check_moe_router_settings(tp);
+
   // A negative capacity factor means None (Megatron): padding then needs one.
   Args negative;
   negative.moe_expert_capacity_factor = -1.0;

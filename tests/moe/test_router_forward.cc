@@ -8,6 +8,7 @@
 #include <string>
 
 #include "parallel/sim_comm.h"
+#include "profiler/kernel_region.h"
 #include "router_test_util.h"
 #include "test_util/fp32_bounds.h"
 
@@ -148,6 +149,41 @@ TEST(RouterForward, EvaluationComputesNoLossesAndCountsNothing) {
   router_forward(fwd, counts.data(), p.x.data(), p.w.data(), nullptr, {p.batch, p.seq}, c, false, self);
   EXPECT_FALSE(fwd.losses.load_balancing_loss || fwd.losses.z_loss || fwd.aux_active || fwd.z_active);
   EXPECT_EQ(counts, std::vector<float>(6, 0.f));
+}
+
+// Above the parallel threshold (N * E > 2^15) tokens are routed by several
+// threads: each token's result is still exactly the one it gets alone.
+TEST(RouterForward, LargeBatchRoutesEveryTokenAsAlone) {
+  RouterConfig c = base_config();
+  c.num_experts = 16;
+  c.score_function = ScoreFunction::kSigmoid;
+  c.aux_loss_coeff = 1e-2;
+  c.z_loss_coeff = 1e-3;
+  const testing::Problem big = make_problem(c, 13, 4, 1024);
+  const auto all = run_router(big);
+  testing::Problem few = big;
+  few.batch = 1;
+  few.seq = 5;
+  few.x.resize(5 * c.hidden);
+  const auto alone = run_router(few);
+  for (int64_t i = 0; i < 5 * c.topk; ++i) {
+    EXPECT_EQ(all.fwd.expert_ids[i], alone.fwd.expert_ids[i]);
+    EXPECT_EQ(all.fwd.probs[i], alone.fwd.probs[i]);
+  }
+}
+
+// A dry run: only the gate GEMM is priced, no data is touched.
+TEST(RouterForward, ShapeOnlyRoutesNothing) {
+  RouterConfig c = base_config();
+  c.aux_loss_coeff = 1e-2;
+  parallel::SelfComm self;
+  RouterForward fwd;
+  profiler::ShapeOnlyScope shape_only;
+  router_forward(fwd, nullptr, nullptr, nullptr, nullptr, {2, 1024}, c, true, self);
+  router_backward(nullptr, nullptr, nullptr, nullptr, fwd, nullptr, nullptr, c, 1.f);
+  EXPECT_EQ(fwd.num_tokens, 2048);
+  EXPECT_TRUE(fwd.logits.empty());
+  EXPECT_FALSE(fwd.losses.load_balancing_loss.has_value());
 }
 
 // Every sequence split in two halves over a token group of two ranks: the
