@@ -25,7 +25,10 @@ void check_shapes(const float* expert_bias, const RouterTokens& tokens, const Ro
   if (cfg.num_experts < 1 || cfg.topk < 1 || cfg.topk > cfg.num_experts)
     throw std::invalid_argument("router: topk " + std::to_string(cfg.topk) + " must be in [1, num_experts " +
                                 std::to_string(cfg.num_experts) + "]");
-  if (tokens.batch < 0 || tokens.seq < 0) throw std::invalid_argument("router: negative token layout");
+  const bool shard = tokens.local >= 0;
+  if (tokens.batch < 0 || tokens.seq < 0 || tokens.first < 0 ||
+      (shard && (tokens.seq == 0 || tokens.first + tokens.local > tokens.batch * tokens.seq)))
+    throw std::invalid_argument("router: token layout out of range");
   if ((expert_bias != nullptr) != cfg.enable_expert_bias)
     throw std::invalid_argument("router: an expert_bias buffer is required exactly with enable_expert_bias");
 }

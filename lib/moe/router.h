@@ -74,11 +74,23 @@ RouterConfig router_config_from_args(const config::Args& args, int64_t num_exper
 // ceil(num_tokens * topk / E * capacity_factor), per expert, for this rank's tokens.
 int64_t expert_capacity(int64_t num_tokens, int64_t num_experts, int topk, double capacity_factor);
 
-// How this rank's N = batch * seq tokens are laid out (seq_aux_loss needs the sequences).
+// How this rank's tokens sit in the micro-batch (seq_aux_loss needs the
+// sequences, position dropping their order). Two layouts:
+// - every sequence split over the token group (Megatron's sequence and
+//   context parallelism; one rank): `batch` sequences of `seq` tokens on
+//   this rank, token n = b * seq + s; first = 0, local = -1;
+// - a contiguous shard (mtrain's sequence parallelism, parallel/README.md):
+//   `batch` sequences of `seq` tokens in the whole micro-batch, this rank
+//   holding tokens [first, first + local) of its b * seq + s order.
 struct RouterTokens {
-  int64_t batch = 1;  // sequences of the micro-batch on this rank
-  int64_t seq = 0;    // tokens of each sequence on this rank
-  int64_t count() const { return batch * seq; }
+  int64_t batch = 1;   // sequences
+  int64_t seq = 0;     // tokens of each sequence (on this rank in the first layout)
+  int64_t first = 0;   // contiguous shard: this rank's first token
+  int64_t local = -1;  // contiguous shard: this rank's token count; -1: the first layout
+  int64_t count() const { return local >= 0 ? local : batch * seq; }
+  int64_t sequence_of(int64_t n) const { return (first + n) / seq; }
+  // Megatron's [s, b] order of token n (capacity's position policy).
+  int64_t megatron_order(int64_t n) const { return ((first + n) % seq) * batch + (first + n) / seq; }
 };
 
 // Loss values for logging, before their coefficient, for one layer and one
@@ -109,11 +121,14 @@ struct RouterForward {
   // Load-balancing state for the backward: (E) (aux_loss) or (batch, E)
   // (seq_aux_loss) token counts of the aux routing map (top-k of the scores,
   // without bias or dropping), summed over token_group, and the matching
-  // token total T (aux: N·|group|; seq: seq·|group|).
+  // token totals T (rows): the group's tokens (aux: N·|group|) or each
+  // sequence's (seq), as sum_e counts / k (Megatron's padding-mask path;
+  // equal to its N·|group| when every rank routes N tokens).
   std::vector<float> aux_tokens_per_expert;
-  double aux_total_tokens = 0;
-  bool aux_active = false;  // training with a load-balancing loss (coeff > 0)
-  bool z_active = false;    // training with a z-loss
+  double aux_total_tokens = 0;         // aux_row_tokens[0]
+  std::vector<double> aux_row_tokens;  // (rows)
+  bool aux_active = false;             // training with a load-balancing loss (coeff > 0)
+  bool z_active = false;               // training with a z-loss
   int64_t token_group_size = 1;
 };
 

@@ -37,21 +37,21 @@ bool seq_aux(const RouterConfig& cfg) { return cfg.load_balancing == LoadBalanci
 // sum_{r,e} P[r,e] · counts[r,e] · E / (k · T²) (/ batch for seq_aux_loss),
 // linear in the scores; r = b (seq_aux_loss) or 0.
 double aux_weight(const RouterForward& fwd, const RouterConfig& cfg, int64_t row, int64_t e) {
-  const double T = fwd.aux_total_tokens;
+  const double T = fwd.aux_row_tokens[row];
   double w =
       fwd.aux_tokens_per_expert[row * cfg.num_experts + e] * static_cast<double>(cfg.num_experts) / (cfg.topk * T * T);
   return seq_aux(cfg) ? w / static_cast<double>(fwd.tokens.batch) : w;
 }
 
 void load_balancing_forward(RouterForward& out, const RouterConfig& cfg, parallel::Comm& token_group) {
-  const int64_t N = out.num_tokens, E = cfg.num_experts, seq = out.tokens.seq;
+  const int64_t N = out.num_tokens, E = cfg.num_experts;
   const int64_t rows = seq_aux(cfg) ? out.tokens.batch : 1;
   std::vector<float> scores(E);
   std::vector<int32_t> ids(cfg.topk);
   std::vector<double> prob_sums(rows * E, 0.0);  // P[r, e]: this rank's sum of scores
   out.aux_tokens_per_expert.assign(rows * E, 0.f);
   for (int64_t n = 0; n < N; ++n) {
-    const int64_t row = seq_aux(cfg) ? n / seq : 0;
+    const int64_t row = seq_aux(cfg) ? out.tokens.sequence_of(n) : 0;
     aux_scores(scores.data(), out.logits.data() + n * E, cfg);
     // The aux routing map: top-k of these scores (no bias, no dropping).
     select_topk(ids.data(), cfg.topk, E, [&](int64_t e) { return scores[e]; });
@@ -60,7 +60,10 @@ void load_balancing_forward(RouterForward& out, const RouterConfig& cfg, paralle
   }
   // Counts are integers: the fp32 sum over the group is exact.
   token_group.all_reduce_sum(out.aux_tokens_per_expert.data(), rows * E);
-  out.aux_total_tokens = static_cast<double>((seq_aux(cfg) ? seq : N) * token_group.size());
+  out.aux_row_tokens.assign(rows, 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < E; ++e) out.aux_row_tokens[r] += out.aux_tokens_per_expert[r * E + e] / cfg.topk;
+  out.aux_total_tokens = out.aux_row_tokens[0];
   double loss = 0.0;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t e = 0; e < E; ++e) loss += prob_sums[r * E + e] * aux_weight(out, cfg, r, e);
@@ -104,7 +107,7 @@ void token_losses_backward(float* dl, const float* l, int64_t n, const RouterFor
     for (int64_t e = 0; e < E; ++e) dl[e] += static_cast<float>(scale * z_coeff * 2.0 * lse * p[e] / N);
   }
   if (!fwd.aux_active) return;
-  const int64_t row = seq_aux(cfg) ? n / fwd.tokens.seq : 0;
+  const int64_t row = seq_aux(cfg) ? fwd.tokens.sequence_of(n) : 0;
   double dot = 0.0;
   for (int64_t e = 0; e < E; ++e) w[e] = cfg.aux_loss_coeff * aux_weight(fwd, cfg, row, e);
   if (cfg.score_function == ScoreFunction::kSoftmax) {  // scores = p

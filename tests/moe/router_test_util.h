@@ -86,14 +86,14 @@ struct MtrainRun {
   std::vector<float> expert_counts;
 };
 
-inline MtrainRun run_router(const Problem& p, parallel::Comm& group, const float* x, int64_t batch, int64_t seq,
+inline MtrainRun run_router(const Problem& p, parallel::Comm& group, const float* x, const RouterTokens& tokens,
                             const std::vector<double>& up) {
   const RouterConfig& c = p.cfg;
-  const int64_t N = batch * seq, E = c.num_experts, k = c.topk;
+  const int64_t N = tokens.count(), E = c.num_experts, k = c.topk;
   MtrainRun r;
   r.expert_counts.assign(E, 0.f);
-  router_forward(r.fwd, r.expert_counts.data(), x, p.w.data(), c.enable_expert_bias ? p.bias.data() : nullptr,
-                 RouterTokens{batch, seq}, c, /*training=*/true, group);
+  router_forward(r.fwd, r.expert_counts.data(), x, p.w.data(), c.enable_expert_bias ? p.bias.data() : nullptr, tokens,
+                 c, /*training=*/true, group);
   std::vector<float> dprobs(N * k);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < k; ++j) dprobs[n * k + j] = static_cast<float>(up[n * E + r.fwd.expert_ids[n * k + j]]);
@@ -106,7 +106,7 @@ inline MtrainRun run_router(const Problem& p, parallel::Comm& group, const float
 
 inline MtrainRun run_router(const Problem& p) {
   parallel::SelfComm self;
-  return run_router(p, self, p.x.data(), p.batch, p.seq, p.up);
+  return run_router(p, self, p.x.data(), RouterTokens{p.batch, p.seq}, p.up);
 }
 
 // max_{n,e} sum_c |x[n,c] W[e,c]|: bounds the fp32 error of a logit by gamma_C times it.

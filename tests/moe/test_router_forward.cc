@@ -186,27 +186,41 @@ TEST(RouterForward, ShapeOnlyRoutesNothing) {
   EXPECT_FALSE(fwd.losses.load_balancing_loss.has_value());
 }
 
-// Every sequence split in two halves over a token group of two ranks: the
+// The micro-batch's tokens on two simulated ranks of a token group: the
 // load-balancing shares sum to the single-rank loss, the z-loss values
-// average to it, and the gate gradients (dW summed over the group, as
+// average to it, and the gate gradients (dW summed over the group, as for
 // Megatron's sequence-parallel router weight) equal the single-rank ones.
-void expect_group_equals_single_rank(const RouterConfig& cfg) {
-  const testing::Problem p = make_problem(cfg, 21, 2, 8);
+// `split`: every sequence halved (Megatron's SP / CP), or the flattened
+// tokens cut in two contiguous shards (mtrain's SP), which cuts a sequence.
+enum class Split { kEverySequence, kContiguous };
+
+void expect_group_equals_single_rank(const RouterConfig& cfg, Split split) {
+  const testing::Problem p = make_problem(cfg, 21, 3, 8);
   const auto whole = run_router(p);
-  const int64_t C = cfg.hidden, E = cfg.num_experts, half = p.seq / 2;
+  const int64_t C = cfg.hidden, E = cfg.num_experts, N = p.tokens(), half = p.seq / 2;
+  std::vector<std::vector<int64_t>> held(2);  // global token of each local token
+  std::vector<RouterTokens> layout(2);
+  for (int r = 0; r < 2; ++r) {
+    if (split == Split::kEverySequence) {
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t s = r * half; s < (r + 1) * half; ++s) held[r].push_back(b * p.seq + s);
+      layout[r] = {p.batch, half};
+    } else {
+      for (int64_t n = r * N / 2; n < (r + 1) * N / 2; ++n) held[r].push_back(n);
+      layout[r] = {p.batch, p.seq, r * N / 2, N / 2};
+    }
+  }
   std::vector<testing::MtrainRun> runs(2);
   parallel::SimWorld world(2);
   world.run([&](int rank) {
     auto group = world.make_comm("tp_cp", {0, 1}, rank);
     std::vector<float> x;
     std::vector<double> up;
-    for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t s = rank * half; s < (rank + 1) * half; ++s) {
-        const int64_t n = b * p.seq + s;
-        x.insert(x.end(), p.x.begin() + n * C, p.x.begin() + (n + 1) * C);
-        up.insert(up.end(), p.up.begin() + n * E, p.up.begin() + (n + 1) * E);
-      }
-    runs[rank] = run_router(p, *group, x.data(), p.batch, half, up);
+    for (int64_t n : held[rank]) {
+      x.insert(x.end(), p.x.begin() + n * C, p.x.begin() + (n + 1) * C);
+      up.insert(up.end(), p.up.begin() + n * E, p.up.begin() + (n + 1) * E);
+    }
+    runs[rank] = run_router(p, *group, x.data(), layout[rank], up);
   });
   const bool seq = cfg.load_balancing == LoadBalancing::kSeqAuxLoss;
   auto lb = [&](const testing::MtrainRun& r) {
@@ -215,16 +229,14 @@ void expect_group_equals_single_rank(const RouterConfig& cfg) {
   // Positive terms, <= 4u each (see above), plus one double addition.
   EXPECT_LE(std::fabs(lb(runs[0]) + lb(runs[1]) - lb(whole)), 8 * kFp32Unit * lb(whole));
   const double z = (*runs[0].fwd.losses.z_loss + *runs[1].fwd.losses.z_loss) / 2;
-  EXPECT_LE(std::fabs(z - *whole.fwd.losses.z_loss), 8 * (p.tokens() + E) * kFp64Unit * z);
+  EXPECT_LE(std::fabs(z - *whole.fwd.losses.z_loss), 8 * (N + E) * kFp64Unit * z);
   // Two fp32 evaluations of the same gradient (GEMMs of other sizes).
   const double rtol = testing::gradient_rtol(p);
-  std::vector<float> dw(E * C);
+  std::vector<float> dw(E * C), dx(N * C);
   for (int64_t i = 0; i < E * C; ++i) dw[i] = runs[0].dw[i] + runs[1].dw[i];
   EXPECT_TRUE(mtrain::testing::close_in_max_norm(dw.data(), whole.dw.data(), dw.size(), rtol));
-  std::vector<float> dx;
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int rank = 0; rank < 2; ++rank)
-      dx.insert(dx.end(), runs[rank].dx.begin() + b * half * C, runs[rank].dx.begin() + (b + 1) * half * C);
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < held[r].size(); ++i) std::copy_n(runs[r].dx.begin() + i * C, C, dx.begin() + held[r][i] * C);
   EXPECT_TRUE(mtrain::testing::close_in_max_norm(dx.data(), whole.dx.data(), dx.size(), rtol));
 }
 
@@ -232,15 +244,20 @@ TEST(RouterForward, TokenGroupSharesAddUpToTheWholeMicroBatch) {
   RouterConfig c = base_config();
   c.aux_loss_coeff = 1e-2;
   c.z_loss_coeff = 1e-3;
-  {
-    SCOPED_TRACE("aux_loss");
-    expect_group_equals_single_rank(c);
-  }
-  c.load_balancing = LoadBalancing::kSeqAuxLoss;
-  c.score_function = ScoreFunction::kSigmoid;
-  {
-    SCOPED_TRACE("seq_aux_loss");
-    expect_group_equals_single_rank(c);
+  for (Split split : {Split::kEverySequence, Split::kContiguous}) {
+    SCOPED_TRACE(split == Split::kContiguous ? "contiguous shards" : "every sequence split");
+    c.load_balancing = LoadBalancing::kAuxLoss;
+    c.score_function = ScoreFunction::kSoftmax;
+    {
+      SCOPED_TRACE("aux_loss");
+      expect_group_equals_single_rank(c, split);
+    }
+    c.load_balancing = LoadBalancing::kSeqAuxLoss;
+    c.score_function = ScoreFunction::kSigmoid;
+    {
+      SCOPED_TRACE("seq_aux_loss");
+      expect_group_equals_single_rank(c, split);
+    }
   }
 }
 
