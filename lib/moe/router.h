@@ -148,9 +148,17 @@ void router_forward(RouterForward& out, float* expert_counts, const float* x, co
 
 // dlogits (N, E) OVERWRITTEN: from dprobs (N, k) (the loss gradient of
 // fwd.probs; dropped pairs contribute nothing) plus, when active, the
-// load-balancing and z-loss gradients times aux_grad_scale — Megatron's
-// MoEAuxLossAutoScaler.main_loss_backward_scale: the main loss's backward
-// scale (loss_scale / num_microbatches; 1 without scaling).
+// load-balancing and z-loss gradients times aux_grad_scale = d(total
+// loss)/d(each aux loss), as Megatron's MoEAuxLossAutoScaler makes it:
+// - loss averaged per micro-batch (Megatron's default): loss_scale /
+//   num_microbatches (its main_loss_backward_scale);
+// - per-token loss over the global batch (calculate_per_token_loss, as
+//   Megatron-SWIFT and mtrain's trainer): Megatron multiplies each aux loss
+//   by the router's token count times the token group's size before the
+//   autoscaler and divides every gradient by the global batch's loss tokens,
+//   so aux_grad_scale = loss_scale · N · |token_group| / (loss tokens of the
+//   global batch) — about 1 / (num_microbatches · DP) of the loss scale,
+//   not the weight of one token.
 void router_probs_backward(float* dlogits, const float* dprobs, const RouterForward& fwd, const RouterConfig& cfg,
                            float aux_grad_scale);
 
