@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -56,8 +57,12 @@ struct StepMetrics {
   bool skipped = false;            // optimizer step skipped (fp16 overflow or non-finite skip)
   int64_t skipped_iterations = 0;  // running totals
   int64_t nan_iterations = 0;
-  int grad_buckets_overlapped = 0;                  // DP buckets whose reduction started during backward
-  CommTotals comm;                                  // this rank, all groups
+  int grad_buckets_overlapped = 0;  // DP buckets whose reduction started during backward
+  CommTotals comm;                  // this rank, all groups
+  // MoE router losses of this iteration under Megatron's names, reduced as
+  // its MoE metrics tracker does (moe::RouterLossTracker::report); empty
+  // without MoE layers.
+  std::vector<std::pair<std::string, double>> aux_losses;
   std::map<std::string, CommTotals> comm_by_group;  // this rank, per group
 };
 
