@@ -12,9 +12,8 @@
 // Semantics follow megatron/core/transformer/moe/router.py and moe_utils.py
 // (topk_routing_with_score_function, compute_routing_scores_for_aux_loss,
 // switch_load_balancing_loss_func, z_loss_func, apply_router_token_dropping,
-// get_capacity, get_updated_expert_bias). Token n of this rank is sequence
-// b = n / seq, position s = n % seq (mtrain's (B, T) layout); under sequence
-// or context parallelism `seq` is this rank's shard of every sequence.
+// get_capacity, get_updated_expert_bias). RouterTokens says where this
+// rank's tokens sit in the micro-batch (mtrain's (B, T) token order).
 //
 // Reductions are explicit: `token_group` is the group whose ranks hold
 // disjoint token shards of the same micro-batch (Megatron's tp_cp_group:
@@ -22,8 +21,8 @@
 // a SelfComm. The expert-bias update reduces over TP×DP×CP (its own group).
 //
 // Ties (equal scores, equal probs) are broken towards the lower expert index
-// and, for capacity, the lower token index; Megatron leaves them to
-// torch.topk, so tests keep away from ties.
+// and, for capacity, the earlier token in Megatron's [s, b] order; Megatron
+// leaves them to torch.topk, so tests keep away from ties.
 #pragma once
 
 #include <cstdint>
