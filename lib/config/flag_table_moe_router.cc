@@ -49,7 +49,7 @@ std::vector<FlagSpec> moe_router_flags() {
        .field = &Args::moe_router_enable_expert_bias,
        .group = M,
        .help = "MoE: aux-loss-free balancing: a per-expert bias (sigmoid only) added to the scores for the "
-               "selection, moved after each global batch towards balance; saved in checkpoints."},
+               "selection, moved after each global batch towards balance (a non-trainable model tensor)."},
       {.name = "moe_router_bias_update_rate",
        .field = &Args::moe_router_bias_update_rate,
        .group = M,

@@ -66,12 +66,7 @@ void check_expert_parallel(const Args& a) {
     throw ConfigError(fmt::format("moe_ffn_hidden_size ({}) must be divisible by expert_tensor_parallel_size ({})",
                                   *a.moe_ffn_hidden_size, etp),
                       "each expert's MLP is split evenly over the expert tensor-parallel ranks");
-  // Megatron raises this in MoELayer.forward during training; here it is found before training starts.
-  if (tp > 1 && !a.sequence_parallel)
-    throw ConfigError(
-        "During training, performance may degrade if MoE and tensor parallelism are enabled without "
-        "also enabling sequence parallelism.",
-        "add --sequence_parallel (MoE under TP routes each rank's token shard)");
+  // MoE under TP without sequence parallelism: refused by check_moe_router (Megatron's MoELayer message).
   if (a.moe_token_dispatcher_type == "allgather" && etp * ep > 1)
     throw ConfigError(
         "--moe_token_dispatcher_type allgather with expert tensor or expert parallelism is not "

@@ -30,9 +30,13 @@ const char* const kRouterFlags[] = {"moe_router_topk",
 // Router flags shape MoE layers only: without --num_experts there is no
 // router, so a changed router flag would be ignored — refuse it instead.
 // (Looked up by name: --num_experts belongs to the MoE layer's flag table.)
+bool has_experts(const Args& a) {
+  const auto experts = find_flag("num_experts");
+  return experts && !flag_has_default_value(*experts->spec, a);
+}
+
 void refuse_without_experts(const Args& a) {
   const auto experts = find_flag("num_experts");
-  if (experts && !flag_has_default_value(*experts->spec, a)) return;
   for (const char* name : kRouterFlags) {
     if (flag_has_default_value(*find_flag(name)->spec, a)) continue;
     throw ConfigError(fmt::format("--{} applies only to MoE models, but --num_experts is not set", name),
@@ -87,7 +91,21 @@ void refuse_unimplemented(const Args& a) {
 }  // namespace
 
 void check_moe_router(Args& a) {
-  refuse_without_experts(a);
+  if (!has_experts(a)) {
+    refuse_without_experts(a);
+    return;
+  }
+  check_moe_router_settings(a);
+}
+
+void check_moe_router_settings(Args& a) {
+  // Megatron's MoELayer refuses this in training: every TP rank would route
+  // the same tokens, and the token group's shares would count them TP times.
+  if (a.tensor_model_parallel_size > 1 && !a.sequence_parallel)
+    throw ConfigError(
+        "During training, performance may degrade if MoE and tensor parallelism are enabled without "
+        "also enabling sequence parallelism.",
+        "add --sequence_parallel");
   require_positive(a.moe_router_topk, "moe_router_topk");
   require_non_negative(a.moe_aux_loss_coeff, "moe_aux_loss_coeff");
   if (a.moe_z_loss_coeff) require_non_negative(*a.moe_z_loss_coeff, "moe_z_loss_coeff");

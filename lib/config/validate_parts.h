@@ -16,8 +16,10 @@ void check_training(Args& a, std::vector<std::string>& warnings);
 void check_lora(Args& a);
 // --num_experts: the MoE layer's flags (after check_parallel); derives moe_ffn_hidden_size.
 void check_moe(Args& a, std::vector<std::string>& warnings);
-// MoE router flags: Megatron's checks and messages; refuses what is not implemented.
+// MoE router flags: refused without --num_experts, else check_moe_router_settings.
 void check_moe_router(Args& a);
+// Megatron's checks and messages on the router flags; refuses what is not implemented.
+void check_moe_router_settings(Args& a);
 // Derives lr_decay_iters from train_iters and checks warmup/WSD lengths against it.
 void check_schedule_lengths(Args& a);
 

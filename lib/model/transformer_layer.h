@@ -28,9 +28,10 @@ struct TokenBatch {
   const int32_t* targets = nullptr;    // next tokens; may be null for inference
   const int32_t* positions = nullptr;  // per-token positions (restart per packed sample)
   const int32_t* doc_ids = nullptr;    // may be null: plain causal mask
-  // d(total loss)/d(an auxiliary loss of the model, e.g. MoE load balancing):
-  // the weight each token loss gets in backward (Megatron's per-token loss:
-  // loss scale / tokens of the global batch). 0: auxiliary losses give no gradient.
+  // The weight each token loss gets in backward (Megatron's per-token loss:
+  // loss scale / loss tokens of the global batch), from which auxiliary
+  // losses (MoE load balancing) take their gradient scale. 0: auxiliary
+  // losses give no gradient.
   float aux_loss_scale = 0.f;
 };
 

@@ -245,8 +245,8 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     a.M = Nl * K;
     for (int64_t e = 0; e < c.num_local; ++e) a.rows[e] = a.M / c.num_local + (e < a.M % c.num_local ? 1 : 0);
   } else {
-    // Each TP rank routes its own token shard (sequence parallel); B sequences of T tokens otherwise.
-    const RouterTokens toks = c.sequence_parallel ? RouterTokens{1, Nl} : RouterTokens{B, T};
+    // Each TP rank routes its own contiguous token shard of the B sequences of T tokens (sequence parallel).
+    const RouterTokens toks = c.sequence_parallel ? RouterTokens{B, T, tp.tp->rank() * Nl, Nl} : RouterTokens{B, T};
     router_forward(a.route, nullptr, x, wt.router, wt.expert_bias, toks, c.router, training, *tp.tp);
     const int64_t m_max = c.max_rows(Nl);
     const Routing r = routing_of(a, m_max);
@@ -320,8 +320,11 @@ void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const M
   }
   if (shape) return;
   permute_backward(dx, w.d_perm.data(), r.slot_row, Nl, K, C);
+  // Megatron under the per-token loss scales each aux loss by the router's tokens times the token
+  // group's size before its autoscaler (router.h, aux_grad_scale).
+  const float aux_grad_scale = aux_loss_scale * static_cast<float>(Nl * tp.tp->size());
   router_backward(dx, wt.router_grad, w.dlogits.data(), w.dprobs.data(), a.route, x, wt.router, c.router,
-                  aux_loss_scale);
+                  aux_grad_scale);
   round_act(c, dx, Nl * C);
 }
 

@@ -126,7 +126,9 @@ void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B,
 void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
                  MoeWorkspace& w, const SpBuffers& sp, float* out, const float* x, int64_t B, int64_t T, bool training);
 // dx (N_loc, C) OVERWRITTEN from dout (N_loc, C); weight gradients ACCUMULATED.
-// aux_loss_scale: d(total loss)/d(aux loss) (the router's aux_grad_scale).
+// aux_loss_scale: the weight of one token loss in the total (loss scale /
+// loss tokens of the global batch); the router's aux_grad_scale is that times
+// its N_loc tokens times the token group's size, as Megatron's per-token loss.
 void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
                   MoeWorkspace& w, const SpBuffers& sp, float* dx, const float* dout, const float* x, int64_t B,
                   int64_t T, float aux_loss_scale);

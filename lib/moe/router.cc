@@ -18,11 +18,17 @@ namespace mtrain::moe {
 
 namespace {
 
+// Below this many (token, expert) scores a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
 void check_shapes(const float* expert_bias, const RouterTokens& tokens, const RouterConfig& cfg) {
   if (cfg.num_experts < 1 || cfg.topk < 1 || cfg.topk > cfg.num_experts)
     throw std::invalid_argument("router: topk " + std::to_string(cfg.topk) + " must be in [1, num_experts " +
                                 std::to_string(cfg.num_experts) + "]");
-  if (tokens.batch < 0 || tokens.seq < 0) throw std::invalid_argument("router: negative token layout");
+  const bool shard = tokens.local >= 0;
+  if (tokens.batch < 0 || tokens.seq < 0 || tokens.first < 0 ||
+      (shard && (tokens.seq == 0 || tokens.first + tokens.local > tokens.batch * tokens.seq)))
+    throw std::invalid_argument("router: token layout out of range");
   if ((expert_bias != nullptr) != cfg.enable_expert_bias)
     throw std::invalid_argument("router: an expert_bias buffer is required exactly with enable_expert_bias");
 }
@@ -48,10 +54,15 @@ void router_forward(RouterForward& out, float* expert_counts, const float* x, co
   out.expert_ids.resize(N * k);
   out.probs.resize(N * k);
   kernels::linear_forward(out.logits.data(), x, weight, nullptr, N, C, E);  // fp32 router
-  std::vector<float> scratch(E);
-  for (int64_t n = 0; n < N; ++n)
-    detail::route_token(out.expert_ids.data() + n * k, out.probs.data() + n * k, out.logits.data() + n * E, expert_bias,
-                        scratch.data(), cfg);
+  // Tokens are independent: any thread split gives the same bits.
+#pragma omp parallel if (N * E > kParallelMin)
+  {
+    std::vector<float> scratch(E);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n)
+      detail::route_token(out.expert_ids.data() + n * k, out.probs.data() + n * k, out.logits.data() + n * E,
+                          expert_bias, scratch.data(), cfg);
+  }
   detail::drop_over_capacity(out, training ? expert_counts : nullptr, tokens, cfg);
   if (training) detail::router_losses_forward(out, cfg, token_group);
 }
@@ -60,12 +71,16 @@ void router_probs_backward(float* dlogits, const float* dprobs, const RouterForw
                            float aux_grad_scale) {
   const int64_t N = fwd.num_tokens, E = cfg.num_experts;
   const int k = cfg.topk;
-  std::vector<float> scratch(E), masked(k);
-  for (int64_t n = 0; n < N; ++n) {
-    // A dropped pair's prob is the constant 0 (Megatron multiplies by the mask).
-    for (int j = 0; j < k; ++j) masked[j] = fwd.kept[n * k + j] ? dprobs[n * k + j] : 0.f;
-    detail::route_token_backward(dlogits + n * E, masked.data(), fwd.expert_ids.data() + n * k,
-                                 fwd.logits.data() + n * E, scratch.data(), cfg);
+#pragma omp parallel if (N * E > kParallelMin)
+  {
+    std::vector<float> scratch(E), masked(k);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      // A dropped pair's prob is the constant 0 (Megatron multiplies by the mask).
+      for (int j = 0; j < k; ++j) masked[j] = fwd.kept[n * k + j] ? dprobs[n * k + j] : 0.f;
+      detail::route_token_backward(dlogits + n * E, masked.data(), fwd.expert_ids.data() + n * k,
+                                   fwd.logits.data() + n * E, scratch.data(), cfg);
+    }
   }
   detail::router_losses_backward(dlogits, fwd, cfg, aux_grad_scale);
 }

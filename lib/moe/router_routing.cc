@@ -108,13 +108,10 @@ void drop_over_capacity(RouterForward& out, float* expert_counts, const RouterTo
   if (out.capacity >= 0 && out.capacity < N) {
     // Megatron keeps, per expert, the top-`capacity` tokens of its column:
     // by prob ("probs"), or the earliest in Megatron's [s, b] token order
-    // ("position"; mtrain's token n is (b, s), so the key is s * batch + b).
+    // ("position"; mtrain's token (b, s) has the key s * batch + b).
     std::vector<int64_t> pairs(N * k);
     std::iota(pairs.begin(), pairs.end(), 0);
-    const auto key = [&](int64_t pair) {
-      const int64_t n = pair / k;
-      return (n % tokens.seq) * tokens.batch + n / tokens.seq;
-    };
+    const auto key = [&](int64_t pair) { return tokens.megatron_order(pair / k); };
     const bool by_probs = cfg.drop_policy == DropPolicy::kProbs;
     std::stable_sort(pairs.begin(), pairs.end(), [&](int64_t a, int64_t b) {
       if (out.expert_ids[a] != out.expert_ids[b]) return out.expert_ids[a] < out.expert_ids[b];

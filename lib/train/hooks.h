@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -48,9 +49,6 @@ struct StepMetrics {
   int64_t loss_tokens = 0;  // tokens that carried loss in this global batch
   int64_t tokens = 0;       // tokens processed (incl. padding) in this global batch
   double lm_loss = 0;       // mean loss per loss token over the global batch
-  // The model's auxiliary losses as Megatron logs them after the lm loss
-  // (MoE: load_balancing_loss, seq_load_balancing_loss, z_loss); empty for a dense model.
-  std::vector<std::pair<std::string, double>> aux_losses;
   double learning_rate = 0;
   double grad_norm = 0;       // before clipping
   bool has_grad_norm = true;  // false when an fp16 overflow skipped the step (Megatron logs none)
@@ -66,8 +64,12 @@ struct StepMetrics {
   bool skipped = false;            // optimizer step skipped (fp16 overflow or non-finite skip)
   int64_t skipped_iterations = 0;  // running totals
   int64_t nan_iterations = 0;
-  int grad_buckets_overlapped = 0;                  // DP buckets whose reduction started during backward
-  CommTotals comm;                                  // this rank, all groups
+  int grad_buckets_overlapped = 0;  // DP buckets whose reduction started during backward
+  CommTotals comm;                  // this rank, all groups
+  // MoE router losses of this iteration under Megatron's names, reduced as
+  // its MoE metrics tracker does (moe::RouterLossTracker::report); empty
+  // without MoE layers.
+  std::vector<std::pair<std::string, double>> aux_losses;
   std::map<std::string, CommTotals> comm_by_group;  // this rank, per group
 };
 

@@ -33,7 +33,7 @@ static std::string py_float(double v) {
 }
 
 std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms, int64_t skipped, int64_t nans,
-                            const LogThroughput* throughput, const std::string& ts) {
+                            const LogThroughput* throughput, const std::string& ts, const AuxLossAverages& aux) {
   std::string s = fmt::format(" [{}]", ts);
   s += fmt::format(" iteration {:8d}/{:8d} |", m.iteration, m.train_iters);
   s += fmt::format(" consumed samples: {:12d} |", m.consumed_samples);
@@ -50,8 +50,8 @@ std::string format_log_line(const StepMetrics& m, double avg_loss, double avg_ms
   s += fmt::format(" learning rate: {} |", sci(m.learning_rate));
   s += fmt::format(" global batch size: {:5d} |", m.global_batch_size);
   if (avg_loss > 0) s += fmt::format(" lm loss: {} |", sci(avg_loss));
-  for (const auto& [name, value] : m.aux_losses)
-    s += fmt::format(" {}: {:.2f} |", name, value);  // Megatron's MoE format
+  for (const auto& [name, value] : aux)
+    if (value > 0) s += fmt::format(" {}: {} |", name, sci(value));
   s += fmt::format(" loss scale: {:.1f} |", m.loss_scale);
   if (m.has_grad_norm) s += fmt::format(" grad norm: {:.3f} |", m.grad_norm);
   if (m.has_num_zeros) s += fmt::format(" num zeros: {} |", m.num_zeros);
@@ -134,14 +134,22 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
     ++counted_;
   }
   if (!std::isfinite(m.lm_loss) || !std::isfinite(m.grad_norm)) ++nans_;
+  for (const auto& [name, value] : m.aux_losses) {
+    auto it = std::find_if(sum_aux_.begin(), sum_aux_.end(), [&](const auto& p) { return p.first == name; });
+    if (it == sum_aux_.end()) it = sum_aux_.insert(sum_aux_.end(), {name, 0.0});
+    it->second += value;
+  }
   if (m.iteration % opts_.log_interval != 0 && m.iteration != m.train_iters) return;
 
   const double avg_loss = counted_ ? sum_loss_ / counted_ : 0.0;
+  // Megatron divides every total_loss_dict entry by the advanced iterations.
+  AuxLossAverages aux = sum_aux_;
+  for (auto& entry : aux) entry.second /= static_cast<double>(std::max<int64_t>(1, counted_));
   const double avg_ms = sum_ms_ / steps_;
   const LogThroughput tp = throughput(avg_ms);
   const LogThroughput* shown = opts_.log_throughput ? &tp : nullptr;
   if (opts_.print_log)
-    fmt::print("{}\n", format_log_line(m, avg_loss, avg_ms, skipped_, nans_, shown, now_timestamp()));
+    fmt::print("{}\n", format_log_line(m, avg_loss, avg_ms, skipped_, nans_, shown, now_timestamp(), aux));
   const auto& st = dev_.stats();
   constexpr double kMB = 1 << 20;
   if (!memory_reported_ && opts_.print_memory) {
@@ -189,6 +197,7 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
     std::fflush(jsonl_);
   }
   sum_loss_ = sum_ms_ = 0;
+  for (auto& entry : sum_aux_) entry.second = 0;
   steps_ = counted_ = skipped_ = nans_ = 0;
 }
 

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "device/device.h"
 #include "train/hooks.h"
@@ -43,11 +45,16 @@ struct LogThroughput {
 
 // Megatron's throughput: FLOPs / (seconds per iteration x 10^12 x world size).
 double tflops_per_gpu(double flops_per_iteration, double seconds_per_iteration, int world_size);
+// Interval averages of StepMetrics::aux_losses, in first-seen order.
+using AuxLossAverages = std::vector<std::pair<std::string, double>>;
 
 // " [YYYY-mm-dd HH:MM:SS] iteration ... |" for an interval summary;
-// `throughput` null: without --log_throughput.
+// `throughput` null: without --log_throughput. `aux` follow the lm loss as
+// Megatron prints its total_loss_dict (` load_balancing_loss: X |`), each
+// only when > 0.
 std::string format_log_line(const StepMetrics& last, double avg_loss, double avg_ms, int64_t skipped_in_interval,
-                            int64_t nan_in_interval, const LogThroughput* throughput, const std::string& timestamp);
+                            int64_t nan_in_interval, const LogThroughput* throughput, const std::string& timestamp,
+                            const AuxLossAverages& aux = {});
 // prefix: "iteration 100" during training, "iteration 100 on validation set" after it.
 std::string format_validation_line(const std::string& prefix, double loss);
 std::string now_timestamp();
@@ -68,6 +75,7 @@ class MegatronLogger : public TrainHook {
   const device::Device& dev_;
   std::FILE* jsonl_ = nullptr;
   double sum_loss_ = 0, sum_ms_ = 0;
+  AuxLossAverages sum_aux_;  // summed over the interval (skipped iterations too, as Megatron's tracker)
   int64_t steps_ = 0, counted_ = 0, skipped_ = 0, nans_ = 0;
   bool memory_reported_ = false;
   double total_ms_ = 0;

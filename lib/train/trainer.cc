@@ -156,7 +156,7 @@ double Trainer::run_schedule(const std::vector<data::Batch>& micro, int64_t it, 
   const bool counts_loss = state_->coords().tp == 0;
   std::vector<model::TokenBatch> tb;
   for (const data::Batch& b : micro) tb.push_back(token_batch(b));
-  // Auxiliary losses (MoE load balancing) weigh in backward like one token loss (Megatron's per-token loss).
+  // Auxiliary losses (MoE load balancing) scale their gradient from one token loss's weight.
   for (model::TokenBatch& t : tb) t.aux_loss_scale = static_cast<float>(dloss_scale);
   auto seed_of = [&](int mb) {
     return stream_seed(opts_.seed, static_cast<uint64_t>(it), uint64_t(mb) * dp + dp_rank);

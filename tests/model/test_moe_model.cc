@@ -57,12 +57,14 @@ std::vector<Case> cases() {
   return out;
 }
 
-// sum_i w_i loss_i + (auxiliary losses): what backward differentiates with aux_loss_scale = 1.
+// sum_i w_i loss_i + (auxiliary losses) * N: what backward differentiates
+// with aux_loss_scale = 1 (Megatron's per-token-loss scaling: the router's
+// N tokens times a token group of one).
 double total_loss(GptModel& m, const TokenBatch& b, const std::vector<float>& w, uint64_t* routing) {
   const double l = loss_of(m, b, w, true);
   const AuxLosses aux = m.aux_losses();
   if (routing) *routing = aux.routing_hash;
-  return l + aux.weighted;
+  return l + aux.weighted * static_cast<double>(b.B * b.T);
 }
 
 class MoeModelGrad : public ::testing::TestWithParam<Case> {};

@@ -24,6 +24,40 @@ TEST(MegatronLogLine, MatchesTheReferenceRendering) {
             "0 |");
 }
 
+// MoE router losses follow the lm loss like the rest of Megatron's
+// total_loss_dict, each only when positive.
+TEST(MegatronLogLine, RouterLossesFollowTheLmLoss) {
+  StepMetrics m;
+  const std::string line =
+      format_log_line(m, 2.5, 10.0, 0, 0, nullptr, "T", {{"z_loss", 0.0}, {"load_balancing_loss", 1.0312345}});
+  EXPECT_NE(line.find("| lm loss: 2.500000E+00 | load_balancing_loss: 1.031235E+00 | loss scale:"), std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("z_loss"), std::string::npos) << line;
+}
+
+// Over a log interval the router losses are summed (skipped iterations
+// too, as Megatron's tracker adds them) and divided by the iterations that
+// advanced: (1 + 2 + 6) / 2 advanced = 4.5.
+TEST(MegatronLogLine, RouterLossesAveragedOverTheInterval) {
+  device::Device dev(device::DeviceProfile{}, 0);
+  LoggerOptions o;
+  o.log_interval = 3;
+  o.print_memory = false;
+  MegatronLogger logger(o, dev);
+  ::testing::internal::CaptureStdout();
+  for (int it = 1; it <= 3; ++it) {
+    StepMetrics m;
+    m.iteration = it;
+    m.train_iters = 3;
+    m.lm_loss = 1.0;
+    m.skipped = it == 2;
+    m.aux_losses = {{"load_balancing_loss", it == 3 ? 6.0 : it}};
+    logger.on_step_end(m);
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("| load_balancing_loss: 4.500000E+00 |"), std::string::npos) << out;
+}
+
 TEST(MegatronLogLine, ThroughputAndCountersAndZeroLoss) {
   StepMetrics m;
   m.iteration = 5;
