@@ -12,6 +12,14 @@ double CostModel::kernel_seconds(double flops, double bytes, bool sixteen_bit) c
   return std::max(compute, memory) + c_.launch_overhead_s;
 }
 
+// Link-time factor of an all-to-all on S = sent + received bytes (cost_model.h).
+double CostModel::all_to_all_factor(double n, bool inter_node) const {
+  const double one_direction = 0.5;
+  if (inter_node || p_.intra_node_topology == IntraNodeTopology::kSwitch) return one_direction * (n - 1) / n;
+  if (p_.intra_node_topology == IntraNodeTopology::kFullMesh) return one_direction / n;
+  return one_direction * (n - 1) / 2;  // ring: relayed hop by hop
+}
+
 double CostModel::comm_seconds(Collective op, double bytes, int group_size, bool inter_node) const {
   const double n = group_size;
   if (group_size <= 1 && op != Collective::kPointToPoint) return 0.0;
@@ -32,6 +40,9 @@ double CostModel::comm_seconds(Collective op, double bytes, int group_size, bool
       break;
     case Collective::kBarrier:
       factor = 0;
+      break;
+    case Collective::kAllToAll:
+      factor = all_to_all_factor(n, inter_node);
       break;
   }
   // A full mesh carries the ring's per-rank traffic over n-1 links at once.

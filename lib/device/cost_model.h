@@ -14,7 +14,7 @@
 namespace mtrain::device {
 
 // The collective patterns the cost model knows (parallel::CommOp maps onto them).
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kPointToPoint, kBarrier };
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kPointToPoint, kBarrier, kAllToAll };
 
 class CostModel {
  public:
@@ -28,7 +28,9 @@ class CostModel {
 
   // Collective time over `group_size` = n ranks; `bytes` = S is CommEvent's
   // payload (all_reduce / broadcast: the buffer; all_gather / reduce_scatter:
-  // the full unsharded buffer; point-to-point: the message). bw is one link's
+  // the full unsharded buffer; point-to-point: the message; all_to_all: the
+  // bytes the rank sends plus those it receives, CommEvent's bytes +
+  // recv_bytes, of which each direction of a link carries half). bw is one link's
   // bandwidth per direction times its efficiency; then comm_latency is added.
   //
   // A group that spans nodes, and a node of topology `ring` or `switch`: ring
@@ -46,12 +48,22 @@ class CostModel {
   //   broadcast (pipelined ring)          S / bw
   //   send / recv (one link)              S / bw
   //   barrier                     latency only
+  // all_to_all(-v), with D = S/2 the rank's buffer in one direction (links are
+  // full duplex), of which it keeps 1/n and sends D/n to each of n-1 peers:
+  //   full_mesh (a link per pair, all at once)     D / (n · bw)
+  //   switch, or a group spanning nodes (the
+  //     device's own bandwidth to the fabric)   (n-1)/n · D / bw
+  //   ring (no path but the ring: the message to the peer d hops on crosses
+  //     d links; n ranks send D/n over d = 1..n-1 hops, the n links share
+  //     n · D/n · n(n-1)/2 link-bytes)          (n-1)/2 · D / bw
   // A group of one costs nothing (except point-to-point, which always has a peer).
   double comm_seconds(Collective op, double bytes, int group_size, bool inter_node) const;
 
   const CostConstants& constants() const { return c_; }
 
  private:
+  double all_to_all_factor(double n, bool inter_node) const;
+
   DeviceProfile p_;
   CostConstants c_;
 };

@@ -16,11 +16,11 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, bool meta)
     : GptModel(config, dev, nullptr, meta, {}) {}
 
 GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm& tp, bool meta,
-                   const std::function<int64_t(int64_t)>& padded_numel)
+                   const std::function<int64_t(ParamStore&)>& padded_numel)
     : GptModel(config, dev, &tp, meta, padded_numel) {}
 
 GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm* tp, bool meta,
-                   const std::function<int64_t(int64_t)>& padded_numel)
+                   const std::function<int64_t(ParamStore&)>& padded_numel)
     : config_(config), dev_(dev), tp_(tp) {
   const ModelConfig& c = config_;
   if (!tp_) {
@@ -37,7 +37,7 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Com
   mark_trainable(params_, c);
   check_grad_coverage();
   params_.layout();
-  params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_.unpadded_numel()) : 0);
+  params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_) : 0);
   params_.initialize(c.seed, c.init_std, c.num_layers, c.dtype);
   allocate_chunks(meta);
 }
@@ -174,31 +174,39 @@ void GptModel::check_grad_coverage() const {
 }
 
 // [begin, end) of the gradients of the trainable parameters among
-// first..last plus the alignment padding after them (up to the next
-// trainable parameter, or the end of the trainable ones), so the spans of all
-// parameters tile the flat gradient buffer; empty when all are frozen.
-std::pair<int64_t, int64_t> GptModel::grad_span(int first, int last) const {
+// first..last, one span per gradient region they fall in (dense, then
+// expert-parallel: ParamStore::layout puts those last), each with the
+// alignment padding after it (up to the next trainable parameter of the same
+// region, or the region's end), so the spans of all parameters tile each
+// region; none when all are frozen.
+std::vector<std::pair<int64_t, int64_t>> GptModel::grad_spans(int first, int last) const {
   const int n = static_cast<int>(params_.infos().size());
-  int lo = first;
-  while (lo <= last && !params_.info(lo).trainable) ++lo;
-  if (lo > last) return {0, 0};
-  int next = last + 1;
-  while (next < n && !params_.info(next).trainable) ++next;
-  const int64_t end = next < n ? params_.info(next).offset : params_.unpadded_numel();
-  return {params_.info(lo).offset, end};
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const bool expert : {false, true}) {
+    auto in_region = [&](int i) { return params_.info(i).trainable && params_.info(i).expert_parallel == expert; };
+    int lo = first;
+    while (lo <= last && !in_region(lo)) ++lo;
+    if (lo > last) continue;
+    int next = last + 1;
+    while (next < n && !in_region(next)) ++next;
+    const int64_t region_end = expert ? params_.unpadded_numel() : params_.dense_numel();
+    out.emplace_back(params_.info(lo).offset, next < n ? params_.info(next).offset : region_end);
+  }
+  return out;
 }
 
 void GptModel::zero_grads_of(int first, int last) {
   if (first < 0 || params_.grads().is_meta()) return;
-  const auto [begin, end] = grad_span(first, last);
-  if (end > begin) zero_floats(params_.grads().data() + begin, end - begin);
+  for (const auto& [begin, end] : grad_spans(first, last))
+    if (end > begin) zero_floats(params_.grads().data() + begin, end - begin);
 }
 
 std::vector<std::pair<int64_t, int64_t>> GptModel::chunk_param_spans(int c) const {
   const Chunk& ch = chunks_[c];
   std::vector<std::pair<int64_t, int64_t>> out;
   auto add = [&](int first, int last) {
-    if (first >= 0) out.push_back(grad_span(first, last));
+    if (first < 0) return;
+    for (const auto& span : grad_spans(first, last)) out.push_back(span);
   };
   if (ch.spec.pre) {
     add(wte_, wte_);
@@ -214,8 +222,8 @@ std::vector<std::pair<int64_t, int64_t>> GptModel::chunk_param_spans(int c) cons
 
 void GptModel::report_ready(int first, int last) {
   if (!grad_ready_ || first < 0) return;
-  const auto [begin, end] = grad_span(first, last);
-  if (end > begin) grad_ready_(begin, end);
+  for (const auto& [begin, end] : grad_spans(first, last))
+    if (end > begin) grad_ready_(begin, end);
 }
 
 AuxLosses GptModel::aux_losses(int c, int s) {

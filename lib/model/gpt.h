@@ -35,10 +35,10 @@ class GptModel {
   // Single device (config.tp must be 1).
   GptModel(const ModelConfig& config, device::Device& dev, bool meta = false);
   // One rank of a tensor-parallel group `tp` (size config.tp).
-  // `padded_numel` maps the parameter count to the flat buffer size the
-  // data-parallel buckets need.
+  // `padded_numel` lays the parameters out for the data-parallel gradient
+  // buckets (ParamStore::layout) and returns the flat buffer size they need.
   GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm& tp, bool meta = false,
-           const std::function<int64_t(int64_t)>& padded_numel = {});
+           const std::function<int64_t(ParamStore&)>& padded_numel = {});
   ~GptModel();
 
   // ---- Whole model (one chunk with embedding and head; slot 0) ----
@@ -116,7 +116,7 @@ class GptModel {
 
  private:
   GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm* tp, bool meta,
-           const std::function<int64_t(int64_t)>& padded_numel);
+           const std::function<int64_t(ParamStore&)>& padded_numel);
 
   struct ChunkSlot {
     Tensor residuals;                // (L_chunk+1, N_loc, C): input of each layer, then the chunk output
@@ -138,7 +138,7 @@ class GptModel {
   void allocate_slot(ChunkSlot& s, const Chunk& ch, int chunk_id, int slot_id, bool meta);
   void check_grad_coverage() const;
   // Parameters first..last (indices into the ParamStore; first < 0: none).
-  std::pair<int64_t, int64_t> grad_span(int first, int last) const;
+  std::vector<std::pair<int64_t, int64_t>> grad_spans(int first, int last) const;
   void zero_grads_of(int first, int last);
   void zero_grad(int param) { zero_grads_of(param, param); }
   void zero_layer_grads(int layer) { zero_grads_of(layer_param_span_[layer].first, layer_param_span_[layer].second); }

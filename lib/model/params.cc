@@ -35,7 +35,7 @@ int ParamStore::add(std::string name, Shape full_shape, bool weight_decay, Init 
   p.weight_decay = weight_decay;
   p.init = init;
   total_ = p.offset + p.numel;
-  used_ = total_;
+  used_ = dense_end_ = expert_begin_ = total_;  // no expert region before layout()
   infos_.push_back(std::move(p));
   return static_cast<int>(infos_.size()) - 1;
 }
@@ -53,14 +53,25 @@ int64_t ParamStore::trainable_count() const {
   return n;
 }
 
-int64_t ParamStore::layout() {
+int64_t ParamStore::layout(int64_t dense_multiple) {
   // Trainable first, in registration order: a layer's trainable parameters
-  // stay contiguous, so its gradient span is one range.
+  // stay contiguous, so its gradient span is one range (its expert-parallel
+  // ones form a second range, in the expert region).
   int64_t at = 0;
-  for (ParamInfo& p : infos_) {
-    if (!p.trainable) continue;
-    p.offset = (at + 15) / 16 * 16;  // 16-float aligned: vector loops never straddle two
-    at = p.offset + p.numel;
+  auto place = [&](bool expert) {
+    for (ParamInfo& p : infos_) {
+      if (!p.trainable || p.expert_parallel != expert) continue;
+      p.offset = (at + 15) / 16 * 16;  // 16-float aligned: vector loops never straddle two
+      at = p.offset + p.numel;
+    }
+  };
+  place(false);
+  dense_end_ = expert_begin_ = at;
+  if (std::any_of(infos_.begin(), infos_.end(), [](const ParamInfo& p) { return p.trainable && p.expert_parallel; })) {
+    const int64_t m = std::max<int64_t>(dense_multiple, 1);
+    expert_begin_ = ((at + m - 1) / m * m + 15) / 16 * 16;
+    at = expert_begin_;
+    place(true);
   }
   used_ = total_ = at;
   place_frozen();

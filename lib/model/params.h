@@ -9,6 +9,12 @@
 // optimizer state: finalize() lays the trainable parameters out first, so
 // the flat gradient buffer, the optimizer and the DP buckets span only
 // [0, numel()), and the frozen weights follow them in the parameter buffer.
+//
+// Expert-parallel parameters (ParamInfo::expert_parallel) are reduced over
+// another data-parallel group than the others (Megatron keeps them in a
+// buffer of their own), so layout() places them after the dense ones:
+//   [dense trainable)[DP padding, gap)[expert trainable)[padding)[frozen)
+//   0        dense_numel()          expert_begin()    unpadded_numel()
 #pragma once
 
 #include <cstdint>
@@ -64,6 +70,12 @@ struct ParamInfo {
   // False for a parameter the base model does not have (a LoRA adapter):
   // weight sources (--model, --load of a base) are not asked for it.
   bool in_base = true;
+  // Split over the expert-parallel ranks and replicated over the expert
+  // grid's data-parallel group (an MoE layer's experts): its gradient is
+  // summed over expt-dp instead of dp / dp-cp, the distributed optimizer
+  // shards it over expt-dp, and the grad norm counts it once per expert
+  // shard. Set it before layout(). Megatron: `param.allreduce = False`.
+  bool expert_parallel = false;
 };
 
 class ParamStore {
@@ -72,9 +84,12 @@ class ParamStore {
   // this rank holds `shard`; returns its index. Call finalize() after the last one.
   int add(std::string name, Shape full_shape, bool weight_decay, Init init, TpShard shard = {});
   ParamInfo& mutable_info(int i) { return infos_[i]; }
-  // Lays out the trainable parameters first, then the frozen ones (set
-  // `trainable` before). Returns the trainable flat size before padding.
-  int64_t layout();
+  // Lays out the trainable parameters first (dense, then expert-parallel at
+  // the first 16-aligned offset past a multiple of `dense_multiple` >= the
+  // dense ones: room for the dense DP buckets' padding), then the frozen
+  // ones (set `trainable` and `expert_parallel` before). Returns the
+  // trainable flat size before padding.
+  int64_t layout(int64_t dense_multiple = 1);
   // Allocates params (emulated dtype, kWeights: trainable then frozen) and
   // fp32 grads (kGrads, trainable only) on the device; the trainable part is
   // padded to at least `min_numel` elements (the DP buckets' padding); padding
@@ -100,12 +115,19 @@ class ParamStore {
   int64_t count() const;            // parameters this rank holds
   int64_t trainable_count() const;  // of which trainable
   int64_t unpadded_numel() const { return used_; }
+  // The dense trainable parameters end here (before padding).
+  int64_t dense_numel() const { return dense_end_; }
+  // The expert-parallel trainable parameters: [expert_begin(), unpadded_numel()),
+  // empty (expert_begin() == unpadded_numel()) when there are none.
+  int64_t expert_begin() const { return expert_begin_; }
+  bool has_expert_params() const { return expert_begin_ < used_; }
 
  private:
   std::vector<ParamInfo> infos_;
   int64_t total_ = 0;
   int64_t used_ = 0;
   int64_t frozen_ = 0;  // frozen elements (with alignment) behind the trainable part
+  int64_t dense_end_ = 0, expert_begin_ = 0;
   bool laid_out_ = false;
   void place_frozen();
   Tensor params_;

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "common/errors.h"
 #include "device/cost_model.h"
@@ -37,6 +41,8 @@ device::Collective cost_collective(CommOp op) {
       return device::Collective::kPointToPoint;
     case CommOp::kBarrier:
       return device::Collective::kBarrier;
+    case CommOp::kAllToAll:
+      return device::Collective::kAllToAll;
   }
   return device::Collective::kBarrier;
 }
@@ -59,6 +65,8 @@ const char* comm_op_name(CommOp op) {
       return "send_recv";
     case CommOp::kBarrier:
       return "barrier";
+    case CommOp::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -271,6 +279,81 @@ CollectiveRequest Comm::run_start_all_gather(const void* in, void* out, int64_t 
   CommEvent e{.op = CommOp::kAllGather, .type = t, .elements = n, .bytes = wire_bytes(n, t, wire), .nonblocking = true};
   e.seconds = now_seconds() - t0;
   return CollectiveRequest(*this, std::move(pending), e);
+}
+
+std::pair<int64_t, int64_t> Comm::check_all_to_all_layout(const void* in, std::span<const int64_t> send_counts,
+                                                          std::span<const int64_t> send_displs, const void* out,
+                                                          std::span<const int64_t> recv_counts,
+                                                          std::span<const int64_t> recv_displs, ScalarType t) const {
+  const auto p = static_cast<size_t>(size());
+  if (send_counts.size() != p || send_displs.size() != p || recv_counts.size() != p || recv_displs.size() != p) {
+    throw Error(ExitCode::kInternal,
+                fmt::format("comm '{}': all_to_all_v needs {} counts and displacements per side, got {}/{} to send "
+                            "and {}/{} to receive",
+                            name_, p, send_counts.size(), send_displs.size(), recv_counts.size(), recv_displs.size()));
+  }
+  // Extent of each side in elements, and the receive blocks to test for overlap.
+  auto side = [&](const char* what, std::span<const int64_t> counts, std::span<const int64_t> displs,
+                  std::vector<std::pair<int64_t, int64_t>>* blocks) {
+    int64_t total = 0, begin = INT64_MAX, end = 0;
+    for (size_t k = 0; k < p; ++k) {
+      if (counts[k] < 0 || displs[k] < 0) {
+        throw Error(ExitCode::kInternal, fmt::format("comm '{}': all_to_all_v {} block for rank {} has count {} at "
+                                                     "displacement {}",
+                                                     name_, what, k, counts[k], displs[k]));
+      }
+      if (counts[k] == 0) continue;
+      total += counts[k], begin = std::min(begin, displs[k]), end = std::max(end, displs[k] + counts[k]);
+      if (blocks) blocks->emplace_back(displs[k], counts[k]);
+    }
+    return std::tuple{total, begin, end};
+  };
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  const auto [sent, send_begin, send_end] = side("send", send_counts, send_displs, nullptr);
+  const auto [received, recv_begin, recv_end] = side("receive", recv_counts, recv_displs, &blocks);
+  check_count("all_to_all_v", sent, in);
+  check_count("all_to_all_v", received, out);
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    if (blocks[i - 1].first + blocks[i - 1].second > blocks[i].first) {
+      throw Error(ExitCode::kInternal,
+                  fmt::format("comm '{}': all_to_all_v receive blocks overlap at element {}", name_, blocks[i].first));
+    }
+  }
+  const int64_t esize = scalar_bytes(t);
+  const auto* in_lo = static_cast<const std::byte*>(in) + send_begin * esize;
+  const auto* out_lo = static_cast<const std::byte*>(out) + recv_begin * esize;
+  if (moves_data() && sent > 0 && received > 0 && in_lo < static_cast<const std::byte*>(out) + recv_end * esize &&
+      out_lo < static_cast<const std::byte*>(in) + send_end * esize) {
+    throw Error(ExitCode::kInternal, fmt::format("comm '{}': all_to_all_v input and output overlap", name_));
+  }
+  if (send_counts[rank()] != recv_counts[rank()]) {
+    throw Error(ExitCode::kInternal, fmt::format("comm '{}': rank {} all_to_all_v sends {} elements to itself but "
+                                                 "expects {}",
+                                                 name_, rank(), send_counts[rank()], recv_counts[rank()]));
+  }
+  return {sent, received};
+}
+
+void Comm::run_all_to_all_v(const void* in, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
+                            void* out, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
+                            ScalarType t, Wire wire) {
+  const auto [sent, received] = check_all_to_all_layout(in, send_counts, send_displs, out, recv_counts, recv_displs, t);
+  const double t0 = now_seconds();
+  do_all_to_all_v(in, send_counts.data(), send_displs.data(), out, recv_counts.data(), recv_displs.data(), t);
+  CommEvent e{.op = CommOp::kAllToAll,
+              .type = t,
+              .elements = sent,
+              .bytes = wire_bytes(sent, t, wire),
+              .recv_bytes = wire_bytes(received, t, wire)};
+  report(e, t0);
+}
+
+void Comm::run_all_to_all(const void* in, void* out, int64_t chunk, ScalarType t, Wire wire) {
+  check_count("all_to_all", chunk, in);
+  std::vector<int64_t> counts(size(), chunk), displs(size());
+  for (int k = 0; k < size(); ++k) displs[k] = k * chunk;
+  run_all_to_all_v(in, counts, displs, out, counts, displs, t, wire);
 }
 
 void Comm::barrier() {

@@ -29,6 +29,9 @@
 //   Progress is made whenever the rank calls into this Comm (MpiComm folds its
 //   share and launches the second half then), so a rank must not block
 //   elsewhere on something that needs another rank's request to complete.
+// - all_to_all_v is MPI_Alltoallv: a pure exchange, bit-exact. The counts
+//   must agree pairwise (what rank r sends to p is what p expects from r);
+//   SimComm checks that, MPI only notices a message longer than expected.
 // - Every call is reported to the observer (if set) after it completes, with
 //   its payload bytes and wall time, for the profiler and the cost model.
 #pragma once
@@ -37,8 +40,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "tensor/tensor.h"
 
@@ -48,7 +53,7 @@ enum class Collective;  // device/cost_model.h
 
 namespace mtrain::parallel {
 
-enum class CommOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kSendRecv, kBarrier };
+enum class CommOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv, kSendRecv, kBarrier, kAllToAll };
 const char* comm_op_name(CommOp op);  // "all_reduce", ...
 // The pattern the device cost model prices an op with (send/recv: point-to-point).
 device::Collective cost_collective(CommOp op);
@@ -91,10 +96,12 @@ struct CommEvent {
   // Payload in elements and in wire bytes (elements x Wire::element_bytes):
   //   all_reduce, broadcast: the buffer; reduce_scatter, all_gather: the full
   //   (unsharded) buffer = group_size x chunk; send: the message sent; recv:
-  //   the message received; send_recv: the message sent (recv_bytes: received).
+  //   the message received; send_recv: the message sent (recv_bytes: received);
+  //   all_to_all(_v): everything this rank sends, its own block included
+  //   (recv_bytes: everything it receives, its own block included).
   int64_t elements = 0;
   int64_t bytes = 0;
-  int64_t recv_bytes = 0;  // send_recv only
+  int64_t recv_bytes = 0;  // send_recv, all_to_all only
   int peer = -1;           // send: destination; recv: source; send_recv: destination; broadcast: root
   int recv_peer = -1;      // send_recv: source
   double seconds = 0;      // wall time of the call on this rank (includes waiting for peers)
@@ -278,6 +285,25 @@ class Comm {
     run_send_recv(send_data, send_n, dest, recv_data, recv_n, src, scalar_type_of<T>(), tag, wire);
   }
 
+  // Personalised exchange (MPI_Alltoallv), e.g. MoE token dispatch: this rank
+  // sends send_counts[p] elements from in + send_displs[p] to group rank p and
+  // receives recv_counts[p] elements from p into out + recv_displs[p]. One
+  // entry per group rank, in elements; recv_counts[p] here must equal
+  // send_counts[rank()] on rank p (exchange the counts first, e.g. with an
+  // all_to_all of int64). `in` and `out` must not overlap, nor the receive
+  // blocks each other.
+  template <CommScalar T>
+  void all_to_all_v(const T* in, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs, T* out,
+                    std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs, Wire wire = {}) {
+    run_all_to_all_v(in, send_counts, send_displs, out, recv_counts, recv_displs, scalar_type_of<T>(), wire);
+  }
+  // Equal split (Ulysses CP): in (size * chunk), out (size * chunk);
+  // out[p * chunk ...] = rank p's in[rank() * chunk ...].
+  template <CommScalar T>
+  void all_to_all(const T* in, T* out, int64_t chunk, Wire wire = {}) {
+    run_all_to_all(in, out, chunk, scalar_type_of<T>(), wire);
+  }
+
   void barrier();
 
   // False for MetaComm (shape-only): buffers may be null and are never touched.
@@ -295,6 +321,11 @@ class Comm {
   virtual void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                             ScalarType t, int tag) = 0;
   virtual void do_barrier() = 0;
+  // Arrays of size() entries, in elements; the blocks are validated (counts
+  // and displacements >= 0, in and out disjoint, receive blocks disjoint, the
+  // block to itself the same size both ways).
+  virtual void do_all_to_all_v(const void* in, const int64_t* send_counts, const int64_t* send_displs, void* out,
+                               const int64_t* recv_counts, const int64_t* recv_displs, ScalarType t) = 0;
   // Copies the message and posts it; nullptr when it is already complete.
   virtual std::unique_ptr<detail::PendingSend> do_isend(const void* data, int64_t n, ScalarType t, int peer,
                                                         int tag) = 0;
@@ -321,6 +352,16 @@ class Comm {
   CollectiveRequest run_start_all_gather(const void* in, void* out, int64_t chunk, ScalarType t, Wire wire);
   void run_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                      ScalarType t, int tag, Wire wire);
+  void run_all_to_all_v(const void* in, std::span<const int64_t> send_counts, std::span<const int64_t> send_displs,
+                        void* out, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_displs,
+                        ScalarType t, Wire wire);
+  void run_all_to_all(const void* in, void* out, int64_t chunk, ScalarType t, Wire wire);
+  // Checks an all_to_all_v's layout (see do_all_to_all_v); returns the
+  // elements sent and received.
+  std::pair<int64_t, int64_t> check_all_to_all_layout(const void* in, std::span<const int64_t> send_counts,
+                                                      std::span<const int64_t> send_displs, const void* out,
+                                                      std::span<const int64_t> recv_counts,
+                                                      std::span<const int64_t> recv_displs, ScalarType t) const;
 
   void check_count(const char* what, int64_t n, const void* buffer) const;
   void check_peer(const char* what, const char* role, int peer, bool allow_self) const;

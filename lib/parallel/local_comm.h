@@ -1,7 +1,7 @@
 // Communicators that need no other process:
 // - SelfComm: a group of one rank (single-device runs, TP=1 groups without
 //   MPI). Reductions and broadcasts leave data as is; reduce_scatter and
-//   all_gather copy; send_recv to itself copies. Non-blocking collectives
+//   all_gather copy; send_recv and all_to_all(_v) to itself copy. Non-blocking collectives
 //   complete at start (still reported at wait()).
 // - MetaComm: rank `rank` of a group of `size` for shape-only dry runs. Moves
 //   no data (buffers may be null) but reports every call to the observer, so
@@ -29,6 +29,9 @@ class SelfComm final : public Comm {
   void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                     ScalarType t, int tag) override;
   void do_barrier() override {}
+  // Copies the one block (to itself).
+  void do_all_to_all_v(const void* in, const int64_t* send_counts, const int64_t* send_displs, void* out,
+                       const int64_t* recv_counts, const int64_t* recv_displs, ScalarType t) override;
   std::unique_ptr<detail::PendingSend> do_isend(const void*, int64_t, ScalarType, int, int) override {
     return nullptr;  // unreachable: no peer exists
   }
@@ -64,6 +67,8 @@ class MetaComm final : public Comm {
   void do_recv(void*, int64_t, ScalarType, int, int) override {}
   void do_send_recv(const void*, int64_t, int, void*, int64_t, int, ScalarType, int) override {}
   void do_barrier() override {}
+  void do_all_to_all_v(const void*, const int64_t*, const int64_t*, void*, const int64_t*, const int64_t*,
+                       ScalarType) override {}
   std::unique_ptr<detail::PendingSend> do_isend(const void*, int64_t, ScalarType, int, int) override {
     return nullptr;  // nothing to deliver: complete at once
   }

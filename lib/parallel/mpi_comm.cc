@@ -244,6 +244,21 @@ std::unique_ptr<detail::PendingSend> MpiComm::do_isend(const void* data, int64_t
   return pending;
 }
 
+void MpiComm::do_all_to_all_v(const void* in, const int64_t* send_counts, const int64_t* send_displs, void* out,
+                              const int64_t* recv_counts, const int64_t* recv_displs, ScalarType t) {
+  drain();
+  send_counts_.resize(size_), send_offsets_.resize(size_), recv_counts_.resize(size_), recv_offsets_.resize(size_);
+  for (int k = 0; k < size_; ++k) {  // MPI counts and displacements are int
+    send_counts_[k] = count(send_counts[k], "all_to_all_v");
+    send_offsets_[k] = count(send_displs[k], "all_to_all_v");
+    recv_counts_[k] = count(recv_counts[k], "all_to_all_v");
+    recv_offsets_[k] = count(recv_displs[k], "all_to_all_v");
+  }
+  check(MPI_Alltoallv(in, send_counts_.data(), send_offsets_.data(), mpi_type(t), out, recv_counts_.data(),
+                      recv_offsets_.data(), mpi_type(t), comm_),
+        "MPI_Alltoallv");
+}
+
 void MpiComm::do_barrier() {
   drain();
   check(MPI_Barrier(comm_), "MPI_Barrier");

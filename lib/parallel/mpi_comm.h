@@ -19,7 +19,7 @@
 // The second halves run on a duplicate communicator, started in the order the
 // collectives were started whatever order they are waited in, so MPI matches
 // them on every rank. start_reduce_scatter is one MPI_Ialltoall + the fold;
-// start_all_gather one MPI_Iallgather.
+// start_all_gather one MPI_Iallgather. all_to_all_v is MPI_Alltoallv.
 #pragma once
 
 #ifndef OMPI_SKIP_MPICXX
@@ -76,6 +76,8 @@ class MpiComm final : public Comm {
   void do_send_recv(const void* send_data, int64_t send_n, int dest, void* recv_data, int64_t recv_n, int src,
                     ScalarType t, int tag) override;
   void do_barrier() override;
+  void do_all_to_all_v(const void* in, const int64_t* send_counts, const int64_t* send_displs, void* out,
+                       const int64_t* recv_counts, const int64_t* recv_displs, ScalarType t) override;
   // MPI_Isend of a copy the request owns.
   std::unique_ptr<detail::PendingSend> do_isend(const void* data, int64_t n, ScalarType t, int peer, int tag) override;
   std::unique_ptr<detail::PendingCollective> do_start_all_reduce(void* data, int64_t n, ScalarType t,

@@ -41,6 +41,16 @@ class ParallelState {
   Comm& cp() { return group(GroupKind::kContext); }
   Comm& dp_cp() { return group(GroupKind::kDataContext); }
   Comm& model() { return group(GroupKind::kModel); }
+  // The expert generator's groups (tp=ETP, ep=EP, dp=world/(ETP*EP*PP), cp=1):
+  // token dispatch over ep, expert weights split over expert_tp, their
+  // gradients reduced over expert_dp (Megatron's expert_data_parallel_group,
+  // which spans CP too), the expert part of the grad norm over tp_ep_pp.
+  Comm& ep() { return group(GroupKind::kExpert); }
+  Comm& expert_tp() { return group(GroupKind::kExpertTensor); }
+  Comm& expert_dp() { return group(GroupKind::kExpertData); }
+  Comm& tp_ep() { return group(GroupKind::kExpertTensorModel); }
+  Comm& tp_ep_pp() { return group(GroupKind::kExpertTensorModelPipeline); }
+  ExpertRankCoords expert_coords() const { return grid_.expert_coords(rank_); }
 
   bool is_first_pipeline_stage() const { return coords_.pp == 0; }
   bool is_last_pipeline_stage() const { return coords_.pp == grid_.pp() - 1; }

@@ -117,6 +117,25 @@ class SimComm final : public Comm {
     arrive(nullptr);
   }
 
+  // Every rank copies its blocks straight from the senders' buffers.
+  void do_all_to_all_v(const void* in, const int64_t* send_counts, const int64_t* send_displs, void* out,
+                       const int64_t* recv_counts, const int64_t* recv_displs, ScalarType t) override {
+    Post post{CommOp::kAllToAll, t, ReduceOp::kSum, 0, -1, in};
+    for (int k = 0; k < size(); ++k) post.n += send_counts[k];
+    post.send_counts = send_counts, post.send_displs = send_displs, post.recv_counts = recv_counts;
+    arrive(post);
+    const size_t esize = scalar_bytes(t);
+    for (int k = 0; k < size(); ++k) {
+      const Post& from = group_->posts[k];
+      const int64_t n = from.send_counts[rank_];
+      if (n) {
+        std::memcpy(static_cast<std::byte*>(out) + recv_displs[k] * esize,
+                    static_cast<const std::byte*>(from.in) + from.send_displs[rank_] * esize, n * esize);
+      }
+    }
+    arrive(nullptr);  // nobody overwrites an input another rank still reads
+  }
+
   void do_barrier() override { arrive(Post{CommOp::kBarrier, ScalarType::kU8, ReduceOp::kSum, 0, -1, nullptr}); }
 
   void do_send(const void* data, int64_t n, ScalarType t, int peer, int tag) override {
@@ -217,7 +236,8 @@ class SimComm final : public Comm {
   std::string check_posts(const std::vector<Post>& posts) const {
     for (int k = 1; k < size(); ++k) {
       const Post &a = posts[0], &b = posts[k];
-      if (a.op != b.op || a.type != b.type || a.n != b.n || a.root != b.root || a.nonblocking != b.nonblocking ||
+      const bool n_differs = a.n != b.n && a.op != CommOp::kAllToAll;  // all_to_all_v: checked pairwise below
+      if (a.op != b.op || a.type != b.type || n_differs || a.root != b.root || a.nonblocking != b.nonblocking ||
           (a.op != CommOp::kAllGather && a.reduce != b.reduce)) {
         return fmt::format("comm '{}': collective mismatch: rank 0 called {} but rank {} called {}", name(),
                            post_str(a), k, post_str(b));
@@ -225,6 +245,21 @@ class SimComm final : public Comm {
       if (a.seq != b.seq) {
         return fmt::format("comm '{}': collective mismatch: rank 0 called {} as collective #{} but rank {} as #{}",
                            name(), post_str(a), a.seq, k, b.seq);
+      }
+    }
+    return posts[0].op == CommOp::kAllToAll ? check_all_to_all_counts(posts) : "";
+  }
+
+  // Empty when what each rank sends to each other is what that one expects
+  // (MPI would truncate, or leave part of the receive block unwritten).
+  std::string check_all_to_all_counts(const std::vector<Post>& posts) const {
+    for (int from = 0; from < size(); ++from) {
+      for (int to = 0; to < size(); ++to) {
+        const int64_t sent = posts[from].send_counts[to], expected = posts[to].recv_counts[from];
+        if (sent != expected) {
+          return fmt::format("comm '{}': all_to_all_v mismatch: rank {} sends {} {} to rank {}, which expects {}",
+                             name(), from, sent, scalar_type_name(posts[from].type), to, expected);
+        }
       }
     }
     return "";

@@ -34,6 +34,11 @@ struct Post {
   const void* in = nullptr;  // blocking collectives: the caller's buffer, read by every rank
   uint64_t seq = 0;          // the rank's count of collectives on this communicator before this one
   bool nonblocking = false;  // started with start_*
+  // all_to_all_v: (size) per-peer counts and displacements, the caller's
+  // arrays (n is the total sent, which may differ between ranks).
+  const int64_t* send_counts = nullptr;
+  const int64_t* send_displs = nullptr;
+  const int64_t* recv_counts = nullptr;
 };
 
 // A point-to-point message in flight. Synchronous sends lend their buffer

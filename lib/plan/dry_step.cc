@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "parallel/param_gather.h"
 #include "profiler/kernel_region.h"
+#include "train/grad_regions.h"
 #include "train/trainer.h"
 
 namespace mtrain::plan {
@@ -44,9 +45,11 @@ class ShapeOnlyBatches : public train::BatchSource {
 std::vector<int> gathers_before_chunk(model::GptModel& model, const parallel::ParallelState& state,
                                       const train::TrainerOptions& to) {
   std::vector<int> out;
-  const int dp = state.grid().dp();
-  if (!to.overlap_param_gather || !to.distributed_optimizer || dp == 1) return out;
-  const parallel::GradBuckets buckets(model.params().unpadded_numel(), to.bucket_elems, dp);
+  // The dense region's buckets (grad_regions.h); an expert region's gathers
+  // are not counted here.
+  const train::GradRegion dense = train::grad_regions(model.params(), state, to.bucket_elems)[0];
+  if (!to.overlap_param_gather || !to.distributed_optimizer || dense.size == 1) return out;
+  const parallel::GradBuckets& buckets = dense.buckets;
   for (int c = 0; c < model.num_chunks(); ++c) {
     size_t n = 0;
     for (const auto& [b, e] : model.chunk_param_spans(c)) n = std::max(n, parallel::param_gather_prefix(buckets, b, e));
@@ -58,7 +61,7 @@ std::vector<int> gathers_before_chunk(model::GptModel& model, const parallel::Pa
 }  // namespace
 
 DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
-                        parallel::ParallelState& state, train::TrainerOptions to) {
+                     parallel::ParallelState& state, train::TrainerOptions to) {
   to.train_iters = 1;
   to.eval_interval = 0;
   ShapeOnlyBatches batches(args.num_micro_batches, args.micro_batch_size, model.config().seq_length,

@@ -5,8 +5,8 @@
 //
 // Model (what it assumes, so a reader can judge the numbers):
 // - A forward_step / backward_step phase lasts its kernels' roofline time plus
-//   its collectives (TP/SP all-reduce, all-gather, reduce-scatter: on the
-//   critical path, nothing overlapped).
+//   its collectives (TP/SP all-reduce, all-gather, reduce-scatter, the EP / CP
+//   all-to-all: on the critical path, nothing overlapped).
 // - A pipeline message costs one point-to-point time between the phase that
 //   sends it and the one that needs it (Megatron's 1F1B / interleaved order,
 //   parallel::pipeline_actions); a stage waits for it (the bubble).

@@ -4,6 +4,7 @@
 
 #include "common/errors.h"
 #include "parallel/grad_buckets.h"
+#include "train/grad_regions.h"
 
 namespace mtrain::train::detail {
 
@@ -36,7 +37,8 @@ bool writes_param(const model::ParamInfo& p, int index, const parallel::RankCoor
 }
 
 std::vector<float> full_state(const Tensor& state, const optim::Optimizer& opt, parallel::ParallelState& ps,
-                              int64_t unpadded_numel, int64_t padded_numel, int64_t bucket_elems) {
+                              const model::ParamStore& params, int64_t bucket_elems) {
+  const int64_t padded_numel = params.numel();
   std::vector<float> flat(static_cast<size_t>(padded_numel), 0.0f);
   const float* src = state.data();
   for (const auto& [b, e] : opt.state_intervals()) {
@@ -45,10 +47,11 @@ std::vector<float> full_state(const Tensor& state, const optim::Optimizer& opt, 
     src += e - b;
   }
   if (opt.sharded()) {
-    const parallel::GradBuckets buckets(unpadded_numel, bucket_elems, ps.grid().dp());
-    if (buckets.padded_numel() > padded_numel)
-      throw Error(ExitCode::kInternal, "checkpoint: DP buckets larger than the parameter buffer");
-    buckets.all_gather(ps.dp(), flat.data());
+    for (const GradRegion& r : grad_regions(params, ps, bucket_elems)) {
+      if (r.padded_end() > padded_numel)
+        throw Error(ExitCode::kInternal, "checkpoint: DP buckets larger than the parameter buffer");
+      if (r.size > 1) r.buckets.all_gather(ps.group(r.group), flat.data() + r.begin);
+    }
   }
   return flat;
 }

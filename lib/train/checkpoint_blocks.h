@@ -43,10 +43,11 @@ inline bool saved_under_own_name(const model::ParamInfo& p) { return p.init_name
 bool writes_param(const model::ParamInfo& p, int index, const parallel::RankCoords& rc, int dp_size);
 
 // A state buffer of the optimizer (state_numel() floats over
-// state_intervals()) spread over the flat parameter layout (`padded_numel`
-// floats, zeros elsewhere), all-gathered over DP when the optimizer is sharded.
+// state_intervals()) spread over the flat parameter layout (params.numel()
+// floats, zeros elsewhere), all-gathered over each gradient region's
+// data-parallel group (grad_regions.h) when the optimizer is sharded.
 std::vector<float> full_state(const Tensor& state, const optim::Optimizer& opt, parallel::ParallelState& ps,
-                              int64_t unpadded_numel, int64_t padded_numel, int64_t bucket_elems);
+                              const model::ParamStore& params, int64_t bucket_elems);
 
 // The inverse for a load: this rank's elements of `flat` into the state buffer.
 void take_state(Tensor& state, const optim::Optimizer& opt, const std::vector<float>& flat);

@@ -146,8 +146,7 @@ checkpoint::SaveResult save_training_checkpoint(FileSystem& fs, const SaveSettin
   std::vector<std::vector<float>> states;  // alive until the save is done
   if (s.optim) {
     for (const auto& [name, tensor] : t.optimizer.state_tensors()) {
-      states.push_back(
-          detail::full_state(*tensor, t.optimizer, t.parallel, ps.unpadded_numel(), ps.numel(), t.bucket_elems));
+      states.push_back(detail::full_state(*tensor, t.optimizer, t.parallel, ps, t.bucket_elems));
       add_blocks(tensors, ps, "optimizer." + name + "/", states.back().data(), rc, dp, lora);
     }
   }

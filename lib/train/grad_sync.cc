@@ -32,31 +32,37 @@ int64_t total(const Intervals& v) {
 
 }  // namespace
 
-int64_t GradSync::padded_numel(int64_t numel, int64_t bucket_elems, int dp_size) {
-  return parallel::GradBuckets(numel, bucket_elems, dp_size).padded_numel();
+// ptr + offset, or nullptr for a shape-only step's buffer.
+template <class T>
+static T* at(T* ptr, int64_t offset) {
+  return ptr ? ptr + offset : nullptr;
+}
+
+static bool any_replicated(const std::vector<GradRegion>& regions) {
+  return std::any_of(regions.begin(), regions.end(), [](const GradRegion& r) { return r.size > 1; });
 }
 
 Intervals GradSync::optimizer_shard(const model::ParamStore& ps, const parallel::ParallelState& state,
                                     bool distributed_optimizer, int64_t bucket_elems) {
   Intervals out;
-  if (!distributed_optimizer || state.grid().dp() == 1) return out;
-  parallel::GradBuckets buckets(ps.unpadded_numel(), bucket_elems, state.grid().dp());
-  for (const parallel::Interval& iv : buckets.owned(state.coords().dp)) out.emplace_back(iv.begin, iv.end);
+  const std::vector<GradRegion> regions = grad_regions(ps, state, bucket_elems);
+  if (!distributed_optimizer || !any_replicated(regions)) return out;
+  for (const GradRegion& r : regions) {
+    const Intervals owned = r.owned();
+    out.insert(out.end(), owned.begin(), owned.end());
+  }
   return out;
 }
 
 GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
                    int64_t bucket_elems, bool overlap, bool overlap_param_gather)
     : state_(state),
-      distributed_(distributed_optimizer && state.grid().dp() > 1),
-      buckets_(ps.unpadded_numel(), bucket_elems, state.grid().dp()),
-      overlap_enabled_(overlap && state.grid().dp() > 1),
+      regions_(grad_regions(ps, state, bucket_elems)),
+      distributed_(distributed_optimizer && any_replicated(regions_)),
+      overlap_enabled_(overlap && any_replicated(regions_)),
       overlap_param_gather_(overlap_param_gather && distributed_) {
-  if (distributed_) {
-    for (const parallel::Interval& iv : buckets_.owned(state.coords().dp)) updated_.emplace_back(iv.begin, iv.end);
-  } else {
-    updated_.emplace_back(0, ps.numel());
-  }
+  updated_ = optimizer_shard(ps, state, distributed_, bucket_elems);
+  if (!distributed_) updated_.emplace_back(0, ps.numel());
   Intervals counted;
   for (const model::ParamInfo& p : ps.infos()) {
     if (!p.trainable) continue;  // frozen: no gradient
@@ -65,7 +71,10 @@ GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, 
     if (p.shared_embedding && state.grid().pp() > 1) shared_embedding_.push_back(iv);
     if (p.counts_in_norm) counted.push_back(iv);
   }
+  std::sort(counted.begin(), counted.end());
   norm_intervals_ = intersect(counted, updated_);
+  for (const GradRegion& r : regions_)
+    region_norm_intervals_.push_back(intersect(norm_intervals_, {{r.begin, r.padded_end()}}));
   // The norm pass as the device model sees it: what TP rank 0 of this stage
   // reads. A TP rank > 0 also skips the TP-replicated tensors (norm weights,
   // a few thousand elements), but a dry run simulates one rank per stage and
@@ -73,28 +82,44 @@ GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, 
   Intervals tp0;
   for (const model::ParamInfo& p : ps.infos())
     if (p.counts_in_norm || !p.shared_embedding) tp0.emplace_back(p.offset, p.offset + p.numel);
+  std::sort(tp0.begin(), tp0.end());
   norm_pass_elems_ = total(intersect(tp0, updated_));
 }
 
 void GradSync::begin_overlap(float* grads) {
-  if (overlap_enabled_)
-    overlap_ = std::make_unique<parallel::OverlappedReduction>(buckets_, state_.dp(), grads, distributed_);
+  if (!overlap_enabled_) return;
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const GradRegion& r = regions_[i];
+    if (r.size == 1) continue;
+    overlaps_.emplace_back(
+        i, std::make_unique<parallel::OverlappedReduction>(r.buckets, comm(r), at(grads, r.begin), distributed_));
+  }
 }
 
 void GradSync::mark_ready(int64_t begin, int64_t end) {
-  if (overlap_) overlap_->mark_ready(begin, end);
+  for (auto& [i, overlap] : overlaps_) {  // the part in each region, in its coordinates
+    const GradRegion& r = regions_[i];
+    const int64_t lo = std::max(begin, r.begin), hi = std::min(end, r.end());
+    if (lo < hi) overlap->mark_ready(lo - r.begin, hi - r.begin);
+  }
 }
 
 void GradSync::reduce(float* grads) {
-  if (overlap_) {
-    started_early_ = overlap_->buckets_started_early();
-    overlap_->finish();
-    overlap_.reset();
-  } else if (state_.grid().dp() > 1) {
-    if (distributed_) {
-      buckets_.reduce_scatter(state_.dp(), grads);
-    } else {
-      buckets_.all_reduce(state_.dp(), grads);
+  if (!overlaps_.empty()) {
+    started_early_ = 0;
+    for (auto& [i, overlap] : overlaps_) {
+      started_early_ += overlap->buckets_started_early();
+      overlap->finish();
+    }
+    overlaps_.clear();
+  } else {
+    for (const GradRegion& r : regions_) {
+      if (r.size == 1) continue;
+      if (distributed_) {
+        r.buckets.reduce_scatter(comm(r), at(grads, r.begin));
+      } else {
+        r.buckets.all_reduce(comm(r), at(grads, r.begin));
+      }
     }
   }
   // After the DP sum, as Megatron does; with the distributed optimizer only
@@ -137,37 +162,57 @@ bool GradSync::unscale_and_check(float* grads, float inv_scale) {
 }
 
 double GradSync::grad_norm(const float* grads) {
-  double sq = 0;  // stays 0 in a dry run's step
+  // Sharded: every rank's shards of every region tile the model once, so one
+  // sum over the world. Replicated: each region summed over the ranks that
+  // hold distinct parts of it (Megatron's chained optimizer adds the squares
+  // of the dense and the expert norms).
+  std::vector<double> sq(distributed_ ? 1 : regions_.size(), 0.0);  // stays 0 in a dry run's step
   {
     profiler::Scope kernel(optim::grad_norm_region(norm_pass_elems_));
-    sq = optim::grad_norm_sq_intervals(grads, norm_intervals_);
+    if (distributed_) {
+      sq[0] = optim::grad_norm_sq_intervals(grads, norm_intervals_);
+    } else {
+      for (size_t i = 0; i < regions_.size(); ++i)
+        sq[i] = optim::grad_norm_sq_intervals(grads, region_norm_intervals_[i]);
+    }
   }
-  // Each DP replica holds the same gradients unless the optimizer is sharded.
-  parallel::Comm& group = distributed_ ? state_.world() : state_.model();
-  group.all_reduce(&sq, 1, parallel::ReduceOp::kSum);
-  return optim::grad_norm_from_sq(sq);
+  double total_sq = 0;
+  for (size_t i = 0; i < sq.size(); ++i) {
+    parallel::Comm& group = distributed_ ? state_.world() : state_.group(regions_[i].norm_group);
+    group.all_reduce(&sq[i], 1, parallel::ReduceOp::kSum);
+    total_sq += sq[i];
+  }
+  return optim::grad_norm_from_sq(total_sq);
 }
 
 void GradSync::gather_params(float* params) {
   if (!distributed_) return;
   finish_param_gather();
-  if (overlap_param_gather_) {
-    param_gather_ = std::make_unique<parallel::OverlappedParamGather>(buckets_, state_.dp(), params);
-  } else {
-    buckets_.all_gather(state_.dp(), params);
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const GradRegion& r = regions_[i];
+    if (r.size == 1) continue;
+    if (overlap_param_gather_) {
+      param_gathers_.emplace_back(
+          i, std::make_unique<parallel::OverlappedParamGather>(r.buckets, comm(r), at(params, r.begin)));
+    } else {
+      r.buckets.all_gather(comm(r), at(params, r.begin));
+    }
   }
 }
 
 void GradSync::wait_params(int64_t begin, int64_t end) {
-  if (!param_gather_) return;
-  param_gather_->wait_for(begin, end);
-  if (param_gather_->finished()) param_gather_.reset();
+  for (auto& [i, gather] : param_gathers_) {
+    const GradRegion& r = regions_[i];
+    const int64_t lo = std::max(begin, r.begin), hi = std::min(end, r.padded_end());
+    if (lo < hi) gather->wait_for(lo - r.begin, hi - r.begin);
+  }
+  if (std::all_of(param_gathers_.begin(), param_gathers_.end(), [](const auto& g) { return g.second->finished(); }))
+    param_gathers_.clear();
 }
 
 void GradSync::finish_param_gather() {
-  if (!param_gather_) return;
-  param_gather_->finish();
-  param_gather_.reset();
+  for (auto& [i, gather] : param_gathers_) gather->finish();
+  param_gathers_.clear();
 }
 
 }  // namespace mtrain::train

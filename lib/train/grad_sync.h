@@ -1,6 +1,8 @@
 // GradSync: everything between the last backward of a step and the optimizer
 // step that crosses ranks, in Megatron's order (finalize_model_grads):
-//   1. data parallel: the gradient buckets all-reduced (sum: the loss is
+//   1. data parallel, per gradient region (grad_regions.h: dense parameters
+//      over dp, or dp-cp with CP; expert-parallel ones over expt-dp): the
+//      gradient buckets all-reduced (sum: the loss is
 //      already normalised over the global batch), or, with the distributed
 //      optimizer, reduce-scattered so each DP rank holds the sum of the shard
 //      it updates; with --overlap_grad_reduce each bucket starts as soon as
@@ -11,7 +13,8 @@
 //      their two gradients summed over the embedding group;
 // then the fp16 overflow check, the gradient norm (each parameter counted
 // once: TP duplicates and the tied copy excluded, summed over the model-
-// parallel group, and over DP too when the optimizer is sharded), and after
+// parallel group (expert parameters: over tp-ep-pp), and over the world
+// when the optimizer is sharded), and after
 // the optimizer step the all-gather of the updated shards; with
 // --overlap_param_gather that gather is only started there, and the next
 // forward waits for each bucket as it is about to read it (wait_params).
@@ -25,6 +28,7 @@
 #include "parallel/grad_buckets.h"
 #include "parallel/parallel_state.h"
 #include "parallel/param_gather.h"
+#include "train/grad_regions.h"
 
 namespace mtrain::train {
 
@@ -34,8 +38,6 @@ class GradSync {
   GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
            int64_t bucket_elems, bool overlap = false, bool overlap_param_gather = false);
 
-  // The flat buffer size the ParamStore must allocate (bucket padding).
-  static int64_t padded_numel(int64_t numel, int64_t bucket_elems, int dp_size);
   // The shard this rank's optimizer updates (empty: everything), i.e. the
   // updated() of a GradSync built with the same arguments.
   static std::vector<std::pair<int64_t, int64_t>> optimizer_shard(const model::ParamStore& ps,
@@ -46,7 +48,7 @@ class GradSync {
   // for every gradient range backward finishes. No-op without overlap.
   void begin_overlap(float* grads);
   void mark_ready(int64_t begin, int64_t end);
-  bool overlapping() const { return overlap_ != nullptr; }
+  bool overlapping() const { return !overlaps_.empty(); }
   // Buckets of the last reduce() whose reduction started during backward.
   int buckets_started_early() const { return started_early_; }
   // Steps 1-3 on the flat gradient buffer (ps.numel() floats).
@@ -65,7 +67,7 @@ class GradSync {
   void wait_params(int64_t begin, int64_t end);
   // Every parameter is current afterwards (before evaluation, a save, the end).
   void finish_param_gather();
-  bool param_gather_pending() const { return param_gather_ != nullptr; }
+  bool param_gather_pending() const { return !param_gathers_.empty(); }
 
   bool distributed_optimizer() const { return distributed_; }
 
@@ -73,18 +75,22 @@ class GradSync {
   void reduce_sequence_parallel(float* grads);
   void reduce_shared_embedding(float* grads);
 
+  parallel::Comm& comm(const GradRegion& r) { return state_.group(r.group); }
+
   parallel::ParallelState& state_;
+  std::vector<GradRegion> regions_;  // dense, then expert-parallel (if any)
   bool distributed_;
-  parallel::GradBuckets buckets_;
   bool overlap_enabled_;
-  std::unique_ptr<parallel::OverlappedReduction> overlap_;
+  // Per region with more than one replica (index into regions_, request).
+  std::vector<std::pair<size_t, std::unique_ptr<parallel::OverlappedReduction>>> overlaps_;
   bool overlap_param_gather_;
-  std::unique_ptr<parallel::OverlappedParamGather> param_gather_;
+  std::vector<std::pair<size_t, std::unique_ptr<parallel::OverlappedParamGather>>> param_gathers_;
   int started_early_ = 0;
   std::vector<std::pair<int64_t, int64_t>> updated_;
   std::vector<std::pair<int64_t, int64_t>> sp_params_;         // sequence-parallel gradients
   std::vector<std::pair<int64_t, int64_t>> shared_embedding_;  // tied embedding (first or last stage)
   std::vector<std::pair<int64_t, int64_t>> norm_intervals_;    // counted in the norm, within updated_
+  std::vector<FlatIntervals> region_norm_intervals_;           // the same, per region
   int64_t norm_pass_elems_ = 0;                                // the norm pass's device work (grad_sync.cc)
   std::vector<float> pack_;
 };

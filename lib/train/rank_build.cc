@@ -3,6 +3,7 @@
 #include "config/profiles.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/checkpoint_schedule.h"
+#include "train/grad_regions.h"
 #include "train/grad_sync.h"
 
 namespace mtrain::train {
@@ -50,9 +51,9 @@ model::ModelConfig rank_model_config(const config::Args& args, const parallel::R
 
 std::unique_ptr<model::GptModel> build_rank_model(const config::Args& args, device::Device& dev,
                                                   parallel::ParallelState& state, const TrainerOptions& to, bool meta) {
-  const int dp = state.grid().dp();
-  return std::make_unique<model::GptModel>(rank_model_config(args, state.coords()), dev, state.tp(), meta,
-                                           [&](int64_t n) { return trainer_padded_numel(n, to, dp); });
+  return std::make_unique<model::GptModel>(
+      rank_model_config(args, state.coords()), dev, state.tp(), meta,
+      [&](model::ParamStore& ps) { return lay_out_grad_regions(ps, state.grid(), to.bucket_elems); });
 }
 
 TrainerSetup::TrainerSetup(const config::Args& args, model::GptModel& model, device::Device& dev,

@@ -4,7 +4,6 @@
 #include <string_view>
 
 #include "parallel/grad_buckets.h"
-
 #include "profiler/kernel_region.h"
 
 namespace mtrain::train {
@@ -74,9 +73,11 @@ bool is_microbatch_phase(const PhaseRecord& p) { return p.name == "forward_step"
 namespace {
 
 // A blocking DP bucket collective: the gradient reduction (grad_sync) or the
-// distributed optimizer's parameter gather (optimizer_step).
+// distributed optimizer's parameter gather (optimizer_step), over any
+// gradient region's group (grad_regions.h).
 bool is_dp_bucket_comm(const StepRecord& r, const CommRecord& m) {
-  return m.group == "dp" && m.phase >= 0 &&
+  const bool dp_group = m.group == "dp" || m.group == "dp-cp" || m.group == "expt-dp";
+  return dp_group && m.phase >= 0 &&
          (r.phases[m.phase].name == "grad_sync" || r.phases[m.phase].name == "optimizer_step");
 }
 

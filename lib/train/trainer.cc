@@ -56,10 +56,6 @@ static double weight_sum(const std::vector<data::Batch>& batches) {
   return s;
 }
 
-int64_t trainer_padded_numel(int64_t numel, const TrainerOptions& opts, int dp_size) {
-  return GradSync::padded_numel(numel, opts.bucket_elems, dp_size);
-}
-
 static parallel::ProcessGrid single_device_grid() {
   parallel::ProcessGridConfig g;
   g.world_size = 1;

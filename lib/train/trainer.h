@@ -69,10 +69,6 @@ struct TrainerOptions {
   bool overlap_param_gather = false;   // distributed optimizer: the next forward waits for each chunk's buckets
 };
 
-// The flat parameter buffer size a model must allocate for these options on
-// this grid (the DP buckets' padding).
-int64_t trainer_padded_numel(int64_t numel, const TrainerOptions& opts, int dp_size);
-
 class Trainer {
  public:
   Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer, optim::LrScheduler& scheduler,

@@ -127,6 +127,37 @@ TEST(CostModel, FullMeshBeatsARingOverOneLinkByTheLinkCount) {
       7.0, 1e-12);
 }
 
+// all_to_all(-v): S = bytes sent + bytes received (CommEvent bytes +
+// recv_bytes); D = S/2 per direction, D/n to each peer. The shipped
+// profiles' numbers written out: 910B3 HCCS 28 GB/s · 0.65 = 18.2e9 B/s per
+// link, RoCE 25 GB/s · 0.9 = 22.5e9 B/s; A100 NVSwitch 300 GB/s · 0.65 =
+// 195e9 B/s per GPU; latency 10 µs everywhere.
+TEST(CostModel, AllToAllOnEachTopology) {
+  const double D = 64e6, S = 2 * D, latency = 10e-6;
+  const CostModel mesh(config::load_device_profile("Ascend910B3"));
+  // Full mesh: 8 ranks each send D/8 to 7 peers over 7 links at once:
+  // 8e6 / 18.2e9 = 439.56 µs.
+  EXPECT_NEAR(mesh.comm_seconds(Collective::kAllToAll, S, 8, false), 8e6 / 18.2e9 + latency, 1e-12);
+  EXPECT_NEAR(mesh.comm_seconds(Collective::kAllToAll, S, 2, false), 32e6 / 18.2e9 + latency, 1e-12);
+  // Spanning nodes (16 ranks, two nodes): 15/16 of D through the NIC: 60e6 / 22.5e9 = 2.667 ms.
+  EXPECT_NEAR(mesh.comm_seconds(Collective::kAllToAll, S, 16, true), 60e6 / 22.5e9 + latency, 1e-12);
+  // Switch: 7/8 of D through the GPU's own port: 56e6 / 195e9 = 287.18 µs.
+  const CostModel nvswitch(config::load_device_profile("A100-SXM-80GB"));
+  EXPECT_NEAR(nvswitch.comm_seconds(Collective::kAllToAll, S, 8, false), 56e6 / 195e9 + latency, 1e-12);
+  EXPECT_NEAR(nvswitch.comm_seconds(Collective::kAllToAll, S, 4, true), 48e6 / 22.5e9 + latency, 1e-12);
+  // Ring (one link a device, 56 GB/s, bare formulas): the D/4 for the peer d
+  // hops on crosses d links; each link carries (1 + 2 + 3) · D/4 = 1.5 D:
+  // 1.5 · 64e6 / 56e9 = 1.714 ms. Over 2 ranks the ring is one link: D/2.
+  DeviceProfile ring;
+  ring.intra_node_topology = IntraNodeTopology::kRing;
+  ring.intra_node_link_gbps = 56;
+  const CostModel r(ring, round_constants());
+  EXPECT_NEAR(r.comm_seconds(Collective::kAllToAll, S, 4, false), 96e6 / 56e9, 1e-12);
+  EXPECT_NEAR(r.comm_seconds(Collective::kAllToAll, S, 2, false), 32e6 / 56e9, 1e-12);
+  // A group of one keeps its block.
+  EXPECT_EQ(mesh.comm_seconds(Collective::kAllToAll, S, 1, false), 0.0);
+}
+
 }  // namespace
 TEST(CostModel, ConstantsComeFromTheProfile) {
   DeviceProfile p;  // the 910B3 rates

@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "comm_conformance_all_to_all.h"
 #include "comm_conformance_nonblocking.h"
 #include "comm_test_data.h"
 #include "parallel/comm.h"
@@ -298,6 +299,7 @@ inline void run_comm_conformance(Comm& c) {
   check_observer(c);
   check_isend(c);
   check_nonblocking(c);
+  check_all_to_all(c);
 }
 
 // Each group communicator of `ps` spans exactly the grid's members, in order:

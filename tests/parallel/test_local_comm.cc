@@ -57,6 +57,51 @@ TEST(ParallelLocalComm, MetaCommMovesNothingButReportsEverything) {
   EXPECT_THROW(MetaComm("x", 8, 8), Error);
 }
 
+// A dry run's MoE dispatch: nothing moves, the traffic is still reported.
+TEST(ParallelLocalComm, MetaCommReportsAllToAll) {
+  MetaComm c("ep", 1, 4);
+  std::vector<CommEvent> events;
+  c.set_observer([&](const CommEvent& e) { events.push_back(e); });
+  const std::vector<int64_t> send{3, 0, 5, 2}, send_at{0, 3, 3, 8}, recv{1, 0, 6, 9}, recv_at{0, 1, 1, 7};
+  c.all_to_all_v(static_cast<const float*>(nullptr), send, send_at, static_cast<float*>(nullptr), recv, recv_at);
+  c.all_to_all(static_cast<const int64_t*>(nullptr), static_cast<int64_t*>(nullptr), 6);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].op, CommOp::kAllToAll);
+  EXPECT_EQ(events[0].elements, 10);
+  EXPECT_EQ(events[0].bytes, 40);
+  EXPECT_EQ(events[0].recv_bytes, 64);
+  EXPECT_EQ(events[0].group, "ep");
+  EXPECT_EQ(events[1].elements, 24);
+  EXPECT_EQ(events[1].bytes, 24 * 8);
+  EXPECT_EQ(events[1].recv_bytes, 24 * 8);
+}
+
+// Layouts that cannot be right are refused before anything moves.
+TEST(ParallelLocalComm, InvalidAllToAllLayoutsAreBugs) {
+  SelfComm s("ep");
+  float in[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8] = {};
+  const std::vector<int64_t> two{2}, zero{0}, one{1};
+  s.all_to_all_v(in, two, one, out, two, zero);
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[1], 3.0f);
+  const std::vector<int64_t> pair{1, 1};
+  EXPECT_THROW(s.all_to_all_v(in, pair, pair, out, pair, pair), Error);   // one entry per rank
+  EXPECT_THROW(s.all_to_all_v(in, two, zero, out, one, zero), Error);     // to itself: 2 sent, 1 expected
+  EXPECT_THROW(s.all_to_all_v(in, two, zero, in + 1, two, zero), Error);  // in and out overlap
+  EXPECT_THROW(s.all_to_all_v(in, std::vector<int64_t>{-1}, zero, out, two, zero), Error);       // negative count
+  EXPECT_THROW(s.all_to_all_v(static_cast<float*>(nullptr), two, zero, out, two, zero), Error);  // null input
+  MetaComm m("ep", 0, 2);
+  EXPECT_THROW(
+      m.all_to_all_v(in, pair, std::vector<int64_t>{0, 1}, out, std::vector<int64_t>{1, 2}, std::vector<int64_t>{0, 0}),
+      Error);  // receive blocks overlap
+  try {
+    s.all_to_all_v(in, two, zero, out, one, zero);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::kInternal);
+    EXPECT_STREQ(e.what(), "comm 'ep': rank 0 all_to_all_v sends 2 elements to itself but expects 1");
+  }
+}
+
 TEST(ParallelLocalComm, InvalidCallsAreBugs) {
   MetaComm c("pp", 1, 4);
   float x[4] = {};
@@ -108,6 +153,34 @@ TEST(ParallelLocalComm, MetaParallelStateForEveryRank) {
       EXPECT_THROW(ps.group(GroupKind::kEmbedding), Error);
     }
   }
+}
+
+// Every rank of a dry run gets the expert generator's communicators.
+TEST(ParallelLocalComm, MetaParallelStateHasExpertGroups) {
+  ProcessGridConfig cfg;
+  cfg.world_size = 16;
+  cfg.tensor_model_parallel_size = 2;
+  cfg.pipeline_model_parallel_size = 2;
+  cfg.expert_model_parallel_size = 2;
+  cfg.expert_tensor_parallel_size = 1;
+  const ProcessGrid grid(cfg);
+  for (int r = 0; r < 16; ++r) {
+    ParallelState ps = make_meta_parallel_state(grid, r);
+    const ExpertRankCoords e = grid.expert_coords(r);
+    EXPECT_EQ(ps.ep().name(), "ep");
+    EXPECT_EQ(ps.ep().size(), 2);
+    EXPECT_EQ(ps.ep().rank(), e.ep);
+    EXPECT_EQ(ps.expert_tp().size(), 1);
+    EXPECT_EQ(ps.expert_dp().size(), 4);
+    EXPECT_EQ(ps.expert_dp().rank(), e.dp);
+    EXPECT_EQ(ps.tp_ep().size(), 2);
+    EXPECT_EQ(ps.tp_ep_pp().size(), 4);
+    EXPECT_EQ(ps.expert_coords(), e);
+  }
+  ParallelState self = make_self_parallel_state(ProcessGrid(ProcessGridConfig{}));
+  EXPECT_EQ(self.expert_dp().name(), "expt-dp");
+  EXPECT_EQ(self.tp_ep_pp().size(), 1);
+  testing::check_groups_match_grid(self);
 }
 
 }  // namespace

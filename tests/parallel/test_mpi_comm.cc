@@ -24,13 +24,15 @@ int world_size() {
   return n;
 }
 
-ProcessGrid make_grid(int tp, int pp, int cp, bool tp_pp_dp) {
+ProcessGrid make_grid(int tp, int pp, int cp, bool tp_pp_dp, int ep = 1, int etp = 0) {
   ProcessGridConfig c;
   c.world_size = world_size();
   c.tensor_model_parallel_size = tp;
   c.pipeline_model_parallel_size = pp;
   c.context_parallel_size = cp;
   c.use_tp_pp_dp_mapping = tp_pp_dp;
+  c.expert_model_parallel_size = ep;
+  c.expert_tensor_parallel_size = etp;
   return ProcessGrid(c);
 }
 
@@ -45,8 +47,9 @@ TEST(ParallelMpiComm, WorldConformance) {
 TEST(ParallelMpiComm, GroupsMatchProcessGrid) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks";
   for (bool mapping : {false, true}) {
-    for (const ProcessGrid& grid : {make_grid(2, 2, 1, mapping), make_grid(2, 1, 2, mapping),
-                                    make_grid(1, 4, 1, mapping), make_grid(1, 1, 1, mapping)}) {
+    for (const ProcessGrid& grid :
+         {make_grid(2, 2, 1, mapping), make_grid(2, 1, 2, mapping), make_grid(1, 4, 1, mapping),
+          make_grid(1, 1, 1, mapping), make_grid(2, 1, 1, mapping, 2, 1), make_grid(1, 1, 1, mapping, 2)}) {
       ParallelState ps = make_mpi_parallel_state(grid);
       EXPECT_EQ(ps.coords(), grid.coords(ps.rank()));
       testing::check_groups_match_grid(ps);
@@ -62,6 +65,11 @@ TEST(ParallelMpiComm, GroupConformance) {
   testing::run_comm_conformance(ps.tp());
   testing::run_comm_conformance(ps.pp());
   testing::run_comm_conformance(ps.dp());
+  if (n == 4) {  // the expert groups of TP 2, EP 2, ETP 1: ep pairs, expert DP over the other pair
+    ParallelState moe = make_mpi_parallel_state(make_grid(2, 1, 1, false, 2, 1));
+    testing::run_comm_conformance(moe.ep());
+    testing::run_comm_conformance(moe.expert_dp());
+  }
 }
 
 // Repeated all-reduces of the same data give the same bits (no algorithm

@@ -114,6 +114,43 @@ TEST(ParallelProcessGrid, ExpertGroups) {
   EXPECT_EQ(h.all_groups(GroupKind::kExpertTensorModel), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
 }
 
+// Expert groups written out by hand from Megatron-LM's RankGenerator
+// (parallel_state.py: order tp-cp-ep-dp-pp, expert generator tp=ETP, ep=EP,
+// cp=1, dp=world/(ETP*EP*PP), pp=PP; generate_masked_orthogonal_rank_groups:
+// a group varies its masked dims, first fastest, from the base given by the
+// group index over the unmasked dims, first fastest).
+TEST(ParallelProcessGrid, ExpertGroupsMatchMegatronsGenerator) {
+  // 16 ranks, TP 2, PP 2, EP 2, ETP 1: expert strides tp 1, ep 1, dp 2, pp 8; EDP 4.
+  const ProcessGrid a = grid(16, 2, 2, 1, false, 2, 1);
+  EXPECT_EQ(a.expert_dp(), 4);
+  EXPECT_EQ(a.all_groups(GroupKind::kExpert),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(a.all_groups(GroupKind::kExpertData),
+            (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(a.all_groups(GroupKind::kExpertTensor).size(), 16u);
+  EXPECT_EQ(a.all_groups(GroupKind::kExpertTensorModel), a.all_groups(GroupKind::kExpert));
+  EXPECT_EQ(a.all_groups(GroupKind::kExpertTensorModelPipeline),
+            (Groups{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}));
+  EXPECT_EQ(a.all_groups(GroupKind::kPipeline)[1], (RankGroup{1, 9}));
+  // 8 ranks, TP 2, EP 4, ETP 2: strides tp 1, ep 2; EDP 1.
+  const ProcessGrid b = grid(8, 2, 1, 1, false, 4, 2);
+  EXPECT_EQ(b.all_groups(GroupKind::kExpert), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(b.all_groups(GroupKind::kExpertTensor), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(b.all_groups(GroupKind::kExpertTensorModel), (Groups{{0, 1, 2, 3, 4, 5, 6, 7}}));
+  EXPECT_EQ(b.all_groups(GroupKind::kExpertData), (Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  // 8 ranks, TP 2, CP 2, EP 2, ETP 1: the expert DP spans what the dense grid
+  // calls CP and DP, so it equals the dense dp-cp group.
+  const ProcessGrid c = grid(8, 2, 1, 2, false, 2, 1);
+  EXPECT_EQ(c.all_groups(GroupKind::kExpertData), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(c.all_groups(GroupKind::kDataContext), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(c.all_groups(GroupKind::kExpert), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  // 12 ranks, PP 3, EP 2: strides ep 1, dp 2, pp 4; EDP 2.
+  const ProcessGrid d = grid(12, 1, 3, 1, false, 2, 1);
+  EXPECT_EQ(d.all_groups(GroupKind::kExpertData), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}}));
+  EXPECT_EQ(d.all_groups(GroupKind::kExpertTensorModelPipeline), (Groups{{0, 1, 4, 5, 8, 9}, {2, 3, 6, 7, 10, 11}}));
+  EXPECT_EQ(d.expert_coords(7), (ExpertRankCoords{.tp = 0, .ep = 1, .dp = 1, .pp = 1}));
+}
+
 // For every kind, two ranks share a group exactly when they agree on every
 // coordinate the kind does not span; groups list ranks with tp fastest.
 TEST(ParallelProcessGrid, GroupsAreOrthogonalSlicesOfTheGrid) {

@@ -47,20 +47,23 @@ TEST(ParallelSimComm, TestDataIsOrderSensitive) {
   EXPECT_GT(differ, 50);
 }
 
-ProcessGrid make_grid(int world, int tp, int pp, int cp, bool tp_pp_dp) {
+ProcessGrid make_grid(int world, int tp, int pp, int cp, bool tp_pp_dp, int ep = 1, int etp = 0) {
   ProcessGridConfig c;
   c.world_size = world;
   c.tensor_model_parallel_size = tp;
   c.pipeline_model_parallel_size = pp;
   c.context_parallel_size = cp;
   c.use_tp_pp_dp_mapping = tp_pp_dp;
+  c.expert_model_parallel_size = ep;
+  c.expert_tensor_parallel_size = etp;
   return ProcessGrid(c);
 }
 
 TEST(ParallelSimComm, GroupsMatchProcessGrid) {
   for (bool mapping : {false, true}) {
-    for (const ProcessGrid& grid : {make_grid(4, 2, 2, 1, mapping), make_grid(8, 2, 2, 1, mapping),
-                                    make_grid(8, 2, 1, 2, mapping), make_grid(4, 1, 4, 1, mapping)}) {
+    for (const ProcessGrid& grid :
+         {make_grid(4, 2, 2, 1, mapping), make_grid(8, 2, 2, 1, mapping), make_grid(8, 2, 1, 2, mapping),
+          make_grid(4, 1, 4, 1, mapping), make_grid(8, 2, 2, 1, mapping, 2, 1), make_grid(8, 2, 1, 1, mapping, 4, 2)}) {
       SimWorld world(grid.world_size());
       world.run([&](int rank) {
         ParallelState ps = make_sim_parallel_state(grid, world, rank);
@@ -87,6 +90,50 @@ TEST(ParallelSimComm, IndependentGroupsReduceIndependently) {
     ps.dp().all_reduce(&y, 1);
     ps.pp().all_reduce(&y, 1);
     EXPECT_EQ(y, grid.dp() * grid.pp());
+  });
+}
+
+// Counts that disagree between sender and receiver fail on every rank with
+// the pair named (MPI would truncate or leave the block half written).
+TEST(ParallelSimComm, AllToAllCountMismatchIsAnError) {
+  SimWorld world(3, SimWorldOptions{.timeout_seconds = 5});
+  std::atomic<int> failed{0};
+  world.run([&](int rank) {
+    auto comm = world.make_world_comm(rank);
+    std::vector<int64_t> counts{1, 1, 1}, displs{0, 1, 2}, recv = counts, recv_displs = displs;
+    if (rank == 2) recv = {2, 1, 1}, recv_displs = {0, 2, 3};  // rank 0 sends one
+    std::vector<float> in(3, 1.0f), out(4, 0.0f);
+    try {
+      comm->all_to_all_v(in.data(), counts, displs, out.data(), recv, recv_displs);
+    } catch (const DistributedError& e) {
+      EXPECT_STREQ(e.what(), "comm 'world': all_to_all_v mismatch: rank 0 sends 1 float32 to rank 2, which expects 2");
+      failed.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(failed.load(), 3);
+}
+
+// An MoE dispatch pattern on the EP groups of an EP 2 x expert-DP 2 grid:
+// each rank sends rank-tagged tokens to its EP peer, and the expert-DP sum
+// runs over the other axis.
+TEST(ParallelSimComm, ExpertGroupsExchangeIndependently) {
+  const ProcessGrid grid = make_grid(4, 1, 1, 1, false, 2, 1);
+  SimWorld world(4);
+  world.run([&](int rank) {
+    ParallelState ps = make_sim_parallel_state(grid, world, rank);
+    const std::vector<int64_t> counts{1, 1}, displs{0, 1};
+    const int32_t in[2] = {10 * rank + 0, 10 * rank + 1};
+    int32_t out[2] = {-1, -1};
+    ps.ep().all_to_all_v(in, counts, displs, out, counts, displs);
+    const RankGroup& ep = grid.group_of(GroupKind::kExpert, rank);
+    const int me = ps.ep().rank();
+    EXPECT_EQ(out[0], 10 * ep[0] + me);
+    EXPECT_EQ(out[1], 10 * ep[1] + me);
+    int64_t sum = rank;
+    ps.expert_dp().all_reduce(&sum, 1);
+    int64_t expected = 0;
+    for (int r : grid.group_of(GroupKind::kExpertData, rank)) expected += r;
+    EXPECT_EQ(sum, expected);
   });
 }
 

@@ -53,6 +53,31 @@ TEST(PipelineSimulation, OneFOneBBubbleIsPMinusOneSlots) {
   EXPECT_NEAR(t.stages[0].bubble, (p - 1.0) / (m + p - 1.0), 1e-12);
 }
 
+// An MoE dispatch in a forward step: the all-to-all is priced by the cost
+// model (910B3 full mesh inside a node, RoCE across) and waited for like
+// the TP collectives. 32 MB each way over EP = 4: D/4 = 8 MB on each HCCS
+// link at 28 GB/s · 0.65; across nodes 3/4 · 32 MB at 25 GB/s · 0.9; + 10 µs.
+TEST(StepTime, AllToAllInAMicroBatchIsOnTheCriticalPath) {
+  for (const bool spans_nodes : {false, true}) {
+    DryRun r = uniform_pipeline(1, 1, 1, 1e12);
+    const device::CostModel cm(r.profile);
+    const double compute = cm.kernel_seconds(1e12, 0, true) + cm.kernel_seconds(2e12, 0, true);
+    CommRecord dispatch;
+    dispatch.op = parallel::CommOp::kAllToAll;
+    dispatch.group = "ep";
+    dispatch.group_size = 4;
+    dispatch.bytes = dispatch.recv_bytes = 32000000;
+    dispatch.phase = 0;
+    dispatch.kernels_before = 1;
+    r.classes[0].step.comms.push_back(dispatch);
+    r.classes[0].group_spans_nodes = {{"ep", spans_nodes}};
+    const double a2a = (spans_nodes ? 0.75 * 32e6 / 22.5e9 : 8e6 / 18.2e9) + 10e-6;
+    const StepTime t = step_time(r);
+    EXPECT_NEAR(t.stages[0].tp_comm_s, a2a, 1e-12) << spans_nodes;
+    EXPECT_NEAR(t.step_s, compute + a2a, 1e-12) << spans_nodes;
+  }
+}
+
 TEST(PipelineSimulation, InterleavedBubbleShrinksByTheChunkCount) {
   const int p = 4, v = 2, m = 8;
   const DryRun r = uniform_pipeline(p, v, m, 0.5e12);
