@@ -112,6 +112,8 @@ class GptModel {
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
   parallel::Comm& tp_comm() { return *tp_; }
+  // The expert-parallel group the MoE layers dispatch over (size config().moe.ep); set before the first step.
+  void set_ep_comm(parallel::Comm& ep);
   device::Device& device() const { return dev_; }
 
  private:
@@ -153,13 +155,14 @@ class GptModel {
   void head_forward(ChunkSlot& s, const TokenBatch& b, const float* h);
   void head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, const float* dloss, bool zero_grads);
   parallel::TpConfig tp_config() const {
-    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype)};
+    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype), ep_};
   }
 
   ModelConfig config_;
   device::Device& dev_;
   std::unique_ptr<parallel::Comm> own_tp_;  // single-device constructor: a group of one
   parallel::Comm* tp_ = nullptr;
+  parallel::Comm* ep_ = nullptr;
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, out_w_ = -1;
   std::vector<LayerParams> layers_;                    // the layers this rank holds, in chunk order

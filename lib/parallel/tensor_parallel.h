@@ -38,6 +38,8 @@ struct TpConfig {
   // The device dtype of the activations the layers exchange (bf16/fp16 in a
   // 16-bit model): what the collectives report as wire bytes to the cost model.
   Wire wire{};
+  // The expert-parallel group of an MoE layer's token dispatch (null or size 1: none).
+  Comm* ep = nullptr;
 };
 
 // ---- Linear layers -----------------------------------------------------------------------------
