@@ -160,7 +160,8 @@ std::vector<FlagSpec> parallel_flags() {
       {.name = "expert_model_parallel_size",
        .field = &Args::expert_model_parallel_size,
        .group = P,
-       .help = "Expert-parallel size (MoE; not implemented yet)."},
+       .help = "Expert-parallel size (EP, MoE): EP rank r holds experts [r*E/EP, (r+1)*E/EP); tokens reach them "
+               "by all-to-all (alltoall dispatcher; ETP 1 only)."},
       {.name = "sequence_parallel",
        .field = &Args::sequence_parallel,
        .group = P,

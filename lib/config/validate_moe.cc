@@ -73,6 +73,11 @@ void check_expert_parallel(const Args& a) {
         "implemented yet",
         "use --moe_token_dispatcher_type alltoall (with EP = ETP = 1 both dispatchers are the same "
         "local permutation)");
+  if (ep > 1 && etp > 1)
+    throw ConfigError(fmt::format("--expert_tensor_parallel_size {} with --expert_model_parallel_size {} is not "
+                                  "implemented yet: expert parallelism runs whole experts (ETP 1)",
+                                  etp, ep),
+                      "use --expert_tensor_parallel_size 1 with expert parallelism");
   if (ep == 1 && etp != 1 && etp != tp)
     throw ConfigError(fmt::format("--expert_tensor_parallel_size {} with tensor_model_parallel_size {}: without "
                                   "expert parallelism the experts run on the TP group",

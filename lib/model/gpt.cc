@@ -29,6 +29,8 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Com
   }
   if (tp_->size() != c.tp || tp_->rank() != c.tp_rank)
     throw Error(ExitCode::kInternal, "GptModel: the TP group does not match ModelConfig tp / tp_rank");
+  if (c.moe.ep > 1 && c.moe.num_experts % c.moe.ep != 0)
+    throw Error(ExitCode::kInternal, "GptModel: the experts must split over EP");
   if (c.heads % c.tp != 0 || c.groups % c.tp != 0 || c.ffn % c.tp != 0 || c.padded_vocab % c.tp != 0)
     throw Error(ExitCode::kInternal, "GptModel: heads, query groups, FFN and padded vocabulary must split over TP");
   for (const ModelChunk& spec : c.chunk_list()) chunks_.push_back(Chunk{spec, {}, {}});
@@ -48,6 +50,12 @@ void GptModel::set_cp_comm(parallel::Comm& cp) {
   if (cp.size() != config_.cp || cp.rank() != config_.cp_rank)
     throw Error(ExitCode::kInternal, "GptModel: the CP group does not match ModelConfig cp / cp_rank");
   cp_ = &cp;
+}
+
+void GptModel::set_ep_comm(parallel::Comm& ep) {
+  if (ep.size() != config_.moe.ep || ep.rank() != config_.moe.ep_rank)
+    throw Error(ExitCode::kInternal, "GptModel: the EP group does not match ModelConfig moe.ep / moe.ep_rank");
+  ep_ = &ep;
 }
 
 void GptModel::build_params() {

@@ -44,6 +44,7 @@ static MoeSettings moe_settings_from_args(const config::Args& a) {
   m.grouped_gemm = a.moe_grouped_gemm;
   m.permute_fusion = a.moe_permute_fusion;
   m.etp = a.expert_tensor_parallel_size;
+  m.ep = a.expert_model_parallel_size;
   m.router = moe::router_config_from_args(a, m.num_experts);
   return m;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "moe/expert_dispatch.h"
 #include "moe/expert_tp.h"
 #include "moe/grouped_gemm.h"
 #include "moe/permute.h"
@@ -37,13 +38,6 @@ struct Routing {
 Routing routing_of(MoeActs& a, int64_t m_max) {
   auto* p = reinterpret_cast<int32_t*>(a.routing.data());
   return {p, p + m_max, p + 2 * m_max};
-}
-
-// Offsets of each local expert's rows.
-std::vector<int64_t> segments(const std::vector<int64_t>& rows) {
-  std::vector<int64_t> off(rows.size() + 1, 0);
-  for (size_t e = 0; e < rows.size(); ++e) off[e + 1] = off[e] + rows[e];
-  return off;
 }
 
 // F: the activation's width on this rank.
@@ -167,13 +161,27 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
     }
 }
 
+// The fc2 biases of the local experts on rows grouped by `rows` (E_local) per expert.
+void add_fc2_bias(const MoeLayerConfig& c, const MoeWeights& wt, float* y, const int64_t* rows) {
+  for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
+    if (wt.fc2_bias[e])
+      for (int64_t r = off; r < off + rows[e]; ++r)
+        for (int64_t j = 0; j < c.hidden; ++j) y[r * c.hidden + j] += wt.fc2_bias[e][j];
+}
+void add_fc2_bias_grad(const MoeLayerConfig& c, const MoeWeights& wt, const float* dy, const int64_t* rows) {
+  for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
+    if (wt.fc2_bias_grad[e])
+      for (int64_t r = off; r < off + rows[e]; ++r)
+        for (int64_t j = 0; j < c.hidden; ++j) wt.fc2_bias_grad[e][j] += dy[r * c.hidden + j];
+}
+
 }  // namespace
 
 int64_t MoeLayerConfig::max_rows(int64_t n_loc) const {
   int64_t m = n_loc * router.topk;
   if (router.capacity_factor && router.pad_to_capacity) {
     const int64_t cap = expert_capacity(n_loc, router.num_experts, router.topk, *router.capacity_factor);
-    m = std::max(m, num_local * cap);
+    m = std::max(m, router.num_experts * cap);
   }
   return m;
 }
@@ -182,13 +190,13 @@ void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T
                        const std::string& p) {
   const int64_t N = B * T, Nl = tokens_local(c, N), M = c.max_rows(Nl), C = c.hidden, k = c.router.topk;
   const DType t = c.dtype;
-  a.rows.assign(c.num_local, 0);
+  a.rows.assign(c.router.num_experts, 0);
   a.routing = act_tensor(dev, {2 * M + Nl * k}, DType::kF32, p + "moe routing indices", meta);
   const int64_t Mg = c.max_expert_rows(Nl);
   a.x_perm = act_tensor(dev, {M, C}, t, p + "moe permuted tokens", meta);
   a.probs_perm = act_tensor(dev, {M}, DType::kF32, p + "moe permuted probs", meta);
-  if (c.etp > 1) {
-    a.counts.assign(c.etp * c.num_local, 0);
+  if (c.etp > 1 || c.ep > 1) {
+    a.counts.assign(c.etp * c.ep * c.num_local, 0);
     a.rows_grp.assign(c.num_local, 0);
     a.x_grp = act_tensor(dev, {Mg, C}, t, p + "moe tokens of every TP rank, grouped by expert", meta);
   }
@@ -213,6 +221,10 @@ void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B,
   const int64_t Mg = c.max_expert_rows(Nl);
   w.d_fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, "moe grad of expert fc1 output", meta);
   w.d_act = act_tensor(dev, {Mg, c.ffn_local()}, t, "moe grad of expert activation", meta);
+  if (c.ep > 1) {
+    w.gathered = act_tensor(dev, {ep_recv_rows(c.ep, M), C}, t, "moe expert-parallel all-to-all buffer", meta);
+    w.grp = act_tensor(dev, {Mg, C}, t, "moe grouped expert output / gradient", meta);
+  }
   if (c.etp > 1) {
     w.gathered = act_tensor(dev, {c.etp * M, C}, t, "moe expert-TP gather / reduce-scatter buffer", meta);
     w.grp = act_tensor(dev, {Mg, C}, t, "moe grouped expert output / gradient", meta);
@@ -243,7 +255,8 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
   }
   if (profiler::shape_only()) {  // a dry run: no routing, every expert gets its even share of the rows
     a.M = Nl * K;
-    for (int64_t e = 0; e < c.num_local; ++e) a.rows[e] = a.M / c.num_local + (e < a.M % c.num_local ? 1 : 0);
+    const int64_t E = c.router.num_experts;
+    for (int64_t e = 0; e < E; ++e) a.rows[e] = a.M / E + (e < a.M % E ? 1 : 0);
   } else {
     // Each TP rank routes its own contiguous token shard of the B sequences of T tokens (sequence parallel).
     const RouterTokens toks = c.sequence_parallel ? RouterTokens{B, T, tp.tp->rank() * Nl, Nl} : RouterTokens{B, T};
@@ -252,7 +265,7 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     const Routing r = routing_of(a, m_max);
     const int64_t pad = c.router.pad_to_capacity && a.route.capacity > 0 ? a.route.capacity : 0;
     a.M = build_permutation(r.row_token, r.row_slot, r.slot_row, a.rows.data(), a.route.expert_ids.data(),
-                            a.route.kept.data(), Nl, K, c.num_local, pad);
+                            a.route.kept.data(), Nl, K, c.router.num_experts, pad);
     permute_forward(a.x_perm.data(), a.probs_perm.data(), x, a.route.probs.data(), r.row_token, r.row_slot, a.M, C,
                     c.permute_fusion);
   }
@@ -266,16 +279,18 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
     etp_combine(*tp.tp, a.y_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
                 tp.wire);
+  } else if (c.ep > 1) {  // this rank's rows to the experts' EP ranks and back
+    ep_dispatch(*tp.ep, a.counts.data(), a.rows_grp.data(), a.x_grp.data(), w.gathered.data(), a.x_perm.data(),
+                a.rows.data(), true, c.num_local, C, tp.wire);
+    experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    if (!profiler::shape_only()) add_fc2_bias(c, wt, w.grp.data(), a.rows_grp.data());
+    ep_combine(*tp.ep, a.y_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), a.rows.data(), c.num_local, C,
+               tp.wire);
   } else {
     experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows.data());
   }
-  const std::vector<int64_t> off = segments(a.rows);
-  if (!profiler::shape_only()) {  // after the reduction over expert TP, like a row-parallel bias
-    for (int64_t e = 0; e < c.num_local; ++e)
-      if (wt.fc2_bias[e])
-        for (int64_t r = off[e]; r < off[e + 1]; ++r)
-          for (int64_t j = 0; j < C; ++j) a.y_perm.data()[r * C + j] += wt.fc2_bias[e][j];
-  }
+  // After the reduction over expert TP, like a row-parallel bias (EP: added on the experts' rank).
+  if (!profiler::shape_only() && c.ep == 1) add_fc2_bias(c, wt, a.y_perm.data(), a.rows.data());
   round_act(c, a.y_perm.data(), M * C);
   if (profiler::shape_only()) return;
   const Routing r = routing_of(a, c.max_rows(Nl));
@@ -301,13 +316,7 @@ void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const M
     unpermute_backward(w.d_perm.data(), w.dprobs.data(), dout, a.y_perm.data(), a.probs_perm.data(), r.row_token,
                        r.slot_row, Nl, K, M, C);
   round_act(c, w.d_perm.data(), M * C);
-  const std::vector<int64_t> off = segments(a.rows);
-  if (!shape) {
-    for (int64_t e = 0; e < c.num_local; ++e)
-      if (wt.fc2_bias_grad[e])
-        for (int64_t row = off[e]; row < off[e + 1]; ++row)
-          for (int64_t j = 0; j < C; ++j) wt.fc2_bias_grad[e][j] += w.d_perm.data()[row * C + j];
-  }
+  if (!shape && c.ep == 1) add_fc2_bias_grad(c, wt, w.d_perm.data(), a.rows.data());
   const int64_t m_max = c.max_rows(Nl);
   if (c.etp > 1) {
     etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), w.grp.data(), w.gathered.data(), w.d_perm.data(),
@@ -315,6 +324,13 @@ void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const M
     experts_backward(c, wt, a, w, w.grp.data(), w.grp.data(), a.x_grp.data(), a.rows_grp.data());
     etp_combine(*tp.tp, w.d_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
                 tp.wire);
+  } else if (c.ep > 1) {
+    ep_dispatch(*tp.ep, a.counts.data(), a.rows_grp.data(), w.grp.data(), w.gathered.data(), w.d_perm.data(),
+                a.rows.data(), false, c.num_local, C, tp.wire);
+    if (!shape) add_fc2_bias_grad(c, wt, w.grp.data(), a.rows_grp.data());
+    experts_backward(c, wt, a, w, w.grp.data(), w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    ep_combine(*tp.ep, w.d_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), a.rows.data(), c.num_local, C,
+               tp.wire);
   } else {
     experts_backward(c, wt, a, w, w.d_perm.data(), w.d_perm.data(), a.x_perm.data(), a.rows.data());
   }

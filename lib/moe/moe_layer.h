@@ -45,15 +45,19 @@ struct MoeLayerConfig {
   int64_t tp = 1;
   bool sequence_parallel = false;
   int64_t etp = 1;  // expert tensor parallel size: 1 or tp (the TP group)
+  // Expert parallel size: this rank holds E / ep experts and dispatches its
+  // rows over TpConfig::ep (moe/expert_dispatch.h); only with etp = 1.
+  int64_t ep = 1;
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
   int64_t ffn_local() const { return ffn / etp; }
   int64_t fc1_local() const { return fc1_width() / etp; }
   int64_t shared_local() const { return shared_ffn / tp; }
   int64_t shared_fc1_local() const { return (swiglu ? 2 : 1) * shared_local(); }
-  // The most permuted rows of N_loc tokens: k per token, or every expert padded to capacity.
+  // The most permuted rows of N_loc tokens: k per token, or every expert (of all E) padded to capacity.
   int64_t max_rows(int64_t n_loc) const;
-  // The most rows the experts see: this rank's, or with etp > 1 every TP rank's.
-  int64_t max_expert_rows(int64_t n_loc) const { return etp * max_rows(n_loc); }
+  // The most rows the experts see: this rank's, with etp > 1 every TP rank's,
+  // with ep > 1 every EP rank's (all of them could pick this rank's experts).
+  int64_t max_expert_rows(int64_t n_loc) const { return etp * ep * max_rows(n_loc); }
 };
 
 // Addresses of one layer's parameters (gradients null when frozen; biases null when absent).
@@ -76,13 +80,14 @@ struct MoeWeights {
 // M = permuted rows (max_rows), N = all tokens of the micro-batch, N_loc this rank's.
 struct MoeActs {
   RouterForward route;
-  std::vector<int64_t> rows;  // (E_local) rows per expert of the last forward
+  std::vector<int64_t> rows;  // (E) rows per expert of this rank's permutation (all experts)
   int64_t M = 0;              // rows used
   Tensor routing;             // int32 (2*M + N_loc*k): row_token, row_slot, slot_row
   Tensor x_perm;              // (M, C) permuted tokens
   Tensor probs_perm;          // (M) their combine weights
-  // etp > 1: every TP rank's rows, grouped by expert (Mg = etp * M rows at most)
-  std::vector<int64_t> counts;    // (etp, E_local) rows of each rank per expert
+  // etp > 1 / ep > 1: every TP / EP rank's rows for the local experts, grouped
+  // by expert (Mg = max_expert_rows at most)
+  std::vector<int64_t> counts;    // (etp or ep, E_local) rows of each rank per local expert
   std::vector<int64_t> rows_grp;  // (E_local)
   Tensor x_grp;                   // (Mg, C)
   Tensor fc1;                     // (Mg, FC1/etp) pre-activation (Mg = M without ETP)
@@ -99,8 +104,9 @@ struct MoeWorkspace {
   Tensor d_perm;        // (M, C) d(y_perm), then d(x_perm)
   Tensor d_fc1;         // (Mg, FC1/etp)
   Tensor d_act;         // (Mg, F/etp)
-  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer
-  Tensor grp;           // etp > 1: (Mg, C) grouped expert outputs / their gradients
+  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer; ep > 1: (ep * M, C)
+                        // the all-to-all-v receive buffer
+  Tensor grp;           // etp > 1 or ep > 1: (Mg, C) grouped expert outputs / their gradients
   Tensor dprobs;        // (N_loc * k)
   Tensor dlogits;       // (N_loc, E)
   Tensor routed;        // (N_loc, C) unpermuted routed output

@@ -42,6 +42,8 @@ struct TpConfig {
   // null or size 1 when the sequence is not split. Carried here because the
   // layers take one communication context.
   Comm* cp = nullptr;
+  // The expert-parallel group of an MoE layer's token dispatch (null or size 1: none).
+  Comm* ep = nullptr;
 };
 
 // ---- Linear layers -----------------------------------------------------------------------------

@@ -40,7 +40,10 @@ inline bool saved_under_own_name(const model::ParamInfo& p) { return p.init_name
 // Whether this rank writes parameter `index` (and its optimizer states): one
 // rank per block in the world. DP replicas take turns by parameter; a
 // TP-replicated tensor comes from TP rank 0.
-bool writes_param(const model::ParamInfo& p, int index, const parallel::RankCoords& rc, int dp_size);
+// An expert-parallel parameter is written by one of its expert-DP replicas
+// (the EP peers hold other experts; with ETP 1 the TP peers are expert-DP replicas).
+bool writes_param(const model::ParamInfo& p, int index, const parallel::RankCoords& rc, int dp_size,
+                  const parallel::ExpertRankCoords& ec, int expert_dp_size);
 
 // A state buffer of the optimizer (state_numel() floats over
 // state_intervals()) spread over the flat parameter layout (params.numel()

@@ -112,13 +112,15 @@ std::string state_json(const SaveSettings& s, TrainingState& t, const TrainerCou
 
 // Every block of `data` (a flat buffer in the parameter layout) this rank holds.
 void add_blocks(std::vector<checkpoint::ShardedTensor>& out, const model::ParamStore& ps, const std::string& prefix,
-                const float* data, const parallel::RankCoords& rc, int dp, bool trainable_only) {
+                const float* data, const parallel::ParallelState& st, bool trainable_only) {
+  const parallel::RankCoords rc = st.coords();
   for (size_t i = 0; i < ps.infos().size(); ++i) {
     const model::ParamInfo& p = ps.infos()[i];
     if (!detail::saved_under_own_name(p)) continue;
     // A frozen parameter has no optimizer state; a LoRA checkpoint records the base by reference.
     if ((trainable_only || !prefix.empty()) && !p.trainable) continue;
-    const bool writer = detail::writes_param(p, static_cast<int>(i), rc, dp);
+    const bool writer =
+        detail::writes_param(p, static_cast<int>(i), rc, st.grid().dp(), st.expert_coords(), st.grid().expert_dp());
     for (const detail::ParamBlock& b : detail::param_blocks(p)) {
       out.push_back({prefix + p.name, p.full_shape, b.offsets, b.shape, data + p.offset + b.local_offset, writer});
     }
@@ -145,16 +147,14 @@ Watchdog::OnTimeout save_timeout_handler(const std::string& dir) {
 checkpoint::SaveResult save_training_checkpoint(FileSystem& fs, const SaveSettings& s, TrainingState& t,
                                                 const TrainerCounters& c) {
   model::ParamStore& ps = t.model.params();
-  const parallel::RankCoords rc = t.parallel.coords();
-  const int dp = t.parallel.grid().dp();
   std::vector<checkpoint::ShardedTensor> tensors;
   const bool lora = !s.base_json.empty();
-  add_blocks(tensors, ps, "", ps.params().data(), rc, dp, lora);
+  add_blocks(tensors, ps, "", ps.params().data(), t.parallel, lora);
   std::vector<std::vector<float>> states;  // alive until the save is done
   if (s.optim) {
     for (const auto& [name, tensor] : t.optimizer.state_tensors()) {
       states.push_back(detail::full_state(*tensor, t.optimizer, t.parallel, ps, t.bucket_elems));
-      add_blocks(tensors, ps, "optimizer." + name + "/", states.back().data(), rc, dp, lora);
+      add_blocks(tensors, ps, "optimizer." + name + "/", states.back().data(), t.parallel, lora);
     }
   }
   checkpoint::SaveOptions o;

@@ -56,9 +56,12 @@ model::ModelConfig rank_model_config(const config::Args& args, const parallel::R
 
 std::unique_ptr<model::GptModel> build_rank_model(const config::Args& args, device::Device& dev,
                                                   parallel::ParallelState& state, const TrainerOptions& to, bool meta) {
-  auto model = std::make_unique<model::GptModel>(
-      rank_model_config(args, state.coords()), dev, state.tp(), meta,
-      [&](model::ParamStore& ps) { return lay_out_grad_regions(ps, state.grid(), to.bucket_elems); });
+  model::ModelConfig mc = rank_model_config(args, state.coords());
+  mc.moe.ep_rank = state.ep().rank();  // the expert grid's EP rank picks this rank's experts
+  auto model = std::make_unique<model::GptModel>(mc, dev, state.tp(), meta, [&](model::ParamStore& ps) {
+    return lay_out_grad_regions(ps, state.grid(), to.bucket_elems);
+  });
+  if (mc.moe.ep > 1) model->set_ep_comm(state.ep());
   if (state.grid().cp() > 1) model->set_cp_comm(state.cp());
   return model;
 }

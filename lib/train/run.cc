@@ -142,6 +142,8 @@ parallel::ProcessGrid process_grid_from_args(const config::Args& a) {
   g.pipeline_model_parallel_size = a.pipeline_model_parallel_size;
   g.context_parallel_size = a.context_parallel_size;
   g.expert_model_parallel_size = a.expert_model_parallel_size;
+  // The expert grid's tensor size is the experts' split (1: whole experts), so expt-dp holds the TP peers.
+  if (a.num_experts) g.expert_tensor_parallel_size = a.expert_tensor_parallel_size;
   g.use_tp_pp_dp_mapping = a.use_tp_pp_dp_mapping;
   return parallel::ProcessGrid(g);
 }

@@ -403,8 +403,6 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
        "--position_embedding_type relative: this position embedding is not supported"},
       {[](Args& a) { a.position_embedding_type = "none"; },
        "--position_embedding_type none: this position embedding is not supported"},
-      {[](Args& a) { a.num_experts = 4, a.expert_model_parallel_size = 2; },
-       "--expert_model_parallel_size 2: expert parallelism (MoE) is not implemented yet"},
       {[](Args& a) { a.attention_backend = "fused"; },
        "--attention_backend fused: the fused (cuDNN) attention backend does not exist on the simulated NPU"},
   };

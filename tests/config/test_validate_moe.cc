@@ -127,6 +127,17 @@ TEST(ValidateMoe, ExpertParallelMessages) {
   none.num_experts.reset();
   none.expert_model_parallel_size = 2;
   EXPECT_EQ(fails(none, 2), "num_experts must be non None to use expert model parallelism");
+  Args ok = moe_demo();  // 4 experts over EP 2 at world 2 (the dense model's DP 2)
+  ok.expert_model_parallel_size = 2;
+  EXPECT_NO_THROW(validate(ok, 2));
+  Args etp = moe_demo();  // EP with experts split over TP is not implemented: refused by name
+  etp.tensor_model_parallel_size = 2;
+  etp.sequence_parallel = true;
+  etp.expert_model_parallel_size = 2;
+  etp.expert_tensor_parallel_size = 2;
+  EXPECT_EQ(fails(etp, 4),
+            "--expert_tensor_parallel_size 2 with --expert_model_parallel_size 2 is not implemented yet: expert "
+            "parallelism runs whole experts (ETP 1)");
 }
 
 TEST(ValidateMoe, FlagsParseWithAliases) {

@@ -1,0 +1,143 @@
+// Expert parallelism end to end (mpirun): `mtrain pt` with
+// --expert_model_parallel_size and the alltoall dispatcher equals the single
+// device for 20 iterations (loss, grad norm and the logged router losses
+// within 1e-5, the bound and the lr of ParallelEquivalence in
+// test_mtrain_parallel.cc), alone, with PP, with the distributed optimizer,
+// with capacity dropping and under TP + SP; a checkpoint saved at EP 2 resumes
+// at TP 2 (experts are named tensors by global index).
+//
+// EP ranks are data-parallel ranks of the dense model, each routing its own
+// micro-batch (the router's token group is the micro-batch's tokens on the
+// TP group), so the single-device reference runs the same micro-batch size.
+#include <algorithm>
+#include <cmath>
+
+#include "mtrain_runner.h"
+
+namespace mtrain::functional {
+namespace {
+
+class MoeExpertParallel : public MtrainTest {};
+
+const char* kMoe =
+    "--lr 3e-4 --num_experts 4 --moe_ffn_hidden_size 128 --moe_layer_freq 2 --moe_aux_loss_coeff 1e-2 "
+    "--moe_z_loss_coeff 1e-3";
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(a), 1e-30); }
+
+// pt rows are full length: SP adds no padding tokens for the router to count (test_mtrain_moe.cc).
+std::vector<std::string> job(const fs::path& out, const std::string& extra) {
+  return concat(demo_pt_args(20, out), words(std::string(kMoe) + " " + extra));
+}
+
+void expect_equal_runs(const fs::path& ref, const fs::path& par, const std::string& what) {
+  const auto a = train_rows(ref), b = train_rows(par);
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const char* key : {"loss", "grad_norm", "load_balancing_loss", "z_loss"})
+      EXPECT_LE(rel(a[i].at(key).get<double>(), b[i].at(key).get<double>()), 1e-5)
+          << what << " iteration " << i + 1 << ": " << key << " " << a[i].at(key) << " vs " << b[i].at(key);
+}
+
+struct Layout {
+  std::string name;
+  int ranks;
+  std::string flags;
+};
+
+// Micro-batches of 2 rows: 4 per step on one device, 1 per rank at EP 4.
+TEST_F(MoeExpertParallel, AllToAllLayoutsEqualTheSingleDevice) {
+  const std::string mbs = "--micro_batch_size 2";
+  const RunResult ref = run(job(tmp_ / "ref", mbs), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  // (Plain EP 2: CapacityDroppingEqualsTheSingleDevice and the distributed optimizer's run.)
+  for (const Layout& l : {Layout{"ep4", 4, "--expert_model_parallel_size 4 --moe_grouped_gemm false"},
+                          Layout{"ep2_pp2", 4, "--expert_model_parallel_size 2 --pipeline_model_parallel_size 2"},
+                          Layout{"ep2_distopt", 2, "--expert_model_parallel_size 2 --use_distributed_optimizer"}}) {
+    const RunResult par = run(job(tmp_ / l.name, mbs + " " + l.flags), l.name, launch_ranks(l.ranks));
+    ASSERT_EQ(par.exit_code, 0) << par.describe();
+    expect_equal_runs(tmp_ / "ref", tmp_ / l.name, l.name);
+  }
+}
+
+// Capacity 1.0 drops tokens: Megatron's router decides what each expert
+// keeps over the tokens of the rank that routes them (before dispatch), so
+// an EP rank keeps exactly what one device keeps on the same micro-batch
+// (token for token: tests/model/test_model_expert_parallel.cc); the runs agree.
+TEST_F(MoeExpertParallel, CapacityDroppingEqualsTheSingleDevice) {
+  const std::string cap = "--micro_batch_size 2 --moe_expert_capacity_factor 1.0";
+  const RunResult ref = run(job(tmp_ / "ref", cap), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  const RunResult par = run(job(tmp_ / "ep2", cap + " --expert_model_parallel_size 2"), "ep2", launch_ranks(2));
+  ASSERT_EQ(par.exit_code, 0) << par.describe();
+  expect_equal_runs(tmp_ / "ref", tmp_ / "ep2", "ep2 capacity 1.0");
+}
+
+// EP 2 x TP 2 with SP (ETP 1): each TP rank routes its token shard and
+// dispatches it over its EP group; micro-batches of 4 rows, the router's
+// token group the TP group as on one device's micro-batch of 4.
+TEST_F(MoeExpertParallel, ExpertTimesTensorParallelEqualsTheSingleDevice) {
+  const RunResult ref = run(job(tmp_ / "ref", ""), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  const RunResult par = run(job(tmp_ / "ep2tp2",
+                                "--expert_model_parallel_size 2 --tensor_model_parallel_size 2 "
+                                "--sequence_parallel --expert_tensor_parallel_size 1"),
+                            "ep2tp2", launch_ranks(4));
+  ASSERT_EQ(par.exit_code, 0) << par.describe();
+  expect_equal_runs(tmp_ / "ref", tmp_ / "ep2tp2", "ep2 tp2 sp");
+}
+
+// Saved at (EP 2, TP 1), resumed at (EP 1, TP 2 + SP): iterations 11..20
+// continue the uninterrupted EP 2 run.
+TEST_F(MoeExpertParallel, CheckpointSavedAtEp2ResumesAtTp2) {
+  const RunResult straight =
+      run(job(tmp_ / "straight", "--save_interval 10 --expert_model_parallel_size 2"), "straight", launch_ranks(2));
+  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
+  fs::create_directories(tmp_ / "resumed");
+  fs::copy(tmp_ / "straight" / "iter_0000010", tmp_ / "resumed" / "iter_0000010", fs::copy_options::recursive);
+  write_text(tmp_ / "resumed" / "latest_checkpointed_iteration.txt", "10");
+  const RunResult resumed = run(concat(job(tmp_ / "resumed", "--tensor_model_parallel_size 2 --sequence_parallel"),
+                                       {"--load", (tmp_ / "resumed").string()}),
+                                "resumed", launch_ranks(2));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  const auto a = train_rows(tmp_ / "straight"), b = train_rows(tmp_ / "resumed");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 10u) << "the resumed run logs iterations 11..20 only";
+  for (size_t i = 0; i < b.size(); ++i)
+    for (const char* key : {"loss", "grad_norm"})
+      EXPECT_LE(rel(a[i + 10].at(key).get<double>(), b[i].at(key).get<double>()), 1e-5)
+          << "iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
+}
+
+// --dry_run at EP 2 (world 2): the simulated rank holds its 4 of the 8
+// experts (estimator formula as in test_mtrain_moe.cc with E/EP experts:
+// per layer attn + router h E + (E/EP) 3 h f + norms 2 h), and the token
+// dispatch's all-to-alls are priced in the micro-batch phases (TP 1: no
+// other collective runs there).
+TEST_F(MoeExpertParallel, DryRunDividesTheExpertsOverEp) {
+  RunOptions two;
+  two.env = {{"NPROC_PER_NODE", "2"}};
+  const auto dry = [&](const std::string& ep) {
+    return run(concat(words("sft configs/sft_demo.yaml --dry_run --num_experts 8 --moe_ffn_hidden_size 128 "
+                            "--expert_model_parallel_size " +
+                            ep),
+                      {"--output_dir", (tmp_ / ("out" + ep)).string()}),
+               "dry" + ep, two);
+  };
+  const RunResult r = dry("2"), one = dry("1");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  const int64_t h = 256, attn = 2 * h * h * 3 / 2 + 512;
+  const int64_t layer = attn + h * 8 + 4 * 3 * h * 128 + 2 * h;
+  const int64_t total = 4 * layer + h + 2 * 1024 * h;
+  EXPECT_NE(r.out.find("parameters on this device                     " + std::to_string(total)), std::string::npos)
+      << "expected " << total << "\n"
+      << r.out;
+  EXPECT_NE(r.out.find("TP communication"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("TP communication 0.0 ms"), std::string::npos) << "no all-to-all priced\n" << r.out;
+  EXPECT_NE(one.out.find("TP communication 0.0 ms"), std::string::npos) << one.out;
+}
+
+}  // namespace
+}  // namespace mtrain::functional
