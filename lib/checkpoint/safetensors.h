@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -57,8 +58,11 @@ struct WrittenFile {
 // Throws CheckpointError: invalid input (duplicate or reserved name, byte
 // count != numel * dtype size, fp32 values for an integer dtype) or an I/O
 // failure, naming the path, the bytes written and needed, and the free space.
+// `on_tensor(i)` (if set) is called once tensor i's bytes are written (a
+// progress line's count).
 WrittenFile write_safetensors(FileSystem& fs, const std::string& path, std::span<const TensorToWrite> tensors,
-                              const SafetensorsMetadata& metadata = {}, mode_t mode = kDefaultFileMode);
+                              const SafetensorsMetadata& metadata = {}, mode_t mode = kDefaultFileMode,
+                              const std::function<void(size_t)>& on_tensor = {});
 
 // The JSON header write_safetensors writes (space-padded, without the 8-byte length).
 std::string safetensors_header(std::span<const TensorToWrite> tensors, const SafetensorsMetadata& metadata);

@@ -121,7 +121,8 @@ std::string safetensors_header(std::span<const TensorToWrite> tensors, const Saf
 }
 
 WrittenFile write_safetensors(FileSystem& fs, const std::string& path, std::span<const TensorToWrite> tensors,
-                              const SafetensorsMetadata& metadata, mode_t mode) {
+                              const SafetensorsMetadata& metadata, mode_t mode,
+                              const std::function<void(size_t)>& on_tensor) {
   validate(path, tensors);
   const std::string header = safetensors_header(tensors, metadata);
   int64_t total = 8 + static_cast<int64_t>(header.size());
@@ -137,7 +138,10 @@ WrittenFile write_safetensors(FileSystem& fs, const std::string& path, std::span
           try {
             append_le64(cf, header.size());
             cf.append(header);
-            for (const TensorToWrite& t : tensors) append_tensor(cf, t);
+            for (size_t i = 0; i < tensors.size(); ++i) {
+              append_tensor(cf, tensors[i]);
+              if (on_tensor) on_tensor(i);
+            }
           } catch (const IoError&) {
             written = cf.size();
             throw;

@@ -39,6 +39,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/weight_source.h"
 #include "common/file_system.h"
+#include "common/progress.h"
 #include "parallel/comm.h"
 #include "tensor/tensor.h"
 
@@ -64,6 +65,9 @@ struct SaveOptions {
   int keep_last = 0;  // > 0: keep this many iter_ directories (the new one included); 0 keeps all
   mode_t dir_mode = kDefaultDirMode;
   mode_t file_mode = kDefaultFileMode;
+  // This rank's progress line over the tensors it writes ("Save checkpoint"),
+  // or null for none (common/progress.h).
+  ProgressSink* progress = nullptr;
 };
 
 // What a successful save did.

@@ -98,7 +98,7 @@ std::vector<std::string> all_gather_strings(parallel::Comm& world, const std::st
 // Writes this rank's blocks; returns its manifest part:
 // {"file": {"name", "size", "crc32"} or null, "blocks": [{name, key, offsets, shape, global_shape}]}.
 json write_shard(FileSystem& fs, const std::string& dir, int rank, const std::vector<ShardedTensor>& tensors,
-                 mode_t mode) {
+                 mode_t mode, ProgressSink* progress) {
   std::vector<TensorToWrite> out;
   SafetensorsMetadata meta{{"format", fmt::format("mtrain-sharded-v{}", kShardedFormatVersion)}};
   json blocks = json::array();
@@ -117,7 +117,11 @@ json write_shard(FileSystem& fs, const std::string& dir, int rank, const std::ve
   json part = {{"file", nullptr}, {"blocks", blocks}};
   if (out.empty()) return part;
   const std::string name = rank_file_name(rank);
-  const WrittenFile w = write_safetensors(fs, dir + "/" + name, out, meta, mode);
+  ProgressBar bar("Save checkpoint", static_cast<int64_t>(out.size()), progress);
+  bar.set_unit("tensor");
+  const WrittenFile w = write_safetensors(fs, dir + "/" + name, out, meta, mode,
+                                          [&bar](size_t i) { bar.update(static_cast<int64_t>(i) + 1); });
+  bar.close();
   part["file"] = {{"name", name}, {"size", w.digest.size}, {"crc32", crc32_hex(w.digest.crc32)}};
   for (json& b : part["blocks"]) b["file"] = name;
   return part;
@@ -277,7 +281,7 @@ SaveResult save_checkpoint(FileSystem& fs, parallel::Comm& world, const std::str
   // 2. Every rank writes (and fsyncs) its shard.
   json part;
   cleanup_and_agree(attempt([&] {
-    part = write_shard(fs, tmp, world.rank(), tensors, opts.file_mode);
+    part = write_shard(fs, tmp, world.rank(), tensors, opts.file_mode, opts.progress);
     if (!part["file"].is_null()) result.bytes_this_rank = part["file"]["size"];
   }));
   // 3. Rank 0 gathers the parts and writes the manifest.

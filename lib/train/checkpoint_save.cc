@@ -161,6 +161,7 @@ checkpoint::SaveResult save_training_checkpoint(FileSystem& fs, const SaveSettin
   o.keep_last = s.keep_last;
   o.dir_mode = s.dir_mode;
   o.file_mode = s.file_mode;
+  o.progress = t.progress;  // the first rank's line (TrainingState)
   return checkpoint::save_checkpoint(fs, t.parallel.world(), s.dir, c.iteration, tensors, state_json(s, t, c), o);
 }
 

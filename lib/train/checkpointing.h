@@ -58,7 +58,7 @@ struct TrainingState {
   BatchSource& data;
   parallel::ParallelState& parallel;
   int64_t bucket_elems = 0;          // the DP buckets (distributed optimizer shards)
-  ProgressSink* progress = nullptr;  // loading's progress line (the rank that shows it)
+  ProgressSink* progress = nullptr;  // loading's and saving's progress line (the rank that shows it)
 };
 
 struct SaveSettings {

@@ -300,6 +300,23 @@ TEST_F(ProgressTest, ExportShowsItsTensorsOnATerminal) {
   })) << joined(rows);
 }
 
+TEST_F(ProgressTest, ACheckpointSaveShowsItsTensorsBetweenMegatronsSaveLines) {
+  const RunResult r =
+      run_on_terminal(concat(demo_pt_args(3, tmp_ / "run"), words("--save_interval 3")), launch_ranks(1));
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const std::vector<std::string> bars = bar_drawings(r.out, "Save checkpoint");
+  ASSERT_FALSE(bars.empty()) << r.out;
+  // Every tensor of the rank's shard written: n/n, counted in tensors.
+  EXPECT_TRUE(std::regex_search(bars.back(), std::regex(R"( 100%\|.*\| (\d+)/\1 \[.*tensor)"))) << bars.back();
+  // Drawn while the save runs: after Megatron's "saving checkpoint" line, before its "successfully saved".
+  const size_t saving = r.out.find("saving checkpoint at iteration"), bar = r.out.find("Save checkpoint: 100%"),
+               saved = r.out.find("successfully saved checkpoint from iteration");
+  ASSERT_NE(saving, std::string::npos) << r.out;
+  ASSERT_NE(saved, std::string::npos) << r.out;
+  EXPECT_LT(saving, bar);
+  EXPECT_LT(bar, saved);
+}
+
 TEST_F(ProgressTest, AResumedRunShowsItsCheckpointLoadingThenItsTraining) {
   const RunResult first =
       run_mtrain(concat(demo_pt_args(3, tmp_ / "run"), words("--save_interval 3 --lr_decay_iters 10")), tmp_, "first",
