@@ -113,8 +113,8 @@ TEST_F(MoeExpertParallel, CheckpointSavedAtEp2ResumesAtTp2) {
 // --dry_run at EP 2 (world 2): the simulated rank holds its 4 of the 8
 // experts (estimator formula as in test_mtrain_moe.cc with E/EP experts:
 // per layer attn + router h E + (E/EP) 3 h f + norms 2 h), and the token
-// dispatch's all-to-alls are priced in the micro-batch phases (TP 1: no
-// other collective runs there).
+// dispatch's all-to-alls are priced in the micro-batch phases, on the
+// report's EP line (TP 1: no other collective runs there).
 TEST_F(MoeExpertParallel, DryRunDividesTheExpertsOverEp) {
   RunOptions two;
   two.env = {{"NPROC_PER_NODE", "2"}};
@@ -134,9 +134,12 @@ TEST_F(MoeExpertParallel, DryRunDividesTheExpertsOverEp) {
   EXPECT_NE(r.out.find("parameters on this device                     " + std::to_string(total)), std::string::npos)
       << "expected " << total << "\n"
       << r.out;
-  EXPECT_NE(r.out.find("TP communication"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("TP communication 0.0 ms"), std::string::npos) << "no all-to-all priced\n" << r.out;
-  EXPECT_NE(one.out.find("TP communication 0.0 ms"), std::string::npos) << one.out;
+  // The all-to-alls on the EP line (their formula: tests/plan/test_comm_split.cc), none at EP 1.
+  EXPECT_NE(r.out.find("TP communication 0.0 ms, EP communication (expert dispatch)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("EP communication (expert dispatch) 0.0 ms"), std::string::npos) << "no all-to-all priced\n"
+                                                                                        << r.out;
+  EXPECT_NE(one.out.find("TP communication 0.0 ms, EP communication (expert dispatch) 0.0 ms"), std::string::npos)
+      << one.out;
 }
 
 }  // namespace
