@@ -10,23 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "config/cli.h"
 #include "plan/dry_run.h"
 #include "plan/memory_report.h"
+#include "plan/plan_args.h"
 #include "plan/search.h"
 #include "plan/step_time.h"
 
 namespace mtrain::plan {
 namespace {
-
-config::Args parse_words(std::vector<std::string> words, int world) {
-  words.insert(words.begin(), {"mtrain", "pt"});
-  std::vector<const char*> argv;
-  for (const std::string& w : words) argv.push_back(w.c_str());
-  config::ParseOptions o;
-  o.world_size = world;
-  return config::parse_command_line(static_cast<int>(argv.size()), argv.data(), o).args;
-}
 
 std::vector<std::string> with_flags(std::vector<std::string> words, const std::string& flags) {
   std::istringstream in(flags);

@@ -11,21 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "config/cli.h"
 #include "plan/dry_run.h"
+#include "plan/plan_args.h"
 #include "plan/search.h"
 
 namespace mtrain::plan {
 namespace {
-
-config::Args parse_words(std::vector<std::string> words, int world) {
-  words.insert(words.begin(), {"mtrain", "pt"});
-  std::vector<const char*> argv;
-  for (const std::string& w : words) argv.push_back(w.c_str());
-  config::ParseOptions o;
-  o.world_size = world;
-  return config::parse_command_line(static_cast<int>(argv.size()), argv.data(), o).args;
-}
 
 constexpr double kCapacity = 64.0 * (1LL << 30);  // Ascend910B3 HBM
 

@@ -19,6 +19,7 @@
 #include "config/validate.h"
 #include "plan/dry_run.h"
 #include "plan/memory_report.h"
+#include "plan/plan_args.h"
 #include "plan/plan_command.h"
 #include "plan/search.h"
 #include "plan/step_time.h"
@@ -28,15 +29,6 @@ namespace {
 
 const std::vector<std::string> kModel = {"--model_preset", "qwen2.5-7b", "--global_batch_size", "8", "--seq_length",
                                          "1024",           "--bf16",     "--train_iters",       "1"};
-
-config::Args parse_words(std::vector<std::string> words, int world, const char* command = "pt") {
-  words.insert(words.begin(), {"mtrain", command});
-  std::vector<const char*> argv;
-  for (const std::string& w : words) argv.push_back(w.c_str());
-  config::ParseOptions o;
-  o.world_size = world;
-  return config::parse_command_line(static_cast<int>(argv.size()), argv.data(), o).args;
-}
 
 std::vector<std::string> split(const std::string& s) {
   std::istringstream in(s);
