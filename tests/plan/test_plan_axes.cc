@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -13,6 +14,7 @@
 #include "plan/dry_run.h"
 #include "plan/memory_report.h"
 #include "plan/plan_args.h"
+#include "plan/plan_command.h"
 #include "plan/search.h"
 #include "plan/step_time.h"
 
@@ -134,6 +136,28 @@ TEST(PlanAxes, PrintedFlagsOfCpAndEpPlansReproduce) {
     EXPECT_GT(it->layout.cp > 1 ? it->cp_comm_s : it->ep_comm_s, 0) << it->flags;
     EXPECT_EQ(it->layout.cp > 1 ? it->ep_comm_s : it->cp_comm_s, 0) << it->flags;
   }
+}
+
+// `mtrain plan --json` of a demo job at 8192 tokens (CP 2 leaves 4096 a
+// rank, the command's rule): rows carry the CP layout and the communication
+// split; a CP row has CP traffic and its flags, a CP 1 row none.
+TEST(PlanAxes, JsonRowsCarryTheAxesAndTheCommunicationSplit) {
+  const PlanOptions o = parse_plan_args({"--nproc_per_node", "2", "--top", "1000", "--json", "--model_preset", "demo",
+                                         "--vocab_size", "1024", "--global_batch_size", "2", "--seq_length", "8192",
+                                         "--max_position_embeddings", "8192"});
+  std::ostringstream out;
+  ASSERT_EQ(run_plan_command(o, out), 0);
+  const nlohmann::json rows = nlohmann::json::parse(out.str());
+  int cp_rows = 0;
+  for (const nlohmann::json& row : rows) {
+    const bool cp = row.at("cp").get<int>() > 1;
+    cp_rows += cp;
+    EXPECT_EQ(row.at("flags").get<std::string>().find("--context_parallel_size 2") != std::string::npos, cp);
+    EXPECT_EQ(row.at("cp_comm_s").get<double>() > 0, cp) << row.dump();
+    EXPECT_EQ(row.at("ep_comm_s").get<double>(), 0.0) << row.dump();
+    EXPECT_TRUE(row.at("moe_token_dispatcher_type").is_null()) << "a dense model";
+  }
+  EXPECT_GT(cp_rows, 0) << out.str();
 }
 
 }  // namespace
