@@ -88,6 +88,15 @@ TEST(PlanExamples, Llama2SevenBillionAt32kOnEightNpus) {
     }
   }
   EXPECT_TRUE(ring && ulysses) << "both of MindSpeed's algorithms have fitting layouts";
+  // Pruning is sound here too, where both rules prune CP layouts (the states
+  // bound with the optimizer sharded over DP x CP): the exhaustive search
+  // finds the same plans in the same order.
+  SearchOptions exhaustive{8, 1, false};
+  const SearchSummary all = search_layouts(parse_words(job, 8), exhaustive);
+  EXPECT_GT(s.pruned, 0);
+  EXPECT_GT(s.pruned_mbs, 0);
+  ASSERT_EQ(all.fitting.size(), s.fitting.size());
+  for (size_t i = 0; i < all.fitting.size(); ++i) EXPECT_EQ(all.fitting[i].flags, s.fitting[i].flags);
 }
 
 // Qwen3-30B-A3B (configs/models/qwen3-30b-a3b.yaml) on 2 nodes of 8, s 4096,
