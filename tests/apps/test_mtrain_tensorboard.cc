@@ -26,7 +26,7 @@ std::vector<std::string> tb_job(const fs::path& out, int iters) {
   return concat(words("sft configs/sft_demo.yaml --lr_decay_iters 2400 --log_interval 1 --num_threads 1 "
                       "--num_generate_samples 0 --eval_interval 2 --eval_iters 1 --log_timers_to_tensorboard "
                       "--log_memory_to_tensorboard --log_validation_ppl_to_tensorboard "
-                      "--log_world_size_to_tensorboard --log_params_norm --log_num_zeros_in_grad"),
+                      "--log_world_size_to_tensorboard --log_params_norm --log_num_zeros_in_grad --log_throughput"),
                 {"--train_iters", std::to_string(iters), "--output_dir", out.string()});
 }
 
@@ -99,8 +99,9 @@ TEST_F(TensorBoard, FirstRunWritesMegatronsTagsWithLoggingJsonlsValues) {
   const std::vector<Point>& pts = (*first_runs_)[0];
   std::set<std::string> tags;
   for (const Point& p : pts) tags.insert(p.tag);
-  std::set<std::string> want = {"iteration-time", "mem-reserved-bytes", "mem-allocated-bytes",
-                                "mem-max-allocated-bytes", "lm loss validation ppl"};
+  std::set<std::string> want = {"iteration-time",        "throughput",          "simulated-iteration-time",
+                                "mem-reserved-bytes",    "mem-allocated-bytes", "mem-max-allocated-bytes",
+                                "lm loss validation ppl"};
   for (const char* t : {"learning-rate", "batch-size", "lm loss", "loss-scale", "world-size", "grad-norm", "num-zeros",
                         "params-norm", "lm loss validation", "lm loss validation ppl"}) {
     want.insert(t);
@@ -148,6 +149,27 @@ TEST_F(TensorBoard, FirstRunWritesMegatronsTagsWithLoggingJsonlsValues) {
     EXPECT_EQ(val[i].step, evals[i].at("iteration").get<int>());
     EXPECT_EQ(val[i].value, static_cast<float>(loss));
     EXPECT_EQ(ppl[i].value, static_cast<float>(std::exp(std::min(20.0, loss))));
+  }
+}
+
+// --log_throughput: the writer's throughput and simulated step time are the
+// log line's (logging.jsonl's), i.e. the same Megatron FLOPs per iteration
+// and the same simulated device clock reach both hooks. TensorBoard stores
+// a float (one rounding, 2^-24 relative) of a value computed in another
+// order of the same operations (a few double ulps).
+TEST_F(TensorBoard, ThroughputTagsAreTheLogLinesNumbers) {
+  const std::vector<Point>& pts = (*first_runs_).at(0);
+  const auto rows = train_rows(out());
+  const auto tflops = curve(pts, "throughput"), simulated = curve(pts, "simulated-iteration-time");
+  ASSERT_EQ(tflops.size(), static_cast<size_t>(kFirst));
+  ASSERT_EQ(simulated.size(), tflops.size());
+  for (int i = 0; i < kFirst; ++i) {
+    const double want = rows[i].at("throughput_tflops_per_gpu").get<double>();
+    EXPECT_GT(want, 0);
+    EXPECT_NEAR(tflops[i].value, want, 1e-7 * want) << "iteration " << i + 1;
+    const double sim_s = rows[i].at("simulated_device_time_per_iteration_ms").get<double>() / 1000;
+    EXPECT_GT(sim_s, 0);
+    EXPECT_NEAR(simulated[i].value, sim_s, 1e-7 * sim_s) << "iteration " << i + 1;
   }
 }
 
