@@ -54,42 +54,36 @@ std::vector<Point> curve(const std::vector<Point>& pts, const std::string& tag) 
   return out;
 }
 
-class TensorBoard : public ::testing::Test {
+class TensorBoard : public SuiteTest {
  protected:
   // A 6-iteration job whose rank crashes at the start of iteration 5 (after
   // evaluating at 2 and 4 and saving at 4), then the same job resumed.
   static void SetUpTestSuite() {
-    dir_ = new fs::path(make_temp_dir("tensorboard"));
+    make_suite_dir("tensorboard");
     RunOptions crash;
     crash.env = {{"MTRAIN_FAULT", "exit@5"}};
-    first_ = new RunResult(
-        run_mtrain(concat(tb_job(out(), kTotal), {"--save_interval", std::to_string(kFirst)}), *dir_, "first", crash));
+    first_ = new RunResult(run_mtrain(concat(tb_job(out(), kTotal), {"--save_interval", std::to_string(kFirst)}),
+                                      suite_dir(), "first", crash));
     first_runs_ = new std::vector<std::vector<Point>>();
     if (fs::exists(out() / "runs")) *first_runs_ = read_runs(out() / "runs");
-    resumed_ = new RunResult(run_mtrain(concat(tb_job(out(), kTotal), {"--load", out().string()}), *dir_, "resumed"));
+    resumed_ =
+        new RunResult(run_mtrain(concat(tb_job(out(), kTotal), {"--load", out().string()}), suite_dir(), "resumed"));
   }
   static void TearDownTestSuite() {
-    std::error_code ec;
-    if (::testing::UnitTest::GetInstance()->Failed())
-      std::fprintf(stderr, "[ kept ] captured runs in %s\n", dir_->c_str());
-    else
-      fs::remove_all(*dir_, ec);
+    SuiteTest::TearDownTestSuite();
     delete first_;
     delete resumed_;
     delete first_runs_;
-    delete dir_;
   }
   void SetUp() override {
     ASSERT_EQ(first_->exit_code, 1) << first_->describe();  // fault_injection.h's crash
     ASSERT_EQ(resumed_->exit_code, 0) << resumed_->describe();
   }
-  static fs::path out() { return *dir_ / "out"; }
+  static fs::path out() { return suite_dir() / "out"; }
 
-  static fs::path* dir_;
   static RunResult *first_, *resumed_;
   static std::vector<std::vector<Point>>* first_runs_;
 };
-fs::path* TensorBoard::dir_ = nullptr;
 RunResult* TensorBoard::first_ = nullptr;
 RunResult* TensorBoard::resumed_ = nullptr;
 std::vector<std::vector<Point>>* TensorBoard::first_runs_ = nullptr;
@@ -206,7 +200,7 @@ TEST_F(TensorBoard, ResumedRunAddsASecondFileWhoseStepsContinue) {
 
 // The second reader, in Python, over both files.
 TEST_F(TensorBoard, PythonReaderAgreesWithLoggingJsonl) {
-  const fs::path expect = *dir_ / "expect.json", log = *dir_ / "check_events.log";
+  const fs::path expect = suite_dir() / "expect.json", log = suite_dir() / "check_events.log";
   write_text(expect, R"({"files": 2, "per_iteration": {"lm loss": "loss", "learning-rate": "learning_rate",
     "grad-norm": "grad_norm", "params-norm": "params_norm", "num-zeros": "num_zeros",
     "loss-scale": "loss_scale", "batch-size": "global_batch_size"}})");
