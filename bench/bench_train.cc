@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "expert_gemm_probe.h"
 #include "sgemm_probe.h"
 #include "step_bench.h"
 
@@ -161,7 +162,23 @@ std::vector<mtrain::bench::ShapeSpec> chosen_shapes(const std::string& s) {
 struct Measured {
   mtrain::bench::SgemmRate sgemm;
   std::vector<ShapeResult> shapes;
+  std::vector<mtrain::bench::ExpertGemmTime> expert_gemms;  // with MoE shapes: one layer's expert GEMMs alone
+  int64_t expert_gemm_tokens = 0;
 };
+
+// The expert GEMMs of one tiny-moe layer over a step's routed rows, grouped vs looped.
+void print_expert_gemms(const std::vector<mtrain::bench::ExpertGemmTime>& t, int64_t tokens) {
+  if (t.empty()) return;
+  const mtrain::model::MoeSettings moe = mtrain::bench::tiny_moe(true).config.moe;
+  const int64_t rows = tokens * moe.router.topk;
+  fmt::print("\nexpert GEMMs of one tiny-moe layer alone ({} tokens x top-{} = {} rows, {} per expert), median ms:\n",
+             tokens, moe.router.topk, rows, rows / moe.num_experts);
+  fmt::print("{:<18} {:>8} {:>8} {:>11} {:>11} {:>15}\n", "gemm", "grouped", "looped", "grouped GF/s", "looped GF/s",
+             "grouped/looped");
+  for (const auto& g : t)
+    fmt::print("{:<18} {:>8.3f} {:>8.3f} {:>11.1f} {:>11.1f} {:>14.2f}x\n", g.gemm, g.grouped_ms, g.looped_ms,
+               g.gflop / g.grouped_ms * 1e3, g.gflop / g.looped_ms * 1e3, g.looped_ms / g.grouped_ms);
+}
 
 Measured run_all(const Flags& f) {
   mtrain::bench::BenchOptions opts;
@@ -184,6 +201,13 @@ Measured run_all(const Flags& f) {
                r.matmul_params, r.flops_per_step * 1e-9);
     std::fflush(stdout);
   }
+  for (const auto& spec : specs)
+    if (spec.config.moe.num_experts > 0) {
+      m.expert_gemm_tokens = spec.config.micro_batch * spec.config.seq_length;
+      m.expert_gemms =
+          mtrain::bench::time_expert_gemms(mtrain::bench::tiny_moe(true).config, m.expert_gemm_tokens, 2 * f.steps + 1);
+      break;
+    }
   return m;
 }
 
@@ -213,9 +237,14 @@ int main(int argc, char** argv) {
   fmt::print("\nsgemm {}^3 (reference): best {:.1f} GFLOP/s, median {:.1f} over {} calls\n", m.sgemm.size,
              m.sgemm.best_gflops, m.sgemm.median_gflops, m.sgemm.gflops.size());
   print_results(m.shapes, m.sgemm.best_gflops);
+  print_expert_gemms(m.expert_gemms, m.expert_gemm_tokens);
   if (!f.json_path.empty()) {
     std::ofstream out(f.json_path);
-    out << results_json(f, m.sgemm, m.shapes).dump(2) << "\n";
+    nlohmann::json j = results_json(f, m.sgemm, m.shapes);
+    for (const auto& g : m.expert_gemms)
+      j["moe_expert_gemms"].push_back(
+          {{"gemm", g.gemm}, {"grouped_ms", g.grouped_ms}, {"looped_ms", g.looped_ms}, {"gflop", g.gflop}});
+    out << j.dump(2) << "\n";
     if (!out) {
       std::fprintf(stderr, "bench_train: cannot write %s\n", f.json_path.c_str());
       return 1;
