@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/errors.h"
 #include "moe/permute.h"
 #include "profiler/kernel_region.h"
 
@@ -34,6 +35,11 @@ int64_t even_rows(int64_t* rows, int64_t G, const AgShape& s) {
 }
 
 }  // namespace
+
+parallel::Comm& ag_group(const parallel::TpConfig& tp) {
+  if (!tp.tp_ep) throw Error(ExitCode::kInternal, "moe: the allgather dispatcher has no expert TP x EP group");
+  return *tp.tp_ep;
+}
 
 AgShape ag_shape(const MoeLayerConfig& c, int64_t ep_rank, int64_t n_loc) {
   AgShape s;

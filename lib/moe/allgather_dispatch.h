@@ -38,6 +38,9 @@ struct AgShape {
   bool fused = false;                     // --moe_permute_fusion
 };
 
+// The group: tp.tp_ep (GptModel::set_ep_comm); an internal error if it is unset.
+parallel::Comm& ag_group(const parallel::TpConfig& tp);
+
 // The layer's shape on EP rank ep_rank with N_loc tokens.
 AgShape ag_shape(const MoeLayerConfig& c, int64_t ep_rank, int64_t n_loc);
 

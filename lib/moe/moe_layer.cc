@@ -214,13 +214,13 @@ void allgather_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, co
                        MoeWorkspace& w, float* out, const float* x, int64_t Nl) {
   const AgShape s = ag_shape(c, tp.ep ? tp.ep->rank() : 0, Nl);
   const AgPermutation perm = routing_of(a, c.perm_rows(Nl));
-  a.M = ag_dispatch(*tp.tp_ep, perm, a.rows_grp.data(), a.x_perm.data(), a.probs_perm.data(), w.gathered.data(),
+  a.M = ag_dispatch(ag_group(tp), perm, a.rows_grp.data(), a.x_perm.data(), a.probs_perm.data(), w.gathered.data(),
                     w.ag_slots.data(), x, a.route, s, tp.wire);
   experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows_grp.data());
   const bool shape = profiler::shape_only();
   if (!shape && adds_fc2_bias(c, tp)) add_fc2_bias(c, wt, a.y_perm.data(), a.rows_grp.data());
   round_act(c, a.y_perm.data(), a.M * c.hidden);
-  ag_combine(*tp.tp_ep, w.routed.data(), w.gathered.data(), a.y_perm.data(), a.probs_perm.data(), perm, a.M, s,
+  ag_combine(ag_group(tp), w.routed.data(), w.gathered.data(), a.y_perm.data(), a.probs_perm.data(), perm, a.M, s,
              w.scratch.data(), tp.wire);
   if (shape) return;
   round_act(c, w.routed.data(), Nl * c.hidden);
@@ -234,13 +234,13 @@ void allgather_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, c
   const AgShape s = ag_shape(c, tp.ep ? tp.ep->rank() : 0, Nl);
   const AgPermutation perm = routing_of(a, c.perm_rows(Nl));
   float* dprobs_all = w.ag_slots.data();
-  ag_combine_backward(*tp.tp_ep, w.d_perm.data(), dprobs_all, w.gathered.data(), dout, a.y_perm.data(),
+  ag_combine_backward(ag_group(tp), w.d_perm.data(), dprobs_all, w.gathered.data(), dout, a.y_perm.data(),
                       a.probs_perm.data(), perm, a.M, s, tp.wire);
   round_act(c, w.d_perm.data(), a.M * c.hidden);
   if (!profiler::shape_only() && adds_fc2_bias(c, tp)) add_fc2_bias_grad(c, wt, w.d_perm.data(), a.rows_grp.data());
   experts_backward(c, wt, a, w, w.d_perm.data(), w.d_perm.data(), a.x_perm.data(), a.rows_grp.data());
-  ag_dispatch_backward(*tp.tp_ep, dx, w.dprobs.data(), w.gathered.data(), w.routed.data(), dprobs_all, w.d_perm.data(),
-                       perm, s, tp.wire);
+  ag_dispatch_backward(ag_group(tp), dx, w.dprobs.data(), w.gathered.data(), w.routed.data(), dprobs_all,
+                       w.d_perm.data(), perm, s, tp.wire);
 }
 
 }  // namespace

@@ -114,8 +114,8 @@ struct MoeWorkspace {
   Tensor d_perm;        // (M, C) d(y_perm), then d(x_perm)
   Tensor d_fc1;         // (Mg, FC1/etp)
   Tensor d_act;         // (Mg, F/etp)
-  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer; ep > 1: (ep * M, C)
-                        // the all-to-all-v receive buffer
+  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer; ep > 1: (etp * ep * M,
+                        // C) the all-to-all-v receive (and expert-TP gather) buffer; allgather: (G * N_loc, C)
   Tensor grp;           // etp > 1 or ep > 1: (Mg, C) grouped expert outputs / their gradients
   Tensor ep_grp;        // ep > 1 and etp > 1: (ep * M, C) the rows received over EP, by local expert
   Tensor ag_slots;      // allgather: (2 * G * N_loc * k) the group's expert ids and probs; then d(probs)

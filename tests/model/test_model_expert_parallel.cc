@@ -113,7 +113,7 @@ GridRank grid_rank(parallel::SimWorld& world, const Case& k, int rank) {
 }
 
 // Only this EP rank's experts, by their global index (at EP > 1 they are the expert-parallel parameters).
-void expect_own_experts(const GptModel& m, int ep, int ep_rank) {
+void expect_own_experts(GptModel& m, int ep, int ep_rank) {
   const ModelConfig& c = m.config();
   const int64_t local = c.moe.num_experts / ep;
   int moe_layers = 0, experts = 0;
@@ -151,7 +151,9 @@ TEST_P(ModelExpertParallel, RanksMatchTheSingleDevice) {
         << "per-token losses on rank " << rank;
     // Routing and capacity are decided on the rank's own tokens before dispatch (Megatron's
     // router), so at TP 1 every slot is kept or dropped as on one device with the same batch.
-    if (k.tp == 1) EXPECT_EQ(m.aux_losses().routing_hash, refs[g.d].routing) << "routing on rank " << rank;
+    if (k.tp == 1) {
+      EXPECT_EQ(m.aux_losses().routing_hash, refs[g.d].routing) << "routing on rank " << rank;
+    }
     m.backward(b, batches[g.d].weights.data(), 5, true, true);
     for (int i = 0; i < static_cast<int>(m.params().infos().size()); ++i) {
       const ParamInfo& p = m.params().info(i);
