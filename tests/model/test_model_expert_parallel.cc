@@ -262,12 +262,12 @@ TEST(ModelExpertParallelDryRun, AllToAllBuffersAndCollectives) {
   EXPECT_EQ(buf.at("layer 0 moe tokens of every TP rank, grouped by expert"), 2 * 2 * M * C * f);
   // all-to-all of the counts, all-to-all-v of the rows over EP; the counts and
   // rows all-gathered over (expert) TP; reduce-scatter back; all-to-all-v back.
-  const std::vector<Recorded> want = {{"ep", parallel::CommOp::kAllToAll, 2 * 2 * 8},
-                                      {"ep", parallel::CommOp::kAllToAll, M * C * f},
-                                      {"tp", parallel::CommOp::kAllGather, 2 * 2 * 8},
-                                      {"tp", parallel::CommOp::kAllGather, 2 * 2 * M * C * f},
-                                      {"tp", parallel::CommOp::kReduceScatter, 2 * 2 * M * C * f},
-                                      {"ep", parallel::CommOp::kAllToAll, M * C * f}};
+  // An even share: each rank receives M rows over EP, so the TP gather moves
+  // ETP x M rows (what the ranks hold, as Megatron's all-gather-v), not the buffer.
+  const std::vector<Recorded> want = {
+      {"ep", parallel::CommOp::kAllToAll, 2 * 2 * 8},          {"ep", parallel::CommOp::kAllToAll, M * C * f},
+      {"tp", parallel::CommOp::kAllGather, 2 * 2 * 8},         {"tp", parallel::CommOp::kAllGather, 2 * M * C * f},
+      {"tp", parallel::CommOp::kReduceScatter, 2 * M * C * f}, {"ep", parallel::CommOp::kAllToAll, M * C * f}};
   ASSERT_EQ(seen.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(seen[i].group, want[i].group) << i;
