@@ -85,9 +85,6 @@ void ep_etp_dispatch(parallel::Comm& ep, parallel::Comm& etp, const EpEtpCounts&
   ep_dispatch(ep, n.ep, n.rows_ep, ep_grp, recv, local, rows_all, exchange_counts, E_local, C, wire);
   const int64_t rows_max = ep_recv_rows(ep.size(), m_max);
   etp_dispatch(etp, n.etp, rows_grp, grouped, recv, ep_grp, n.rows_ep, exchange_counts, rows_max, E_local, C, wire);
-  // Shape only: the gathered counts are not moved; every peer is taken to hold what this rank holds.
-  if (!etp.moves_data())
-    for (int64_t e = 0; e < E_local; ++e) rows_grp[e] = etp.size() * n.rows_ep[e];
 }
 
 void ep_etp_combine(parallel::Comm& ep, parallel::Comm& etp, float* local, float* recv, float* ep_grp,
