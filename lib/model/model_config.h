@@ -44,6 +44,7 @@ struct MoeSettings {
   int64_t etp = 1;  // --expert_tensor_parallel_size: 1 (whole experts per TP rank) or tp
   // --expert_model_parallel_size: EP rank r holds experts [r*E/ep, (r+1)*E/ep) (Megatron's split).
   int64_t ep = 1, ep_rank = 0;
+  bool allgather = false;  // --moe_token_dispatcher_type allgather
   int64_t num_local() const { return num_experts / ep; }
   int64_t first_local() const { return ep_rank * num_local(); }
   moe::RouterConfig router;
