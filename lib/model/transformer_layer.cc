@@ -281,7 +281,7 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
       k::attention_decode_forward(a.att.data(), a.q.data(), a.k.data(), a.v.data(), kv->k, kv->v, d.H, d.G, d.T,
                                   kv->past, kv->capacity, d.D, kv->scores);
     } else if (context_parallel(tp)) {
-      cp_attention_forward(c, tp, a, w, b, d.H, d.G, d.D);
+      cp_attention_forward(c, tp, a, w, b, d.H, d.G, d.D, p_att, att_seed);
     } else if (f.flash_attention) {
       k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids,
                                  d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0, c.heads, c.seq_length);
@@ -442,7 +442,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
   {
     pf::Scope m(pr.module("core_attention"), {pr.heads("grad_output", w.d_att.data(), d.H)});
     if (context_parallel(tp)) {
-      cp_attention_backward(c, tp, a, w, b, d.H, d.G, d.D);
+      cp_attention_backward(c, tp, a, w, b, d.H, d.G, d.D, p_att, att_seed);
     } else if (f.flash_attention) {
       k::attention_flash_backward(w.d_q.data(), w.d_k.data(), w.d_v.data(), w.d_att.data(), a.q.data(), a.k.data(),
                                   a.v.data(), a.att.data(), a.softmax_stats.data(), b.doc_ids, d.B, d.H, d.G, d.T, d.D,
