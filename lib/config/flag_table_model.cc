@@ -91,6 +91,12 @@ std::vector<FlagSpec> model_flags() {
        .help = "Biases in all linear layers (QKV bias is --add_qkv_bias).",
        .negations = {"disable_bias_linear"}},
       {.name = "add_qkv_bias", .field = &Args::add_qkv_bias, .group = M, .help = "Bias in the QKV projection (Qwen)."},
+      {.name = "qk_layernorm",
+       .field = &Args::qk_layernorm,
+       .group = M,
+       .help =
+           "Whether to layer normalize the q and k attention embeddings: a --normalization norm (weights of "
+           "size kv_channels, --norm_epsilon) over each head's query and key before RoPE (Qwen3's q_norm, k_norm)."},
       {.name = "hidden_dropout",
        .field = &Args::hidden_dropout,
        .group = M,
