@@ -83,6 +83,7 @@ std::string hf_config_json(const HfModelShape& s) {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
   } else {
+    if (s.arch == HfArch::kQwen3) j["attention_bias"] = false;
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = s.num_layers;

@@ -49,6 +49,7 @@ struct HfModelShape {
   std::optional<int64_t> eos_token_id;
 
   bool qkv_bias() const { return arch == HfArch::kQwen2; }
+  bool qk_norm() const { return arch == HfArch::kQwen3; }  // self_attn.{q,k}_norm.weight (head_dim)
   int64_t mcore_vocab() const { return padded_vocab > 0 ? padded_vocab : vocab_size; }
   int64_t q_rows() const { return heads * head_dim; }            // q_proj / o_proj^T rows
   int64_t kv_rows() const { return groups * head_dim; }          // k_proj, v_proj rows
@@ -62,8 +63,8 @@ struct HfModelShape {
 void validate_hf_shape(const HfModelShape& s, const std::string& source = "config.json");
 
 // config.json text (2-space indent, trailing newline) for a valid shape.
-// Writes head_dim explicitly; Qwen2 requires head_dim == hidden / heads
-// because older transformers releases derive it.
+// Writes head_dim explicitly (Qwen3 and Llama may differ from hidden / heads); Qwen2 requires head_dim == hidden /
+// heads because older transformers releases derive it.
 std::string hf_config_json(const HfModelShape& s);
 
 // Parses and validates config.json text. Required: architectures (one of

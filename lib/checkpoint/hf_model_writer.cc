@@ -142,12 +142,13 @@ HfModelShape hf_shape_from_meta(const ModelMeta& m) {
     throw CheckpointError(
         fmt::format("the checkpoint's model has {}, which {} cannot express", setting, hf_supported_architectures()),
         "Hugging Face export supports RMSNorm + SwiGLU + RoPE models without linear biases (q/k/v biases become "
-        "Qwen2ForCausalLM)");
+        "Qwen2ForCausalLM, --qk_layernorm Qwen3ForCausalLM)");
   };
   if (m.normalization != "RMSNorm") refuse("normalization " + m.normalization);
   if (!m.swiglu) refuse("swiglu false (a GELU MLP)");
   if (m.position_embedding_type != "rope") refuse("position_embedding_type " + m.position_embedding_type);
   if (m.add_bias_linear) refuse("add_bias_linear true (biases in every linear layer)");
+  if (m.qk_layernorm && m.add_qkv_bias) refuse("both qk_layernorm and add_qkv_bias (Qwen3 without attention_bias)");
   if (m.num_experts > 0)  // Qwen2-MoE / Qwen3-MoE / Mixtral layouts are not written yet
     throw CheckpointError(
         fmt::format("the checkpoint's model is a mixture of experts (num_experts {}), which {} cannot express",
@@ -155,7 +156,7 @@ HfModelShape hf_shape_from_meta(const ModelMeta& m) {
         "Hugging Face export and import of MoE models (Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
         "MixtralForCausalLM) are not implemented yet; the mtrain checkpoint itself resumes and reshards");
   HfModelShape s;
-  s.arch = m.add_qkv_bias ? HfArch::kQwen2 : HfArch::kLlama;
+  s.arch = m.qk_layernorm ? HfArch::kQwen3 : m.add_qkv_bias ? HfArch::kQwen2 : HfArch::kLlama;
   s.num_layers = m.num_layers;
   s.hidden = m.hidden_size;
   s.ffn = m.ffn_hidden_size;
@@ -195,6 +196,7 @@ ModelMeta meta_from_hf_shape(const HfModelShape& s) {
   m.untie_embeddings_and_output_weights = !s.tie_word_embeddings;
   m.add_bias_linear = false;
   m.add_qkv_bias = s.qkv_bias();
+  m.qk_layernorm = s.qk_norm();
   m.norm_epsilon = s.rms_norm_eps;
   m.rotary_base = s.rope_theta;
   for (const auto& [name, dtype] : kParamsDtypes)

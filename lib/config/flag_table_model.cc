@@ -16,7 +16,8 @@ std::vector<FlagSpec> model_flags() {
        .group = M,
        .help = "Model shape preset: configs/models/<name>.yaml (demo, gpt2-124m, gpt3-175b, llama2-7b, qwen2.5-0.5b, "
                "qwen2.5-72b, "
-               "qwen2.5-7b) or a path. Precedence: --model's config.json < preset < YAML config < command line.",
+               "qwen2.5-7b, qwen3-8b) or a path. Precedence: --model's config.json < preset < YAML config < "
+               "command line.",
        .default_text = "none"},
       {.name = "num_layers",
        .field = &Args::num_layers,

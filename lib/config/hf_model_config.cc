@@ -19,7 +19,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr HfArch kArchs[] = {HfArch::kLlama, HfArch::kQwen2};
+constexpr HfArch kArchs[] = {HfArch::kLlama, HfArch::kQwen2, HfArch::kQwen3};
 constexpr const char* kDtypes[] = {"float32", "bfloat16", "float16"};
 constexpr std::uintmax_t kMaxConfigBytes = 16 << 20;  // real ones are a few KiB
 
@@ -114,7 +114,11 @@ void refuse_unsupported(const Json& j, HfArch arch, const std::string& source) {
       if (bool_value(j, key, source, false))
         fail(source, fmt::format("field '{}' = true is not supported for LlamaForCausalLM", key),
              "Qwen2ForCausalLM is the supported architecture with q/k/v biases");
-  } else if (bool_value(j, "use_sliding_window", source, false)) {
+  } else if (arch == HfArch::kQwen3 && bool_value(j, "attention_bias", source, false)) {
+    fail(source, "field 'attention_bias' = true is not supported for Qwen3ForCausalLM",
+         "Qwen3's attention_bias also puts a bias on o_proj, which mtrain's --add_qkv_bias does not have");
+  }
+  if (arch != HfArch::kLlama && bool_value(j, "use_sliding_window", source, false)) {
     fail(source, "field 'use_sliding_window' = true is not supported (mtrain attends to the whole sequence)");
   }
 }
@@ -136,9 +140,13 @@ void check_positive(const std::string& source, const char* key, double v) {
 
 }  // namespace
 
-const char* hf_arch_class(HfArch arch) { return arch == HfArch::kQwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"; }
+const char* hf_arch_class(HfArch arch) {
+  return arch == HfArch::kQwen3 ? "Qwen3ForCausalLM" : arch == HfArch::kQwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+}
 
-const char* hf_model_type(HfArch arch) { return arch == HfArch::kQwen2 ? "qwen2" : "llama"; }
+const char* hf_model_type(HfArch arch) {
+  return arch == HfArch::kQwen3 ? "qwen3" : arch == HfArch::kQwen2 ? "qwen2" : "llama";
+}
 
 std::string hf_supported_architectures() {
   std::string out;
@@ -247,6 +255,7 @@ std::vector<HfImpliedFlag> hf_implied_flags(const HfConfigFields& f) {
        boolean(f.tie_word_embeddings)},
       {"add_bias_linear", "false", "architectures", arch},
       {"add_qkv_bias", boolean(f.arch == HfArch::kQwen2), "architectures", arch},
+      {"qk_layernorm", boolean(f.arch == HfArch::kQwen3), "architectures", arch},
       {"max_position_embeddings", num(f.max_positions), "max_position_embeddings", num(f.max_positions), false},
       {"norm_epsilon", num(f.rms_norm_eps), "rms_norm_eps", num(f.rms_norm_eps), false},
       {"rotary_base", num(f.rope_theta), "rope_theta", num(f.rope_theta), false},

@@ -16,11 +16,12 @@
 
 namespace mtrain::config {
 
-enum class HfArch { kLlama, kQwen2 };
+// Qwen3 = Llama + per-head q/k RMSNorm (--qk_layernorm), head_dim free of hidden / heads.
+enum class HfArch { kLlama, kQwen2, kQwen3 };
 
-const char* hf_arch_class(HfArch arch);  // "LlamaForCausalLM" / "Qwen2ForCausalLM"
-const char* hf_model_type(HfArch arch);  // "llama" / "qwen2"
-// "LlamaForCausalLM, Qwen2ForCausalLM": for error messages.
+const char* hf_arch_class(HfArch arch);  // "LlamaForCausalLM" / "Qwen2ForCausalLM" / "Qwen3ForCausalLM"
+const char* hf_model_type(HfArch arch);  // "llama" / "qwen2" / "qwen3"
+// "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM": for error messages.
 std::string hf_supported_architectures();
 
 // The fields of config.json mtrain uses (config.json names in the comments).
@@ -55,7 +56,8 @@ void validate_hf_config(const HfConfigFields& f, const std::string& source);
 // defaults: num_key_value_heads, head_dim, rope_theta (10000),
 // tie_word_embeddings (false), torch_dtype / dtype (float32). Features
 // mtrain does not model are refused by name: hidden_act other than silu,
-// rope_scaling, Llama's attention_bias / mlp_bias, Qwen2's use_sliding_window.
+// rope_scaling, Llama's attention_bias / mlp_bias, Qwen3's attention_bias
+// (it also puts a bias on o_proj), Qwen2's and Qwen3's use_sliding_window.
 HfConfigFields parse_hf_config_fields(const std::string& json_text, const std::string& source = "config.json");
 
 // <dir>/config.json, parsed. ConfigError naming the path when it is missing
@@ -75,7 +77,7 @@ struct HfImpliedFlag {
 // ffn_hidden_size, num_attention_heads, group_query_attention,
 // num_query_groups, kv_channels, vocab_size, normalization RMSNorm, swiglu,
 // position_embedding_type rope, untie_embeddings_and_output_weights,
-// add_bias_linear false, add_qkv_bias (Qwen2), and the overridable
+// add_bias_linear false, add_qkv_bias (Qwen2), qk_layernorm (Qwen3), and the overridable
 // max_position_embeddings, norm_epsilon, rotary_base.
 std::vector<HfImpliedFlag> hf_implied_flags(const HfConfigFields& f);
 
