@@ -46,7 +46,7 @@ auto as_checkpoint_error(F&& f) {
   }
 }
 
-// Qwen2MoeConfig's / MixtralConfig's expert fields. output_router_logits is
+// Qwen2MoeConfig's / Qwen3MoeConfig's / MixtralConfig's expert fields. output_router_logits is
 // written false: it asks the forward for the router logits (and HF's own aux
 // loss), not part of the model.
 void add_moe_fields(Json& j, const HfModelShape& s) {
@@ -59,11 +59,13 @@ void add_moe_fields(Json& j, const HfModelShape& s) {
     const config::HfSparseLayers sparse = config::hf_sparse_layers(m.layers);
     j["num_experts"] = m.num_experts;
     j["moe_intermediate_size"] = m.ffn;
-    j["shared_expert_intermediate_size"] = m.shared_ffn;
     j["norm_topk_prob"] = m.norm_topk_prob;
     j["decoder_sparse_step"] = sparse.decoder_sparse_step;
     j["mlp_only_layers"] = sparse.mlp_only_layers;
-    j["qkv_bias"] = m.qkv_bias;
+    if (s.arch == HfArch::kQwen2Moe) {  // Qwen3-MoE has neither
+      j["shared_expert_intermediate_size"] = m.shared_ffn;
+      j["qkv_bias"] = m.qkv_bias;
+    }
   }
   j["num_experts_per_tok"] = m.topk;
   j["output_router_logits"] = false;
@@ -110,6 +112,7 @@ std::string hf_config_json(const HfModelShape& s) {
   } else if (s.arch == HfArch::kMixtral) {
     j["sliding_window"] = nullptr;
   } else {
+    if (s.qk_norm()) j["attention_bias"] = false;
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = s.num_layers;

@@ -52,6 +52,8 @@ struct HfModelShape {
   HfMoeFields moe;  // Qwen2-MoE, Mixtral: experts, top-k, MoE layers (num_experts 0: dense)
 
   bool qkv_bias() const { return arch == HfArch::kQwen2 || (arch == HfArch::kQwen2Moe && moe.qkv_bias); }
+  // self_attn.{q,k}_norm.weight (head_dim): Qwen3 and Qwen3-MoE
+  bool qk_norm() const { return arch == HfArch::kQwen3 || arch == HfArch::kQwen3Moe; }
   bool is_moe_layer(int64_t layer) const {
     return moe.num_experts > 0 && layer >= 0 && layer < static_cast<int64_t>(moe.layers.size()) && moe.layers[layer];
   }
@@ -68,8 +70,8 @@ struct HfModelShape {
 void validate_hf_shape(const HfModelShape& s, const std::string& source = "config.json");
 
 // config.json text (2-space indent, trailing newline) for a valid shape.
-// Writes head_dim explicitly; Qwen2 requires head_dim == hidden / heads
-// because older transformers releases derive it.
+// Writes head_dim explicitly (Qwen3 and Llama may differ from hidden / heads); Qwen2 requires head_dim == hidden /
+// heads because older transformers releases derive it.
 std::string hf_config_json(const HfModelShape& s);
 
 // Parses and validates config.json text. Required: architectures (one of

@@ -29,7 +29,7 @@ constexpr const char* kHfEmbedding = "model.embed_tokens.weight";
 constexpr const char* kHfNorm = "model.norm.weight";
 constexpr const char* kHfHead = "lm_head.weight";
 
-enum class LayerKind { kNorm1, kQkvWeight, kQkvBias, kProj, kNorm2, kFc1, kFc2 };
+enum class LayerKind { kNorm1, kQkvWeight, kQkvBias, kProj, kQNorm, kKNorm, kNorm2, kFc1, kFc2 };
 
 // One per-layer tensor: its suffix after "decoder.layers.N." and its HF suffixes after "model.layers.N.".
 struct LayerTensor {
@@ -53,6 +53,9 @@ constexpr LayerTensor kLayerTensors[] = {
      {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"},
      3},
     {LayerKind::kProj, "self_attention.linear_proj.weight", HfTransform::kCopy, {"self_attn.o_proj.weight"}, 1},
+    // Qwen3 (transformers' modeling_qwen3.py, Qwen3Attention: q_norm / k_norm = Qwen3RMSNorm(head_dim))
+    {LayerKind::kQNorm, "self_attention.q_layernorm.weight", HfTransform::kCopy, {"self_attn.q_norm.weight"}, 1},
+    {LayerKind::kKNorm, "self_attention.k_layernorm.weight", HfTransform::kCopy, {"self_attn.k_norm.weight"}, 1},
     {LayerKind::kNorm2, "pre_mlp_layernorm.weight", HfTransform::kCopy, {"post_attention_layernorm.weight"}, 1},
     {LayerKind::kFc1,
      "mlp.linear_fc1.weight",
@@ -65,6 +68,7 @@ constexpr LayerTensor kLayerTensors[] = {
 // In an MoE layer the experts (hf_moe_layer_maps) replace the dense MLP's fc1 / fc2.
 bool present(const LayerTensor& t, int64_t layer, const HfModelShape& s) {
   if (t.kind == LayerKind::kFc1 || t.kind == LayerKind::kFc2) return !s.is_moe_layer(layer);
+  if (t.kind == LayerKind::kQNorm || t.kind == LayerKind::kKNorm) return s.qk_norm();
   return t.kind != LayerKind::kQkvBias || s.qkv_bias();
 }
 
@@ -75,6 +79,10 @@ void layer_shapes(const LayerTensor& t, const HfModelShape& s, Shape& mcore, std
     case LayerKind::kNorm1:
     case LayerKind::kNorm2:
       mcore = {C}, hf = {{C}};
+      return;
+    case LayerKind::kQNorm:
+    case LayerKind::kKNorm:
+      mcore = {s.head_dim}, hf = {mcore};
       return;
     case LayerKind::kQkvWeight:
       mcore = {s.qkv_rows(), C}, hf = {{s.q_rows(), C}, {s.kv_rows(), C}, {s.kv_rows(), C}};
@@ -180,7 +188,8 @@ HfTensorMap hf_map_for_mcore(const std::string& mcore_name, const HfModelShape& 
   throw CheckpointError(
       fmt::format("tensor '{}' has no counterpart in a Hugging Face {} model", mcore_name, hf_arch_class(s.arch)),
       "HF export supports RMSNorm + SwiGLU + RoPE models without linear biases (q/k/v biases: "
-      "Qwen2ForCausalLM; experts: Qwen2MoeForCausalLM, MixtralForCausalLM)");
+      "Qwen2ForCausalLM; --qk_layernorm: Qwen3ForCausalLM; experts: Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+      "MixtralForCausalLM)");
 }
 
 std::optional<HfSource> hf_source_for(const std::string& hf_name, const HfModelShape& s) {

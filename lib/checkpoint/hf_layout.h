@@ -9,6 +9,7 @@
 //   ...self_attention.linear_qkv.weight           ...self_attn.{q,k,v}_proj.weight        per query group
 //   ...self_attention.linear_qkv.bias (Qwen2)     ...self_attn.{q,k,v}_proj.bias
 //   ...self_attention.linear_proj.weight          ...self_attn.o_proj.weight
+//   ...self_attention.{q,k}_layernorm.weight      ...self_attn.{q,k}_norm.weight          Qwen3 (head_dim)
 //   ...pre_mlp_layernorm.weight                   ...post_attention_layernorm.weight
 //   ...mlp.linear_fc1.weight [gate; up]           ...mlp.{gate,up}_proj.weight
 //   ...mlp.linear_fc2.weight                      ...mlp.down_proj.weight

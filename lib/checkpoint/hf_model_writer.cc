@@ -77,15 +77,16 @@ void write_weight_files(FileSystem& fs, const std::string& dir, const HfShardPla
 }
 
 [[noreturn]] void refuse_moe(const std::string& setting, const std::string& hint) {
-  throw CheckpointError(fmt::format("the checkpoint's MoE model has {}, which neither Qwen2MoeForCausalLM nor "
-                                    "MixtralForCausalLM can express",
+  throw CheckpointError(fmt::format("the checkpoint's MoE model has {}, which none of Qwen2MoeForCausalLM, "
+                                    "Qwen3MoeForCausalLM, MixtralForCausalLM can express",
                                     setting),
                         hint);
 }
 
-// The MoE architecture of a checkpoint: a shared expert (with its sigmoid gate)
-// is Qwen2-MoE's; without one, no q/k/v biases and every layer MoE with the
-// top-k renormalised is Mixtral's. Router settings HF's blocks do not have are
+// The MoE architecture of a checkpoint: q/k RMSNorm is Qwen3-MoE's (no shared
+// expert); a shared expert (with its sigmoid gate) is Qwen2-MoE's; without
+// either, no q/k/v biases and every layer MoE with the top-k renormalised is
+// Mixtral's. Router settings HF's blocks do not have are
 // refused by name.
 void moe_shape_from_meta(const ModelMeta& m, HfModelShape& s) {
   if (!m.moe_router_topk)
@@ -108,6 +109,12 @@ void moe_shape_from_meta(const ModelMeta& m, HfModelShape& s) {
   f.layers = m.moe_layers;
   f.aux_loss_coef = as_float_decimal(m.moe_aux_loss_coeff);
   f.qkv_bias = m.add_qkv_bias;
+  if (m.qk_layernorm) {  // Qwen3's attention: Qwen3-MoE, which has no shared expert
+    if (f.shared_ffn > 0)
+      refuse_moe("qk_layernorm with a shared expert", "Qwen3-MoE has no shared expert, Qwen2-MoE no q/k RMSNorm");
+    s.arch = HfArch::kQwen3Moe;
+    return;
+  }
   if (f.shared_ffn > 0) {
     if (!m.moe_shared_expert_gate)
       refuse_moe("a shared expert without its gate (moe_shared_expert_gate false)",
@@ -195,14 +202,15 @@ HfModelShape hf_shape_from_meta(const ModelMeta& m) {
     throw CheckpointError(
         fmt::format("the checkpoint's model has {}, which {} cannot express", setting, hf_supported_architectures()),
         "Hugging Face export supports RMSNorm + SwiGLU + RoPE models without linear biases (q/k/v biases become "
-        "Qwen2ForCausalLM)");
+        "Qwen2ForCausalLM, --qk_layernorm Qwen3ForCausalLM)");
   };
   if (m.normalization != "RMSNorm") refuse("normalization " + m.normalization);
   if (!m.swiglu) refuse("swiglu false (a GELU MLP)");
   if (m.position_embedding_type != "rope") refuse("position_embedding_type " + m.position_embedding_type);
   if (m.add_bias_linear) refuse("add_bias_linear true (biases in every linear layer)");
+  if (m.qk_layernorm && m.add_qkv_bias) refuse("both qk_layernorm and add_qkv_bias (Qwen3 without attention_bias)");
   HfModelShape s;
-  s.arch = m.add_qkv_bias ? HfArch::kQwen2 : HfArch::kLlama;
+  s.arch = m.qk_layernorm ? HfArch::kQwen3 : m.add_qkv_bias ? HfArch::kQwen2 : HfArch::kLlama;
   s.num_layers = m.num_layers;
   s.hidden = m.hidden_size;
   s.ffn = m.ffn_hidden_size;
@@ -243,6 +251,7 @@ ModelMeta meta_from_hf_shape(const HfModelShape& s) {
   m.untie_embeddings_and_output_weights = !s.tie_word_embeddings;
   m.add_bias_linear = false;
   m.add_qkv_bias = s.qkv_bias();
+  m.qk_layernorm = s.qk_norm();
   m.norm_epsilon = s.rms_norm_eps;
   m.rotary_base = s.rope_theta;
   for (const auto& [name, dtype] : kParamsDtypes)

@@ -30,7 +30,8 @@ json model_meta_to_json(const ModelMeta& m) {
          {"norm_epsilon", m.norm_epsilon},
          {"rotary_base", m.rotary_base},
          {"params_dtype", m.params_dtype}};
-  if (m.num_experts > 0) {  // dense checkpoints keep the pre-MoE description
+  if (m.qk_layernorm) j["qk_layernorm"] = true;  // others keep the description they had before it
+  if (m.num_experts > 0) {                       // dense checkpoints keep the pre-MoE description
     j["num_experts"] = m.num_experts;
     j["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
     j["moe_layers"] = m.moe_layers;
@@ -94,6 +95,7 @@ ModelMeta model_meta_from_json(const json& j, const std::string& source) {
   take(j, "norm_epsilon", m.norm_epsilon, source);
   take(j, "rotary_base", m.rotary_base, source);
   take(j, "params_dtype", m.params_dtype, source);
+  if (j.contains("qk_layernorm")) take(j, "qk_layernorm", m.qk_layernorm, source);
   if (j.contains("num_experts")) {  // absent: a dense model
     take(j, "num_experts", m.num_experts, source);
     take(j, "moe_ffn_hidden_size", m.moe_ffn_hidden_size, source);
@@ -136,6 +138,7 @@ std::vector<std::string> model_meta_mismatches(const ModelMeta& s, const ModelMe
         c.untie_embeddings_and_output_weights);
   check("add_bias_linear", s.add_bias_linear, c.add_bias_linear);
   check("add_qkv_bias", s.add_qkv_bias, c.add_qkv_bias);
+  check("qk_layernorm", s.qk_layernorm, c.qk_layernorm);
   check("num_experts", s.num_experts, c.num_experts);
   if (s.num_experts > 0 && c.num_experts > 0) {
     check("moe_ffn_hidden_size", s.moe_ffn_hidden_size, c.moe_ffn_hidden_size);

@@ -30,6 +30,7 @@ struct ModelMeta {
   bool untie_embeddings_and_output_weights = true;
   bool add_bias_linear = false;
   bool add_qkv_bias = false;
+  bool qk_layernorm = false;  // absent in checkpoints without it (and in those of mtrain before it)
   double norm_epsilon = 1e-5;
   double rotary_base = 10000;
   std::string params_dtype = "fp32";  // fp32 | bf16 | fp16: what the training run computed in

@@ -1,4 +1,4 @@
-// config.json parsing and validation for Llama / Qwen2 / Qwen2-MoE / Mixtral
+// config.json parsing and validation for Llama / Qwen2 / Qwen3 / Qwen2-MoE / Mixtral / Qwen3-MoE
 // (nlohmann-json), and the model flags it implies.
 #include "config/hf_model_config.h"
 
@@ -20,12 +20,12 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr HfArch kArchs[] = {HfArch::kLlama, HfArch::kQwen2, HfArch::kQwen2Moe, HfArch::kMixtral};
+constexpr HfArch kArchs[] = {HfArch::kLlama,    HfArch::kQwen2,   HfArch::kQwen3,
+                             HfArch::kQwen2Moe, HfArch::kMixtral, HfArch::kQwen3Moe};
 // architectures[0] and model_type of each HfArch, in enum order.
-constexpr std::pair<const char*, const char*> kArchNames[] = {{"LlamaForCausalLM", "llama"},
-                                                              {"Qwen2ForCausalLM", "qwen2"},
-                                                              {"Qwen2MoeForCausalLM", "qwen2_moe"},
-                                                              {"MixtralForCausalLM", "mixtral"}};
+constexpr std::pair<const char*, const char*> kArchNames[] = {
+    {"LlamaForCausalLM", "llama"},        {"Qwen2ForCausalLM", "qwen2"},     {"Qwen3ForCausalLM", "qwen3"},
+    {"Qwen2MoeForCausalLM", "qwen2_moe"}, {"MixtralForCausalLM", "mixtral"}, {"Qwen3MoeForCausalLM", "qwen3_moe"}};
 constexpr const char* kDtypes[] = {"float32", "bfloat16", "float16"};
 constexpr std::uintmax_t kMaxConfigBytes = 16 << 20;  // real ones are a few KiB
 
@@ -82,14 +82,6 @@ HfArch parse_arch(const Json& j, const std::string& source) {
                                name, hf_model_type(a)));
     return a;
   }
-  // Qwen3-MoE differs from Qwen2-MoE's layout by q/k RMSNorm per head, which mtrain's attention lacks.
-  if (name == "Qwen3MoeForCausalLM")
-    fail(source,
-         fmt::format("unsupported architecture '{}' in field 'architectures': its attention normalises q and k per "
-                     "head (q_norm, k_norm: q/k RMSNorm), which mtrain's model does not have",
-                     name),
-         fmt::format("supported: {}; --model_preset qwen3-30b-a3b has its shape for --dry_run and mtrain plan",
-                     hf_supported_architectures()));
   fail(source, fmt::format("unsupported architecture '{}' in field 'architectures'", name),
        "supported: " + hf_supported_architectures());
 }
@@ -122,7 +114,11 @@ void refuse_unsupported(const Json& j, HfArch arch, const std::string& source) {
            "set it to null for full attention");
     if (number_value(j, "router_jitter_noise", source, 0.0) != 0.0)
       fail(source, "field 'router_jitter_noise' must be 0: mtrain's router adds no jitter to its input");
-  } else if (bool_value(j, "use_sliding_window", source, false)) {
+  } else if ((arch == HfArch::kQwen3 || arch == HfArch::kQwen3Moe) && bool_value(j, "attention_bias", source, false)) {
+    fail(source, fmt::format("field 'attention_bias' = true is not supported for {}", hf_arch_class(arch)),
+         "Qwen3's attention_bias also puts a bias on o_proj, which mtrain's --add_qkv_bias does not have");
+  }
+  if (arch != HfArch::kLlama && arch != HfArch::kMixtral && bool_value(j, "use_sliding_window", source, false)) {
     fail(source, "field 'use_sliding_window' = true is not supported (mtrain attends to the whole sequence)");
   }
 }
@@ -149,16 +145,17 @@ std::vector<int> sparse_layer_pattern(const Json& j, int64_t num_layers, const s
 HfMoeFields parse_moe(const Json& j, HfArch arch, const HfConfigFields& f, const std::string& source) {
   HfMoeFields m;
   if (!hf_arch_is_moe(arch)) return m;
-  const bool mixtral = arch == HfArch::kMixtral;
+  const bool mixtral = arch == HfArch::kMixtral, shared = arch == HfArch::kQwen2Moe;
   m.num_experts = required_int(j, mixtral ? "num_local_experts" : "num_experts", source);
   m.topk = required_int(j, "num_experts_per_tok", source);
   m.ffn = mixtral ? f.ffn : required_int(j, "moe_intermediate_size", source);
-  m.shared_ffn = mixtral ? 0 : required_int(j, "shared_expert_intermediate_size", source);
-  m.norm_topk_prob = mixtral || bool_value(j, "norm_topk_prob", source, false);  // Qwen2MoeConfig's default
+  m.shared_ffn = shared ? required_int(j, "shared_expert_intermediate_size", source) : 0;
+  // Qwen2MoeConfig's and Qwen3MoeConfig's default is false; Mixtral always renormalises.
+  m.norm_topk_prob = mixtral || bool_value(j, "norm_topk_prob", source, false);
   m.layers = mixtral ? std::vector<int>(static_cast<size_t>(std::max<int64_t>(f.num_layers, 0)), 1)
                      : sparse_layer_pattern(j, f.num_layers, source);
-  m.aux_loss_coef = number_value(j, "router_aux_loss_coef", source, 0.001);  // both configs' default
-  if (!mixtral) m.qkv_bias = bool_value(j, "qkv_bias", source, true);
+  m.aux_loss_coef = number_value(j, "router_aux_loss_coef", source, 0.001);  // the configs' default
+  if (shared) m.qkv_bias = bool_value(j, "qkv_bias", source, true);
   return m;
 }
 
@@ -183,7 +180,7 @@ void validate_moe(const HfConfigFields& s, const std::string& source) {
   check_positive(source, mixtral ? "num_local_experts" : "num_experts", m.num_experts);
   check_positive(source, "num_experts_per_tok", m.topk);
   check_positive(source, mixtral ? "intermediate_size" : "moe_intermediate_size", m.ffn);
-  if (!mixtral) check_positive(source, "shared_expert_intermediate_size", m.shared_ffn);
+  if (s.arch == HfArch::kQwen2Moe) check_positive(source, "shared_expert_intermediate_size", m.shared_ffn);
   if (m.topk > m.num_experts)
     fail(source,
          fmt::format("field 'num_experts_per_tok' ({}) exceeds the number of experts ({})", m.topk, m.num_experts));
@@ -207,7 +204,7 @@ std::vector<HfImpliedFlag> hf_moe_implied_flags(const HfConfigFields& f) {
   const auto num = [](auto v) { return fmt::format("{}", v); };
   const auto boolean = [](bool v) -> std::string { return v ? "true" : "false"; };
   const HfMoeFields& m = f.moe;
-  const bool mixtral = f.arch == HfArch::kMixtral;
+  const bool mixtral = f.arch == HfArch::kMixtral, shared = f.arch == HfArch::kQwen2Moe;
   const bool all_moe = std::find(m.layers.begin(), m.layers.end(), 0) == m.layers.end();
   std::string pattern = "1";  // Megatron's int form: every layer
   if (!all_moe) pattern = fmt::format("[{}]", fmt::join(m.layers, ","));
@@ -222,10 +219,10 @@ std::vector<HfImpliedFlag> hf_moe_implied_flags(const HfConfigFields& f) {
       {"moe_ffn_hidden_size", num(m.ffn), mixtral ? "intermediate_size" : "moe_intermediate_size", num(m.ffn)},
       {"moe_router_topk", num(m.topk), "num_experts_per_tok", num(m.topk)},
       {"moe_layer_freq", pattern, mixtral ? "architectures" : "decoder_sparse_step", sparse_text},
-      {"moe_shared_expert_intermediate_size", mixtral ? "None" : num(m.shared_ffn),
-       mixtral ? "architectures" : "shared_expert_intermediate_size",
-       mixtral ? hf_arch_class(f.arch) : num(m.shared_ffn)},
-      {"moe_shared_expert_gate", boolean(!mixtral), "architectures", hf_arch_class(f.arch)},
+      {"moe_shared_expert_intermediate_size", shared ? num(m.shared_ffn) : "None",
+       shared ? "shared_expert_intermediate_size" : "architectures",
+       shared ? num(m.shared_ffn) : hf_arch_class(f.arch)},
+      {"moe_shared_expert_gate", boolean(shared), "architectures", hf_arch_class(f.arch)},
       {"moe_router_score_function", "softmax", "architectures", hf_arch_class(f.arch)},
       {"moe_router_pre_softmax", boolean(!m.norm_topk_prob), topk_field, topk_value},
       {"moe_aux_loss_coeff", num(m.aux_loss_coef), "router_aux_loss_coef", num(m.aux_loss_coef), false},
@@ -238,7 +235,9 @@ const char* hf_arch_class(HfArch arch) { return kArchNames[static_cast<int>(arch
 
 const char* hf_model_type(HfArch arch) { return kArchNames[static_cast<int>(arch)].second; }
 
-bool hf_arch_is_moe(HfArch arch) { return arch == HfArch::kQwen2Moe || arch == HfArch::kMixtral; }
+bool hf_arch_is_moe(HfArch arch) {
+  return arch == HfArch::kQwen2Moe || arch == HfArch::kMixtral || arch == HfArch::kQwen3Moe;
+}
 
 HfSparseLayers hf_sparse_layers(const std::vector<int>& moe_layers) {
   HfSparseLayers best;
@@ -367,6 +366,7 @@ std::vector<HfImpliedFlag> hf_implied_flags(const HfConfigFields& f) {
       {"add_bias_linear", "false", "architectures", arch},
       {"add_qkv_bias", boolean(f.qkv_bias()), f.arch == HfArch::kQwen2Moe ? "qkv_bias" : "architectures",
        f.arch == HfArch::kQwen2Moe ? boolean(f.qkv_bias()) : arch},
+      {"qk_layernorm", boolean(f.qk_norm()), "architectures", arch},
       {"max_position_embeddings", num(f.max_positions), "max_position_embeddings", num(f.max_positions), false},
       {"norm_epsilon", num(f.rms_norm_eps), "rms_norm_eps", num(f.rms_norm_eps), false},
       {"rotary_base", num(f.rope_theta), "rope_theta", num(f.rope_theta), false},

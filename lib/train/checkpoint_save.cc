@@ -50,6 +50,7 @@ checkpoint::ModelMeta model_meta(const model::ModelConfig& c) {
   m.untie_embeddings_and_output_weights = c.untie;
   m.add_bias_linear = c.add_bias_linear;
   m.add_qkv_bias = c.add_qkv_bias;
+  m.qk_layernorm = c.qk_layernorm;
   m.norm_epsilon = c.norm_eps;
   m.rotary_base = c.rotary_base;
   m.params_dtype = c.dtype == DType::kBF16 ? "bf16" : c.dtype == DType::kF16 ? "fp16" : "fp32";

@@ -1,5 +1,5 @@
 // `mtrain export` and `--model` with Hugging Face mixture-of-experts
-// directories (Qwen2-MoE with its gated shared expert, Mixtral) at the
+// directories (Qwen2-MoE with its gated shared expert, Qwen3-MoE, Mixtral) at the
 // binary's edge: HF -> mtrain checkpoint -> HF reproduces config.json and the
 // weights byte for byte; a model trained from `--model` at one device, under
 // expert parallelism (EP 2), TP 2 + SP with whole experts (ETP 1) and with
@@ -35,7 +35,9 @@ class ExportMoe : public MtrainTest {
 };
 
 TEST_F(ExportMoe, HfToMcoreToHfIsByteExact) {
-  for (const auto& [arch, dtype] : {std::pair{HfArch::kQwen2Moe, StDType::kBF16}, {HfArch::kMixtral, StDType::kF32}}) {
+  for (const auto& [arch, dtype] : {std::pair{HfArch::kQwen2Moe, StDType::kBF16},
+                                    {HfArch::kMixtral, StDType::kF32},
+                                    {HfArch::kQwen3Moe, StDType::kBF16}}) {
     const std::string type = checkpoint::hf_model_type(arch);
     SCOPED_TRACE(type);
     const fs::path hf = write_hf(arch, dtype, 50, type), ckpt = tmp_ / (type + "_ckpt"), back = tmp_ / (type + "_back");
@@ -49,7 +51,10 @@ TEST_F(ExportMoe, HfToMcoreToHfIsByteExact) {
     EXPECT_EQ(model["moe_router_topk"], 2);
     EXPECT_EQ(model["moe_shared_expert_gate"], arch == HfArch::kQwen2Moe);
     EXPECT_EQ(model["moe_router_pre_softmax"], arch == HfArch::kQwen2Moe);  // norm_topk_prob false
-    EXPECT_EQ(r.global_shape("decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight"), (Shape{16, 16}));
+    EXPECT_EQ(model.value("qk_layernorm", false), arch == HfArch::kQwen3Moe);
+    const std::string moe_layer = arch == HfArch::kQwen3Moe ? "1" : "0";  // tiny_moe_hf_shape's first MoE layer
+    EXPECT_EQ(r.global_shape("decoder.layers." + moe_layer + ".mlp.experts.local_experts.3.linear_fc1.weight"),
+              (Shape{16, 16}));
     const RunResult b = export_run("--to_hf", "--load", ckpt, back);
     ASSERT_EQ(b.exit_code, 0) << b.describe();
     for (const char* f : {"config.json", "model.safetensors"}) EXPECT_EQ(read_text(back / f), read_text(hf / f)) << f;

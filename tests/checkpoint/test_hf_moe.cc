@@ -1,4 +1,4 @@
-// Hugging Face mixture-of-experts layouts (Qwen2-MoE, Mixtral): config.json
+// Hugging Face mixture-of-experts layouts (Qwen2-MoE, Qwen3-MoE, Mixtral): config.json
 // fields and the Megatron flags they imply (as Megatron-SWIFT's config
 // conversion maps them), the MoE layer pattern of decoder_sparse_step /
 // mlp_only_layers, the expert tensor names, byte-exact HF -> mtrain -> HF
@@ -10,7 +10,9 @@
 // Linear(C, 1); Qwen2MoeDecoderLayer: MoE iff layer not in mlp_only_layers and
 // (layer + 1) % decoder_sparse_step == 0. modeling_mixtral.py,
 // MixtralSparseMoeBlock: self.gate, self.experts[e] = MixtralBlockSparseTop2MLP
-// with w1 (gate), w3 (up), w2 (down), under model.layers.N.block_sparse_moe).
+// with w1 (gate), w3 (up), w2 (down), under model.layers.N.block_sparse_moe.
+// modeling_qwen3_moe.py: Qwen3MoeSparseMoeBlock = gate + experts as Qwen2-MoE's,
+// no shared expert; Qwen3MoeAttention with q_norm / k_norm).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,6 +55,18 @@ nlohmann::json mixtral_config() {
     "rope_theta": 1000000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
     "sliding_window": null, "num_local_experts": 8, "num_experts_per_tok": 2,
     "output_router_logits": false, "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0})");
+}
+
+// Qwen/Qwen3-30B-A3B's config.json keys at a tiny size.
+nlohmann::json qwen3_moe_config() {
+  return nlohmann::json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_act": "silu",
+    "hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+    "num_hidden_layers": 2, "vocab_size": 50, "max_position_embeddings": 128, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "attention_bias": false,
+    "use_sliding_window": false, "sliding_window": null, "max_window_layers": 2, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "moe_intermediate_size": 8, "num_experts_per_tok": 2, "num_experts": 8,
+    "norm_topk_prob": true, "output_router_logits": false, "router_aux_loss_coef": 0.001})");
 }
 
 std::map<std::string, std::string> implied(const config::HfConfigFields& f) {
@@ -110,6 +124,25 @@ TEST(HfMoeConfig, MixtralFieldsMapOntoMegatronFlags) {
   EXPECT_EQ(flags.at("moe_router_pre_softmax"), "false");  // softmax, top-k, renormalised = top-k then softmax
   EXPECT_EQ(flags.at("moe_aux_loss_coeff"), "0.02");
   EXPECT_EQ(flags.at("add_qkv_bias"), "false");
+}
+
+TEST(HfMoeConfig, Qwen3MoeFieldsMapOntoMegatronFlags) {
+  const std::map<std::string, std::string> flags = implied(config::parse_hf_config_fields(qwen3_moe_config().dump()));
+  EXPECT_EQ(flags.at("num_experts"), "8");
+  EXPECT_EQ(flags.at("moe_ffn_hidden_size"), "8");
+  EXPECT_EQ(flags.at("moe_router_topk"), "2");
+  EXPECT_EQ(flags.at("moe_layer_freq"), "1");
+  EXPECT_EQ(flags.at("moe_shared_expert_intermediate_size"), "None");
+  EXPECT_EQ(flags.at("moe_shared_expert_gate"), "false");
+  EXPECT_EQ(flags.at("moe_router_pre_softmax"), "false");  // norm_topk_prob true: renormalised = top-k then softmax
+  EXPECT_EQ(flags.at("qk_layernorm"), "true");
+  EXPECT_EQ(flags.at("add_qkv_bias"), "false");
+  EXPECT_EQ(flags.at("kv_channels"), "8");  // Qwen3's explicit head_dim
+  nlohmann::json j = qwen3_moe_config();
+  j["attention_bias"] = true;
+  EXPECT_NE(config_error(j).find("field 'attention_bias' = true is not supported for Qwen3MoeForCausalLM"),
+            std::string::npos)
+      << config_error(j);
 }
 
 TEST(HfMoeConfig, WhatMtrainCannotRepresentIsRefusedByName) {
@@ -183,6 +216,13 @@ TEST(HfMoeLayout, ExpertsRouterAndSharedExpertHaveTheirHfNames) {
   EXPECT_EQ(src(m, "model.layers.1.block_sparse_moe.experts.0.w2.weight"),
             "decoder.layers.1.mlp.experts.local_experts.0.linear_fc2.weight#0");
   EXPECT_THROW(hf_source_for("model.layers.1.mlp.gate.weight", m), CheckpointError);
+
+  const HfModelShape q3 = tiny_moe_hf_shape(HfArch::kQwen3Moe);  // layer 0 dense, layer 1 MoE
+  EXPECT_EQ(src(q3, "model.layers.1.mlp.experts.1.up_proj.weight"),
+            "decoder.layers.1.mlp.experts.local_experts.1.linear_fc1.weight#1");
+  EXPECT_EQ(src(q3, "model.layers.1.self_attn.q_norm.weight"), "decoder.layers.1.self_attention.q_layernorm.weight#0");
+  EXPECT_EQ(src(q3, "model.layers.0.mlp.down_proj.weight"), "decoder.layers.0.mlp.linear_fc2.weight#0");
+  EXPECT_THROW(hf_source_for("model.layers.1.mlp.shared_expert_gate.weight", q3), CheckpointError);
   EXPECT_THROW(hf_map_for_mcore("decoder.layers.0.mlp.shared_experts.gate_weight", m), CheckpointError);
 }
 
@@ -191,16 +231,17 @@ TEST(HfMoeLayout, ExpertsRouterAndSharedExpertHaveTheirHfNames) {
 TEST(HfMoeDir, RoundTripsByteForByte) {
   TempDir tmp;
   PosixFileSystem fs;
-  for (const HfArch arch : {HfArch::kQwen2Moe, HfArch::kMixtral}) {
+  for (const HfArch arch : {HfArch::kQwen2Moe, HfArch::kMixtral, HfArch::kQwen3Moe}) {
     SCOPED_TRACE(hf_arch_class(arch));
     const std::string in = tmp / (std::string(hf_model_type(arch)) + "_in");
     const std::string out = tmp / (std::string(hf_model_type(arch)) + "_out");
     const auto hf = write_tiny_hf_dir(fs, in, tiny_moe_hf_shape(arch), StDType::kBF16, 7);
     const HfModelReader r = HfModelReader::open(fs, in, 64);
-    const std::string fc1 = "decoder.layers.0.mlp.experts.local_experts.2.linear_fc1.weight";
+    const std::string layer = arch == HfArch::kQwen3Moe ? "1" : "0";  // an MoE layer
+    const std::string fc1 = "decoder.layers." + layer + ".mlp.experts.local_experts.2.linear_fc1.weight";
     const std::vector<float> fused = r.read_full(fc1);
     const std::string x =
-        arch == HfArch::kMixtral ? "model.layers.0.block_sparse_moe.experts.2." : "model.layers.0.mlp.experts.2.";
+        "model.layers." + layer + (arch == HfArch::kMixtral ? ".block_sparse_moe.experts.2." : ".mlp.experts.2.");
     const auto& gate = hf.at(x + (arch == HfArch::kMixtral ? "w1.weight" : "gate_proj.weight"));
     const auto& up = hf.at(x + (arch == HfArch::kMixtral ? "w3.weight" : "up_proj.weight"));
     EXPECT_TRUE(same_bits(std::vector<float>(fused.begin(), fused.begin() + 8 * 16), gate));
@@ -251,6 +292,10 @@ TEST(HfMoeExport, RouterSettingsHfCannotExpressAreRefusedByName) {
   m.moe_layers = {1, 0};
   EXPECT_NE(export_error(m).find("dense layers (moe_layer_freq [1,0]) and no shared expert"), std::string::npos)
       << export_error(m);
+  m = qwen;
+  m.add_qkv_bias = false;
+  m.qk_layernorm = true;
+  EXPECT_NE(export_error(m).find("qk_layernorm with a shared expert"), std::string::npos) << export_error(m);
   m = mixtral;
   m.add_qkv_bias = true;
   EXPECT_NE(export_error(m).find("q/k/v biases and no shared expert"), std::string::npos) << export_error(m);

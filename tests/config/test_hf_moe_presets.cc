@@ -1,10 +1,9 @@
 // The MoE presets (configs/models/) are the published config.json files as
 // `--model` maps them: every model flag of `--model_preset X` equals the one
 // `--model <dir with X's config.json>` gives. The texts below are the
-// published config.json fields of Qwen/Qwen1.5-MoE-A2.7B and
-// mistralai/Mixtral-8x7B-v0.1 on huggingface.co (as public code that embeds
-// them quotes them). Qwen3-30B-A3B's --model is refused (q/k RMSNorm), so
-// its preset is not compared here.
+// published config.json fields of Qwen/Qwen1.5-MoE-A2.7B,
+// mistralai/Mixtral-8x7B-v0.1 and Qwen/Qwen3-30B-A3B on huggingface.co (as
+// public code that embeds them quotes them).
 #include <gtest/gtest.h>
 
 #include "config_test_util.h"
@@ -35,6 +34,17 @@ constexpr const char* kMixtral8x7B = R"({
   "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": null,
   "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32000})";
 
+constexpr const char* kQwen3_30BA3B = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960,
+  "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+  "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8,
+  "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": false, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
 void expect_same_model(const Args& a, const Args& b) {
   EXPECT_EQ(a.num_layers, b.num_layers);
   EXPECT_EQ(a.hidden_size, b.hidden_size);
@@ -48,6 +58,7 @@ void expect_same_model(const Args& a, const Args& b) {
   EXPECT_EQ(a.norm_epsilon, b.norm_epsilon);
   EXPECT_EQ(a.rotary_base, b.rotary_base);
   EXPECT_EQ(a.add_qkv_bias, b.add_qkv_bias);
+  EXPECT_EQ(a.qk_layernorm, b.qk_layernorm);
   EXPECT_EQ(a.add_bias_linear, b.add_bias_linear);
   EXPECT_EQ(a.untie_embeddings_and_output_weights, b.untie_embeddings_and_output_weights);
   EXPECT_EQ(a.num_experts, b.num_experts);
@@ -63,7 +74,8 @@ void expect_same_model(const Args& a, const Args& b) {
 
 TEST(HfMoePresets, EqualWhatModelDerivesFromThePublishedConfigJson) {
   for (const auto& [preset, config] :
-       {std::pair{"qwen1.5-moe-a2.7b", kQwen15MoeA27B}, std::pair{"mixtral-8x7b", kMixtral8x7B}}) {
+       {std::pair{"qwen1.5-moe-a2.7b", kQwen15MoeA27B}, std::pair{"mixtral-8x7b", kMixtral8x7B},
+        std::pair{"qwen3-30b-a3b", kQwen3_30BA3B}}) {
     SCOPED_TRACE(preset);
     TempDir dir;
     dir.write("config.json", config);

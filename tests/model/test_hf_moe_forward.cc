@@ -1,4 +1,4 @@
-// A Hugging Face Qwen2-MoE or Mixtral directory taken with `--model` (its
+// A Hugging Face Qwen2-MoE, Mixtral or Qwen3-MoE directory taken with `--model` (its
 // config.json through the flag mapping, its tensors through HfModelReader)
 // gives the logits of transformers' math, recomputed here in fp64 from the
 // HF tensors alone:
@@ -10,7 +10,8 @@
 //   (+ Qwen2-MoE: sigmoid(shared_expert_gate x) * shared_expert(x));
 //   Qwen2MoeDecoderLayer: MoE iff layer not in mlp_only_layers and
 //   (layer + 1) % decoder_sparse_step == 0, else a dense MLP of intermediate_size;
-//   attention as Llama's (rotate_half RoPE, GQA, causal), RMSNorm x * rsqrt(mean x^2 + eps) * w.
+//   attention as Llama's (rotate_half RoPE, GQA, causal; Qwen3-MoE: q_norm / k_norm
+//   per head before RoPE), RMSNorm x * rsqrt(mean x^2 + eps) * w.
 //
 // Bound: the fp32 model differs from the exact logits only by rounding; every
 // stage is a sum of at most 32 terms and about 50 stages chain (the tiny
@@ -110,6 +111,12 @@ struct Reference {
       if (s.qkv_bias())
         for (auto [x, b] : {std::pair{&q[t], "q_proj.bias"}, {&k[t], "k_proj.bias"}, {&v[t], "v_proj.bias"}})
           for (size_t i = 0; i < x->size(); ++i) (*x)[i] += w.at(p + b)[i];
+      if (s.qk_norm())  // Qwen3MoeAttention: q_norm / k_norm over each head, before RoPE
+        for (auto [x, n] : {std::pair{&q[t], "q_norm.weight"}, {&k[t], "k_norm.weight"}})
+          for (size_t h = 0; h < x->size() / D; ++h) {
+            const Vec head = rmsnorm(Vec(x->begin() + h * D, x->begin() + (h + 1) * D), w.at(p + n), s.rms_norm_eps);
+            std::copy(head.begin(), head.end(), x->begin() + h * D);
+          }
       for (Vec* x : {&q[t], &k[t]})
         for (size_t h = 0; h < x->size() / D; ++h)
           for (int64_t i = 0; i < D / 2; ++i) {
@@ -215,7 +222,8 @@ TEST_P(HfMoeForward, LogitsMatchAnFp64ReferenceOfTransformersMath) {
   EXPECT_LE(std::sqrt(diff / norm), testing::kPathRtol) << "|logits - fp64| / |fp64| over " << T << " tokens";
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, HfMoeForward, ::testing::Values(HfArch::kQwen2Moe, HfArch::kMixtral),
+INSTANTIATE_TEST_SUITE_P(Architectures, HfMoeForward,
+                         ::testing::Values(HfArch::kQwen2Moe, HfArch::kMixtral, HfArch::kQwen3Moe),
                          [](const auto& info) { return std::string(checkpoint::hf_model_type(info.param)); });
 
 }  // namespace

@@ -24,6 +24,7 @@ struct Case {
   std::string name;
   int cp;
   bool ulysses, docs;
+  bool qk_layernorm = false;  // tiny_qwen3: --qk_layernorm's norms before the ring / all-to-all
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -47,7 +48,7 @@ TEST_P(ModelContextParallel, RanksMatchTheWholeModel) {
   omp_set_num_threads(1);
   const Case& k = GetParam();
   const int64_t B = 2, T = 16;
-  ModelConfig base = testing::tiny_llama();
+  ModelConfig base = k.qk_layernorm ? testing::tiny_qwen3() : testing::tiny_llama();
   base.seq_length = T;
   const testing::RandomBatch rb = testing::random_batch(B, T, base.vocab, 13);
   // The whole model (no dropout: CP refuses it).
@@ -92,7 +93,9 @@ INSTANTIATE_TEST_SUITE_P(Variants, ModelContextParallel,
                          ::testing::Values(Case{"ring_cp2", 2, false, false},
                                            Case{"ring_cp2_documents", 2, false, true},
                                            Case{"ring_cp4_documents", 4, false, true},
-                                           Case{"ulysses_cp2_documents", 2, true, true}),
+                                           Case{"ulysses_cp2_documents", 2, true, true},
+                                           Case{"ring_cp2_qk_layernorm", 2, false, true, true},
+                                           Case{"ulysses_cp2_qk_layernorm", 2, true, true, true}),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 }  // namespace
