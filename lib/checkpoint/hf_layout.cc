@@ -29,7 +29,7 @@ constexpr const char* kHfEmbedding = "model.embed_tokens.weight";
 constexpr const char* kHfNorm = "model.norm.weight";
 constexpr const char* kHfHead = "lm_head.weight";
 
-enum class LayerKind { kNorm1, kQkvWeight, kQkvBias, kProj, kNorm2, kFc1, kFc2 };
+enum class LayerKind { kNorm1, kQkvWeight, kQkvBias, kProj, kQNorm, kKNorm, kNorm2, kFc1, kFc2 };
 
 // One per-layer tensor: its suffix after "decoder.layers.N." and its HF suffixes after "model.layers.N.".
 struct LayerTensor {
@@ -53,6 +53,9 @@ constexpr LayerTensor kLayerTensors[] = {
      {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"},
      3},
     {LayerKind::kProj, "self_attention.linear_proj.weight", HfTransform::kCopy, {"self_attn.o_proj.weight"}, 1},
+    // Qwen3 (transformers' modeling_qwen3.py, Qwen3Attention: q_norm / k_norm = Qwen3RMSNorm(head_dim))
+    {LayerKind::kQNorm, "self_attention.q_layernorm.weight", HfTransform::kCopy, {"self_attn.q_norm.weight"}, 1},
+    {LayerKind::kKNorm, "self_attention.k_layernorm.weight", HfTransform::kCopy, {"self_attn.k_norm.weight"}, 1},
     {LayerKind::kNorm2, "pre_mlp_layernorm.weight", HfTransform::kCopy, {"post_attention_layernorm.weight"}, 1},
     {LayerKind::kFc1,
      "mlp.linear_fc1.weight",
@@ -62,7 +65,12 @@ constexpr LayerTensor kLayerTensors[] = {
     {LayerKind::kFc2, "mlp.linear_fc2.weight", HfTransform::kCopy, {"mlp.down_proj.weight"}, 1},
 };
 
-bool present(const LayerTensor& t, const HfModelShape& s) { return t.kind != LayerKind::kQkvBias || s.qkv_bias(); }
+// In an MoE layer the experts (hf_moe_layer_maps) replace the dense MLP's fc1 / fc2.
+bool present(const LayerTensor& t, int64_t layer, const HfModelShape& s) {
+  if (t.kind == LayerKind::kFc1 || t.kind == LayerKind::kFc2) return !s.is_moe_layer(layer);
+  if (t.kind == LayerKind::kQNorm || t.kind == LayerKind::kKNorm) return s.qk_norm();
+  return t.kind != LayerKind::kQkvBias || s.qkv_bias();
+}
 
 // (mcore shape, hf shapes) of a per-layer tensor.
 void layer_shapes(const LayerTensor& t, const HfModelShape& s, Shape& mcore, std::vector<Shape>& hf) {
@@ -71,6 +79,10 @@ void layer_shapes(const LayerTensor& t, const HfModelShape& s, Shape& mcore, std
     case LayerKind::kNorm1:
     case LayerKind::kNorm2:
       mcore = {C}, hf = {{C}};
+      return;
+    case LayerKind::kQNorm:
+    case LayerKind::kKNorm:
+      mcore = {s.head_dim}, hf = {mcore};
       return;
     case LayerKind::kQkvWeight:
       mcore = {s.qkv_rows(), C}, hf = {{s.q_rows(), C}, {s.kv_rows(), C}, {s.kv_rows(), C}};
@@ -146,9 +158,12 @@ int64_t columns(const Shape& shape) { return shape.size() == 2 ? shape[1] : 1; }
 
 std::vector<HfTensorMap> hf_tensor_maps(const HfModelShape& s) {
   std::vector<HfTensorMap> maps{vocab_map(kEmbedding, kHfEmbedding, s)};
-  for (int64_t layer = 0; layer < s.num_layers; ++layer)
+  for (int64_t layer = 0; layer < s.num_layers; ++layer) {
     for (const LayerTensor& t : kLayerTensors)
-      if (present(t, s)) maps.push_back(layer_map(t, layer, s));
+      if (present(t, layer, s)) maps.push_back(layer_map(t, layer, s));
+    if (s.is_moe_layer(layer))
+      for (HfTensorMap& m : hf_moe_layer_maps(layer, s)) maps.push_back(std::move(m));
+  }
   maps.push_back(final_norm_map(s));
   if (!s.tie_word_embeddings) maps.push_back(vocab_map(kOutput, kHfHead, s));
   return maps;
@@ -163,13 +178,18 @@ HfTensorMap hf_map_for_mcore(const std::string& mcore_name, const HfModelShape& 
     m.tied_copy = true;
     return m;
   }
-  if (const auto layer = split_layer(mcore_name, kMcoreLayers, s))
+  if (const auto layer = split_layer(mcore_name, kMcoreLayers, s)) {
     for (const LayerTensor& t : kLayerTensors)
-      if (layer->second == t.mcore && present(t, s)) return layer_map(t, layer->first, s);
+      if (layer->second == t.mcore && present(t, layer->first, s)) return layer_map(t, layer->first, s);
+    if (s.is_moe_layer(layer->first))
+      for (HfTensorMap& m : hf_moe_layer_maps(layer->first, s))
+        if (m.mcore_name == mcore_name) return m;
+  }
   throw CheckpointError(
       fmt::format("tensor '{}' has no counterpart in a Hugging Face {} model", mcore_name, hf_arch_class(s.arch)),
       "HF export supports RMSNorm + SwiGLU + RoPE models without linear biases (q/k/v biases: "
-      "Qwen2ForCausalLM)");
+      "Qwen2ForCausalLM; --qk_layernorm: Qwen3ForCausalLM; experts: Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
+      "MixtralForCausalLM)");
 }
 
 std::optional<HfSource> hf_source_for(const std::string& hf_name, const HfModelShape& s) {
@@ -182,10 +202,14 @@ std::optional<HfSource> hf_source_for(const std::string& hf_name, const HfModelS
   if (const auto layer = split_layer(hf_name, kHfLayers, s)) {
     if (layer->second == "self_attn.rotary_emb.inv_freq") return std::nullopt;  // a buffer older transformers saved
     for (const LayerTensor& t : kLayerTensors) {
-      if (!present(t, s)) continue;
+      if (!present(t, layer->first, s)) continue;
       for (int i = 0; i < t.parts; ++i)
         if (layer->second == t.hf[i]) return HfSource{kMcoreLayers + std::to_string(layer->first) + "." + t.mcore, i};
     }
+    if (s.is_moe_layer(layer->first))
+      for (const HfTensorMap& m : hf_moe_layer_maps(layer->first, s))
+        for (size_t i = 0; i < m.hf_names.size(); ++i)
+          if (m.hf_names[i] == hf_name) return HfSource{m.mcore_name, static_cast<int>(i)};
   }
   throw CheckpointError(fmt::format("unexpected tensor '{}': not a parameter of {}", hf_name, hf_arch_class(s.arch)));
 }

@@ -117,7 +117,7 @@ HfWriteResult write_hf_model(FileSystem& fs, const std::string& dir, const HfMod
 // CheckpointError unless `dir` is absent or an empty directory (conversions never overwrite).
 void require_new_output_dir(FileSystem& fs, const std::string& dir);
 
-// The HF shape of a checkpoint's model: Qwen2 with add_qkv_bias, else Llama;
+// The HF shape of a checkpoint's model: Qwen3 with qk_layernorm, Qwen2 with add_qkv_bias, else Llama;
 // HF vocab_size = the unpadded vocab_size, padded_vocab = padded_vocab_size;
 // dtype from params_dtype. Throws CheckpointError naming the setting HF
 // Llama/Qwen2 cannot express (LayerNorm, no SwiGLU, learned_absolute

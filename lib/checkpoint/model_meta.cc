@@ -30,12 +30,21 @@ json model_meta_to_json(const ModelMeta& m) {
          {"norm_epsilon", m.norm_epsilon},
          {"rotary_base", m.rotary_base},
          {"params_dtype", m.params_dtype}};
-  if (m.num_experts > 0) {  // dense checkpoints keep the pre-MoE description
+  if (m.qk_layernorm) j["qk_layernorm"] = true;  // others keep the description they had before it
+  if (m.num_experts > 0) {                       // dense checkpoints keep the pre-MoE description
     j["num_experts"] = m.num_experts;
     j["moe_ffn_hidden_size"] = m.moe_ffn_hidden_size;
     j["moe_layers"] = m.moe_layers;
     j["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size;
     j["moe_shared_expert_gate"] = m.moe_shared_expert_gate;
+    if (m.moe_router_topk) {
+      j["moe_router_topk"] = *m.moe_router_topk;
+      j["moe_router_pre_softmax"] = m.moe_router_pre_softmax;
+      j["moe_router_score_function"] = m.moe_router_score_function;
+      j["moe_router_topk_scaling_factor"] = m.moe_router_topk_scaling_factor;
+      j["moe_router_enable_expert_bias"] = m.moe_router_enable_expert_bias;
+      j["moe_aux_loss_coeff"] = m.moe_aux_loss_coeff;
+    }
   }
   return j;
 }
@@ -86,12 +95,23 @@ ModelMeta model_meta_from_json(const json& j, const std::string& source) {
   take(j, "norm_epsilon", m.norm_epsilon, source);
   take(j, "rotary_base", m.rotary_base, source);
   take(j, "params_dtype", m.params_dtype, source);
+  if (j.contains("qk_layernorm")) take(j, "qk_layernorm", m.qk_layernorm, source);
   if (j.contains("num_experts")) {  // absent: a dense model
     take(j, "num_experts", m.num_experts, source);
     take(j, "moe_ffn_hidden_size", m.moe_ffn_hidden_size, source);
     take(j, "moe_layers", m.moe_layers, source);
     take(j, "moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size, source);
     take(j, "moe_shared_expert_gate", m.moe_shared_expert_gate, source);
+  }
+  if (j.contains("moe_router_topk")) {  // absent: written before the router settings were recorded
+    int64_t topk = 0;
+    take(j, "moe_router_topk", topk, source);
+    m.moe_router_topk = topk;
+    take(j, "moe_router_pre_softmax", m.moe_router_pre_softmax, source);
+    take(j, "moe_router_score_function", m.moe_router_score_function, source);
+    take(j, "moe_router_topk_scaling_factor", m.moe_router_topk_scaling_factor, source);
+    take(j, "moe_router_enable_expert_bias", m.moe_router_enable_expert_bias, source);
+    take(j, "moe_aux_loss_coeff", m.moe_aux_loss_coeff, source);
   }
   return m;
 }
@@ -118,6 +138,7 @@ std::vector<std::string> model_meta_mismatches(const ModelMeta& s, const ModelMe
         c.untie_embeddings_and_output_weights);
   check("add_bias_linear", s.add_bias_linear, c.add_bias_linear);
   check("add_qkv_bias", s.add_qkv_bias, c.add_qkv_bias);
+  check("qk_layernorm", s.qk_layernorm, c.qk_layernorm);
   check("num_experts", s.num_experts, c.num_experts);
   if (s.num_experts > 0 && c.num_experts > 0) {
     check("moe_ffn_hidden_size", s.moe_ffn_hidden_size, c.moe_ffn_hidden_size);

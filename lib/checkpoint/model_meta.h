@@ -30,6 +30,7 @@ struct ModelMeta {
   bool untie_embeddings_and_output_weights = true;
   bool add_bias_linear = false;
   bool add_qkv_bias = false;
+  bool qk_layernorm = false;  // absent in checkpoints without it (and in those of mtrain before it)
   double norm_epsilon = 1e-5;
   double rotary_base = 10000;
   std::string params_dtype = "fp32";  // fp32 | bf16 | fp16: what the training run computed in
@@ -41,6 +42,16 @@ struct ModelMeta {
   std::vector<int> moe_layers;
   int64_t moe_shared_expert_intermediate_size = 0;
   bool moe_shared_expert_gate = false;
+  // The router (what `export --to_hf` writes as num_experts_per_tok,
+  // norm_topk_prob, router_aux_loss_coef; not compared on load: Megatron
+  // resumes under other router flags). nullopt topk: a checkpoint from
+  // before they were recorded.
+  std::optional<int64_t> moe_router_topk;
+  bool moe_router_pre_softmax = false;
+  std::string moe_router_score_function = "softmax";
+  double moe_router_topk_scaling_factor = 0;  // 0: none
+  bool moe_router_enable_expert_bias = false;
+  double moe_aux_loss_coeff = 0;
 };
 
 nlohmann::json model_meta_to_json(const ModelMeta& m);

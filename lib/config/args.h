@@ -45,6 +45,7 @@ struct Args {
   bool untie_embeddings_and_output_weights = true;
   bool add_bias_linear = false;  // --disable_bias_linear true <=> add_bias_linear false
   bool add_qkv_bias = true;
+  bool qk_layernorm = false;  // per-head norm of queries and keys (Qwen3's q_norm / k_norm)
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
   int make_vocab_size_divisible_by = 128;

@@ -16,7 +16,8 @@ std::vector<FlagSpec> model_flags() {
        .group = M,
        .help = "Model shape preset: configs/models/<name>.yaml (demo, gpt2-124m, gpt3-175b, llama2-7b, qwen2.5-0.5b, "
                "qwen2.5-72b, "
-               "qwen2.5-7b) or a path. Precedence: --model's config.json < preset < YAML config < command line.",
+               "qwen2.5-7b, qwen3-8b) or a path. Precedence: --model's config.json < preset < YAML config < "
+               "command line.",
        .default_text = "none"},
       {.name = "num_layers",
        .field = &Args::num_layers,
@@ -91,6 +92,12 @@ std::vector<FlagSpec> model_flags() {
        .help = "Biases in all linear layers (QKV bias is --add_qkv_bias).",
        .negations = {"disable_bias_linear"}},
       {.name = "add_qkv_bias", .field = &Args::add_qkv_bias, .group = M, .help = "Bias in the QKV projection (Qwen)."},
+      {.name = "qk_layernorm",
+       .field = &Args::qk_layernorm,
+       .group = M,
+       .help =
+           "Whether to layer normalize the q and k attention embeddings: a --normalization norm (weights of "
+           "size kv_channels, --norm_epsilon) over each head's query and key before RoPE (Qwen3's q_norm, k_norm)."},
       {.name = "hidden_dropout",
        .field = &Args::hidden_dropout,
        .group = M,

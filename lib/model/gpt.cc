@@ -5,6 +5,7 @@
 
 #include "common/errors.h"
 #include "model/lora_layer.h"
+#include "model/qk_norm.h"
 #include "parallel/local_comm.h"
 #include "tensor/precision.h"
 
@@ -93,6 +94,7 @@ void GptModel::build_params() {
         lp.qkv_b = params_.add(p + "self_attention.linear_qkv.bias", {QKV}, false, Init::kZeros, rows);
       lp.proj_w = params_.add(p + "self_attention.linear_proj.weight", {C, HD}, true, Init::kScaledNormal, cols);
       if (c.add_bias_linear) lp.proj_b = replicated(p + "self_attention.linear_proj.bias", {C}, false, Init::kZeros);
+      add_qk_norm_params(params_, c, p, lp);
       norm(p + "pre_mlp_layernorm", lp.ln2_w, lp.ln2_b);
       if (c.is_moe_layer(ch.spec.first_layer + i)) {
         auto mp = std::make_shared<MoeLayerParams>();

@@ -70,6 +70,7 @@ ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   c.untie = a.untie_embeddings_and_output_weights;
   c.add_bias_linear = a.add_bias_linear;
   c.add_qkv_bias = a.add_qkv_bias;
+  c.qk_layernorm = a.qk_layernorm;
   c.norm_eps = static_cast<float>(a.norm_epsilon);
   c.rotary_base = static_cast<float>(a.rotary_base);
   c.hidden_dropout = static_cast<float>(a.hidden_dropout);
@@ -159,11 +160,12 @@ static std::string describe_moe(const ModelConfig& c) {
 
 std::string describe(const ModelConfig& c) {
   return fmt::format(
-             "GPT: {} layers, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {} (padded {}), {} {} "
+             "GPT: {} layers, hidden {}, ffn {}, heads {} (query groups {}, head dim {}{}), vocab {} (padded {}), {} "
+             "{} "
              "{} {}, dtype {}",
-             c.num_layers, c.hidden, c.ffn, c.heads, c.groups, c.head_dim, c.vocab, c.padded_vocab,
-             c.rmsnorm ? "RMSNorm" : "LayerNorm", c.swiglu ? "SwiGLU" : "GELU", c.rope ? "RoPE" : "learned positions",
-             c.untie ? "untied" : "tied", dtype_name(c.dtype)) +
+             c.num_layers, c.hidden, c.ffn, c.heads, c.groups, c.head_dim, c.qk_layernorm ? ", q/k norm" : "", c.vocab,
+             c.padded_vocab, c.rmsnorm ? "RMSNorm" : "LayerNorm", c.swiglu ? "SwiGLU" : "GELU",
+             c.rope ? "RoPE" : "learned positions", c.untie ? "untied" : "tied", dtype_name(c.dtype)) +
          describe_lora(c.lora) + describe_moe(c);
 }
 

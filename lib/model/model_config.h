@@ -84,6 +84,7 @@ struct ModelConfig {
   bool untie = true;
   bool add_bias_linear = false;
   bool add_qkv_bias = true;
+  bool qk_layernorm = false;  // --qk_layernorm: model/qk_norm.h
   float norm_eps = 1e-5f;
   float rotary_base = 10000.f;
   float hidden_dropout = 0.f;

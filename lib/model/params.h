@@ -59,8 +59,9 @@ struct ParamInfo {
   // each parameter once).
   bool counts_in_norm = true;
   // Replicated over TP but fed by a token shard under sequence parallelism
-  // (norm weights, row-parallel biases, position embeddings): its gradient
-  // is summed over the TP group before the optimizer.
+  // (norm weights, row-parallel biases, position embeddings) or by this
+  // rank's heads (--qk_layernorm's q/k norm weights, model/qk_norm.h): its
+  // gradient is summed over the TP group before the optimizer.
   bool sequence_parallel_grad = false;
   // The last stage's copy of tied word embeddings: its gradient is summed
   // with the first stage's over the embedding group.

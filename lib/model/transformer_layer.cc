@@ -6,6 +6,7 @@
 #include "common/rng.h"
 #include "model/cp_attention.h"
 #include "model/lora_layer.h"
+#include "model/qk_norm.h"
 #include "profiler/probe.h"
 #include "tensor/activation.h"
 #include "tensor/attention.h"
@@ -77,6 +78,7 @@ void allocate_layer_acts(LayerActs& a, const ModelConfig& c, device::Device& dev
     a.moe = std::make_unique<moe::MoeActs>();
     moe::allocate_moe_acts(*a.moe, moe_layer_config(c), d.B, d.T, dev, meta, p);
   }
+  allocate_qk_norm_acts(a, c, dev, meta, p);
   allocate_lora_acts(a, c, dev, meta, p);
 }
 
@@ -91,6 +93,7 @@ static int64_t scratch_floats(const ModelConfig& c) {
   s = std::max(s, f.flash_attention ? k::attention_flash_scratch_floats(d.B, d.H, d.G, d.T, d.D)
                                     : k::attention_unfused_scratch_floats(d.B, d.H, d.G, d.T, d.D));
   s = std::max(s, cp_scratch_floats(c, d.B, d.H, d.G, d.T, d.D));
+  s = std::max(s, qk_norm_scratch_floats(c, d.B, d.H, d.T, d.D));
   if (!f.grad_accumulation) {
     s = std::max(s, d.QKV * d.C);
     s = std::max(s, d.FC1 * d.C);
@@ -121,6 +124,7 @@ void allocate_workspace(Workspace& w, const ModelConfig& c, device::Device& dev,
   }
   w.scratch = act_tensor(dev, {std::max<int64_t>(scratch_floats(c), 1)}, DType::kF32, "kernel scratch", meta);
   allocate_cp_workspace(w, c, dev, meta);
+  allocate_qk_norm_workspace(w, c, dev, meta);
   allocate_lora_workspace(w, c, dev, meta);
   if (c.moe.num_experts > 0) {
     w.moe = std::make_unique<moe::MoeWorkspace>();
@@ -263,7 +267,9 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
     round_act(c, w.qkv.data(), d.N * d.QKV);
     m.end({pr.cols("output", w.qkv.data(), d.QKV)});
   }
-  k::qkv_split_forward(a.q.data(), a.k.data(), a.v.data(), w.qkv.data(), d.B, d.T, d.G, d.H / d.G, d.D);
+  k::qkv_split_forward(qk_split_query(c, a), qk_split_key(c, a), a.v.data(), w.qkv.data(), d.B, d.T, d.G, d.H / d.G,
+                       d.D);
+  qk_norm_forward(c, ps, lp, a, d.B, d.T, scratch);
   if (c.rope) {
     pf::Scope op(pr.op("apply_rotary_pos_emb", f.rope, "--apply_rope_fusion"),
                  {pr.heads("query", a.q.data(), d.H), pr.heads("key", a.k.data(), d.G)});
@@ -471,7 +477,8 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
     k::rope_backward(w.d_k.data(), b.positions, d.B, d.G, d.T, d.D, c.rotary_base, f.rope, scratch);
     op.end({pr.heads("grad_query", w.d_q.data(), d.H), pr.heads("grad_key", w.d_k.data(), d.G)});
   }
-  k::qkv_split_backward(w.qkv.data(), w.d_q.data(), w.d_k.data(), w.d_v.data(), d.B, d.T, d.G, d.H / d.G, d.D);
+  const QkGrads dqk = qk_norm_backward(c, ps, lp, a, w, d.B, d.T, scratch);
+  k::qkv_split_backward(w.qkv.data(), dqk.dq, dqk.dk, w.d_v.data(), d.B, d.T, d.G, d.H / d.G, d.D);
   round_act(c, w.qkv.data(), d.N * d.QKV);
   {
     pf::Scope m(pr.module("linear_qkv"), {pr.cols("grad_output", w.qkv.data(), d.QKV)});

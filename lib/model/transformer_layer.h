@@ -42,6 +42,7 @@ enum LinearSite : int { kSiteQkv = 0, kSiteProj = 1, kSiteFc1 = 2, kSiteFc2 = 3,
 struct LayerParams {
   int ln1_w = -1, ln1_b = -1, qkv_w = -1, qkv_b = -1, proj_w = -1, proj_b = -1;
   int ln2_w = -1, ln2_b = -1, fc1_w = -1, fc1_b = -1, fc2_w = -1, fc2_b = -1;
+  int q_ln_w = -1, q_ln_b = -1, k_ln_w = -1, k_ln_b = -1;  // --qk_layernorm (model/qk_norm.h)
   // LoRA adapters per linear (lora_layer.h)
   int lora_a[kNumLinearSites] = {-1, -1, -1, -1};
   int lora_b[kNumLinearSites] = {-1, -1, -1, -1};
@@ -57,6 +58,9 @@ struct LayerActs {
   Tensor ln1_mean, ln1_rstd;  // (N_loc) (mean only for LayerNorm)
   Tensor q;                   // (B, H, T, D) after RoPE
   Tensor k, v;                // (B, G, T, D) k after RoPE
+  // --qk_layernorm: q (B, H, T, D) and k (B, G, T, D) before their norm, its
+  // rstd (B*H*T), (B*G*T) and, for LayerNorm, mean.
+  Tensor q_pre, k_pre, q_norm_mean, q_norm_rstd, k_norm_mean, k_norm_rstd;
   Tensor att;                 // (B, H, T, D) attention output per head
   Tensor merged;              // (N, H*D) heads merged
   Tensor softmax_stats;       // flash: lse (B, H, T); unfused: probs (B, H, T, T) unless selective recompute
@@ -80,6 +84,7 @@ struct Workspace {
   Tensor d_att;     // (B, H, T, D)
   Tensor d_q;       // (B, H, T, D)
   Tensor d_k, d_v;  // (B, G, T, D)
+  Tensor d_qk_pre;  // --qk_layernorm: (B, H, T, D) then (B, G, T, D), grads before the q/k norms
   Tensor d_fc1;     // (N, F or 2F)
   Tensor d_act;     // (N, F)
   Tensor full_in;   // sequence parallel: (N, C) all-gathered norm output (column-parallel input)

@@ -106,6 +106,42 @@ TEST_F(Export, HfToMcoreToHfIsBitExact) {
     EXPECT_TRUE(checkpoint::testing::same_bits(f32.read_full(name), orig.read_full(name))) << name;
 }
 
+// Qwen3 (transformers' modeling_qwen3.py: Qwen3Attention's q_norm / k_norm of
+// size head_dim, head_dim free of hidden / heads, attention_bias false) with
+// tied embeddings: HF -> mcore -> HF reproduces config.json and the tensors
+// byte for byte; the checkpoint records qk_layernorm and holds the norms
+// under Megatron-core's names.
+TEST_F(Export, Qwen3HfToMcoreToHfIsBitExact) {
+  checkpoint::HfModelShape shape = tiny_hf_shape(HfArch::kQwen3, true, 4, 2);
+  shape.head_dim = 8;  // 4 heads x 8 = 32 query rows for hidden 16
+  const fs::path hf = tmp_ / "qwen3";
+  write_tiny_hf_dir(pfs_, hf.string(), shape, StDType::kBF16, 13);
+  const nlohmann::json config = nlohmann::json::parse(read_text(hf / "config.json"));
+  EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_EQ(config["model_type"], "qwen3");
+  EXPECT_EQ(config["head_dim"], 8);
+  EXPECT_EQ(config["attention_bias"], false);
+  const RunResult a = to_mcore(hf, tmp_ / "ckpt", "to_mcore");
+  ASSERT_EQ(a.exit_code, 0) << a.describe();
+  EXPECT_TRUE(contains(a.out, "Qwen3ForCausalLM, 2 layers, hidden 16")) << a.out;
+  EXPECT_TRUE(contains(a.out, "head dim 8")) << a.out;
+  const auto ckpt = checkpoint::CheckpointReader::open(pfs_, (tmp_ / "ckpt").string());
+  const nlohmann::json state = nlohmann::json::parse(ckpt.state_json());
+  EXPECT_EQ(state["model"]["qk_layernorm"], true);
+  EXPECT_EQ(state["model"]["add_qkv_bias"], false);
+  EXPECT_EQ(state["model"]["kv_channels"], 8);
+  EXPECT_EQ(ckpt.global_shape("decoder.layers.1.self_attention.q_layernorm.weight"), (Shape{8}));
+  EXPECT_EQ(ckpt.global_shape("decoder.layers.0.self_attention.k_layernorm.weight"), (Shape{8}));
+  EXPECT_EQ(ckpt.global_shape("decoder.layers.0.self_attention.linear_qkv.weight"), (Shape{64, 16}));
+  EXPECT_EQ(ckpt.global_shape("decoder.layers.0.self_attention.linear_proj.weight"), (Shape{16, 32}));
+
+  const RunResult b =
+      run({"export", "--to_hf", "--load", (tmp_ / "ckpt").string(), "--output_dir", (tmp_ / "back").string()}, "to_hf");
+  ASSERT_EQ(b.exit_code, 0) << b.describe();
+  for (const char* f : {"config.json", "model.safetensors"})
+    EXPECT_EQ(read_text(tmp_ / "back" / f), read_text(hf / f)) << f;
+}
+
 // A checkpoint written by training (the demo pt run) goes to HF and back: the HF
 // tensors are the checkpoint's, and a second round trip reproduces the files.
 TEST_F(Export, ATrainedCheckpointRoundTrips) {

@@ -136,7 +136,12 @@ INSTANTIATE_TEST_SUITE_P(
                "--train_type lora --lora_dropout 0.05 --hidden_dropout 0.1 --attention_dropout 0.1"},
         // MoE (every other layer, 4 experts, top-2, aux and z losses in the gradient): PP and DP see
         // ordinary parameters. (TP + SP: test_mtrain_moe.cc, on full-length pt rows.)
-        Layout{"moe_pp2", 2, "--pipeline_model_parallel_size 2", kMoe}, Layout{"moe_dp2", 2, "", kMoe}),
+        Layout{"moe_pp2", 2, "--pipeline_model_parallel_size 2", kMoe}, Layout{"moe_dp2", 2, "", kMoe},
+        // --qk_layernorm (Qwen3): the q/k norm weights are replicated; under TP each rank's heads give
+        // a partial gradient summed over TP; under CP each rank's chunks one summed over CP.
+        Layout{"qk_layernorm_tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel", "--qk_layernorm"},
+        Layout{"qk_layernorm_cp2", 2, "--context_parallel_size 2", "--qk_layernorm"},
+        Layout{"qk_layernorm_pp2", 2, "--pipeline_model_parallel_size 2", "--qk_layernorm"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 }  // namespace

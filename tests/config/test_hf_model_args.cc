@@ -71,6 +71,41 @@ TEST(HfModelArgs, ConfigJsonSuppliesTheModelFlags) {
   EXPECT_EQ(same.hidden_size, 896);
 }
 
+// Qwen/Qwen3-0.6B's config.json fields (typed here): head_dim 128 x 16 heads =
+// 2048 query columns for hidden 1024, q/k RMSNorm, tied, no attention bias.
+nlohmann::json qwen3_config() {
+  return nlohmann::json::parse(R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+    "attention_bias": false, "head_dim": 128, "hidden_act": "silu", "hidden_size": 1024,
+    "intermediate_size": 3072, "max_position_embeddings": 40960, "num_attention_heads": 16,
+    "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+TEST(HfModelArgs, Qwen3SuppliesQkLayernormAndItsHeadDim) {
+  TempDir dir;
+  dir.write("config.json", qwen3_config().dump());
+  const Args a = parse(with_model(dir.path())).args;
+  EXPECT_TRUE(a.qk_layernorm);
+  EXPECT_EQ(a.kv_channels, 128);
+  EXPECT_EQ(a.hidden_size, 1024);
+  EXPECT_FALSE(a.add_qkv_bias);
+  EXPECT_FALSE(a.untie_embeddings_and_output_weights);
+  EXPECT_NE(error_of(
+                [&] {
+                  parse(with_model(dir.path(), {"--qk_layernorm", "false"}));
+                },
+                ExitCode::kConfig)
+                .find("qk_layernorm"),
+            std::string::npos);
+  nlohmann::json biased = qwen3_config();
+  biased["attention_bias"] = true;
+  dir.write("config.json", biased.dump());
+  EXPECT_NE(error_of([&] { parse(with_model(dir.path())); }, ExitCode::kConfig)
+                .find("field 'attention_bias' = true is not supported for Qwen3ForCausalLM"),
+            std::string::npos);
+}
+
 TEST(HfModelArgs, MultiHeadLlamaAndTheTokenizerDefault) {
   TempDir dir;
   dir.write("config.json", llama_config().dump());
@@ -174,15 +209,6 @@ TEST(HfModelArgs, BadDirectoriesNameTheFile) {
   const std::string arch = error_of([&] { parse(with_model(dir.path())); }, ExitCode::kConfig);
   EXPECT_NE(arch.find(dir.path() + "/config.json: unsupported architecture 'MistralForCausalLM'"), std::string::npos)
       << arch;
-  nlohmann::json moe = llama_config();  // Qwen1.5-MoE-A2.7B's class: refused naming what is missing
-  moe["architectures"] = {"Qwen2MoeForCausalLM"};
-  moe["model_type"] = "qwen2_moe";
-  dir.write("config.json", moe.dump());
-  const std::string moe_arch = error_of([&] { parse(with_model(dir.path())); }, ExitCode::kConfig);
-  EXPECT_NE(moe_arch.find("unsupported architecture 'Qwen2MoeForCausalLM' in field 'architectures': loading Hugging "
-                          "Face mixture-of-experts weights is not implemented yet"),
-            std::string::npos)
-      << moe_arch;
   nlohmann::json gelu = llama_config();
   gelu["hidden_act"] = "gelu";
   dir.write("config.json", gelu.dump());
@@ -198,10 +224,10 @@ TEST(HfModelArgs, ImpliedFlagsCoverEveryShapeField) {
   std::vector<std::string> shape_flags, overridable;
   for (const HfImpliedFlag& i : hf_implied_flags(f)) (i.shape ? shape_flags : overridable).push_back(i.flag);
   EXPECT_EQ(shape_flags,
-            (std::vector<std::string>{"num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                                      "group_query_attention", "num_query_groups", "kv_channels", "vocab_size",
-                                      "normalization", "swiglu", "position_embedding_type",
-                                      "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias"}));
+            (std::vector<std::string>{
+                "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
+                "num_query_groups", "kv_channels", "vocab_size", "normalization", "swiglu", "position_embedding_type",
+                "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm"}));
   EXPECT_EQ(overridable, (std::vector<std::string>{"max_position_embeddings", "norm_epsilon", "rotary_base"}));
 }
 

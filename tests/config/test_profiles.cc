@@ -196,6 +196,22 @@ TEST(ModelPresets, PublishedLlamaAndQwenShapes) {
   EXPECT_EQ(
       *parse({"sft", "--model_preset", "qwen2.5-7b", "--train_iters", "1", "--max_length", "2048"}).args.seq_length,
       2048);
+
+  // Qwen/Qwen3-8B's config.json: head_dim 128 with 32 heads (= hidden 4096 here), q/k RMSNorm, no biases.
+  Args q3 = preset("qwen3-8b");
+  EXPECT_EQ(q3.num_layers, 36);
+  EXPECT_EQ(q3.hidden_size, 4096);
+  EXPECT_EQ(q3.num_attention_heads, 32);
+  EXPECT_EQ(q3.num_query_groups, 8);
+  EXPECT_EQ(*q3.kv_channels, 128);
+  EXPECT_EQ(*q3.ffn_hidden_size, 12288);
+  EXPECT_TRUE(q3.qk_layernorm);
+  EXPECT_FALSE(q3.add_qkv_bias);
+  EXPECT_TRUE(q3.untie_embeddings_and_output_weights);
+  EXPECT_EQ(*q3.max_position_embeddings, 40960);
+  EXPECT_DOUBLE_EQ(q3.rotary_base, 1e6);
+  EXPECT_DOUBLE_EQ(q3.norm_epsilon, 1e-6);
+  EXPECT_EQ(*q3.vocab_size, 151936);
 }
 
 TEST(ConfigDir, EnvironmentOverridesTheCompiledInDirectory) {

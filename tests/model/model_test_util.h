@@ -42,6 +42,16 @@ inline ModelConfig tiny_gpt2() {
   return c;
 }
 
+// Qwen3-like: tiny_llama with --qk_layernorm, no qkv bias, and a head dim
+// (8) that is not hidden / heads (4 x 8 = 32 query columns for hidden 16).
+inline ModelConfig tiny_qwen3() {
+  ModelConfig c = tiny_llama();
+  c.qk_layernorm = true;
+  c.add_qkv_bias = false;
+  c.head_dim = 8;
+  return c;
+}
+
 // tiny_llama with an MoE layer 0 (4 experts of ffn 8, top-2, a shared expert
 // of 12 with its sigmoid gate, aux and z losses large enough that their
 // gradients stand well above finite-difference noise); layer 1 dense.

@@ -30,8 +30,9 @@ struct Case {
   int cp;
   bool ulysses, docs;
   float hidden_dropout = 0.f, attention_dropout = 0.f;
-  bool lora = false;  // adapters on every linear with --lora_dropout 0.3
-  int tp = 1;         // with sequence parallelism when > 1
+  bool lora = false;          // adapters on every linear with --lora_dropout 0.3
+  int tp = 1;                 // with sequence parallelism when > 1
+  bool qk_layernorm = false;  // tiny_qwen3: --qk_layernorm's norms before the ring / all-to-all
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -50,7 +51,7 @@ V cp_rows(const V& x, int64_t B, int64_t T, int cp, int rank) {
 }
 
 ModelConfig config_of(const Case& k, int64_t T) {
-  ModelConfig c = testing::tiny_llama();
+  ModelConfig c = k.qk_layernorm ? testing::tiny_qwen3() : testing::tiny_llama();
   if (k.lora) {
     c = lora::testing::tiny_lora(c);
     c.lora.dropout = 0.3f;
@@ -131,7 +132,9 @@ INSTANTIATE_TEST_SUITE_P(Variants, ModelContextParallel,
                                            Case{"ulysses_cp2_dropout", 2, true, true, 0.2f, 0.2f},
                                            Case{"ring_cp4_lora_dropout", 4, false, true, 0.f, 0.2f, true},
                                            Case{"ulysses_cp2_lora_dropout", 2, true, false, 0.1f, 0.1f, true},
-                                           Case{"ring_cp2_tp2_sp_dropout", 2, false, true, 0.2f, 0.2f, false, 2}),
+                                           Case{"ring_cp2_tp2_sp_dropout", 2, false, true, 0.2f, 0.2f, false, 2},
+                                           Case{"ring_cp2_qk_layernorm", 2, false, true, 0.f, 0.f, false, 1, true},
+                                           Case{"ulysses_cp2_qk_layernorm", 2, true, true, 0.f, 0.f, false, 1, true}),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 }  // namespace

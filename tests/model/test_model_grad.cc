@@ -40,6 +40,9 @@ std::vector<Case> cases() {
     drop.hidden_dropout = 0.1f;
     drop.attention_dropout = 0.2f;
     out.push_back({"llama_dropout_" + f, drop});
+    ModelConfig qwen3 = testing::tiny_qwen3();
+    all_fused(qwen3, fused);
+    out.push_back({"qwen3_qk_layernorm_" + f, qwen3});
   }
   ModelConfig mha = testing::tiny_llama();
   mha.groups = mha.heads;
@@ -51,6 +54,9 @@ std::vector<Case> cases() {
   sel.fusions.flash_attention = false;
   sel.recompute = Recompute::kSelective;
   out.push_back({"llama_selective_recompute_unfused", sel});
+  ModelConfig gpt2_qk = testing::tiny_gpt2();  // --qk_layernorm with LayerNorm: weight and bias
+  gpt2_qk.qk_layernorm = true;
+  out.push_back({"gpt2_qk_layernorm", gpt2_qk});
   return out;
 }
 

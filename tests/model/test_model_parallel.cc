@@ -86,8 +86,8 @@ void expect_tp_matches(const ModelConfig& base, int tp_size, bool sp, const Refe
       const ParamInfo& p = m.params().info(i);
       ASSERT_EQ(p.name, ref.names[i]);
       std::vector<float> g(m.params().grad(i), m.params().grad(i) + p.numel);
-      // Sequence parallelism leaves replicated tensors with partial gradients
-      // (summed over TP by the trainer's GradSync): sum them here.
+      // Sequence parallelism (and --qk_layernorm's head split) leaves replicated
+      // tensors with partial gradients (summed over TP by the trainer's GradSync): sum them here.
       if (p.sequence_parallel_grad) tp->all_reduce_sum(g.data(), p.numel);
       const int64_t rows = p.shape[0], cols = p.numel / rows;
       std::vector<float> want(g.size());
@@ -139,6 +139,14 @@ ModelConfig unfused(ModelConfig c) {
   return c;
 }
 
+// With RoPE: without it a key bias (k_layernorm.bias) shifts every score of
+// a query equally, so its exact gradient is 0 and only rounding noise is left to compare.
+ModelConfig qk_layernorm(ModelConfig c) {
+  c.qk_layernorm = true;
+  c.rope = true;
+  return c;
+}
+
 // Expert tensor parallelism `etp` on an MoE model; gpt2: GELU experts with
 // fc1/fc2 biases and no shared expert (shared experts refuse biases).
 ModelConfig moe_etp(ModelConfig c, int64_t etp, bool gpt2) {
@@ -156,6 +164,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama_tp2_sp_unfused", unfused(with_dropout(testing::tiny_llama())), 2, true},
                       Case{"gpt2_tp2_sp", with_dropout(testing::tiny_gpt2()), 2, true},
                       Case{"gpt2_tp4", testing::tiny_gpt2(), 4, false},
+                      // --qk_layernorm: replicated norm weights fed by each rank's heads only.
+                      Case{"qwen3_tp2", with_dropout(testing::tiny_qwen3()), 2, false},
+                      Case{"qwen3_tp2_sp_unfused", unfused(with_dropout(testing::tiny_qwen3())), 2, true},
+                      Case{"gpt2_qk_layernorm_tp2_sp", qk_layernorm(testing::tiny_gpt2()), 2, true},
                       // MoE under TP needs SP (Megatron): each rank routes its token
                       // shard through whole experts (ETP 1); the shared expert is split.
                       Case{"moe_tp2_sp", testing::tiny_moe(), 2, true},

@@ -67,6 +67,11 @@ TEST(InferenceSession, CachedLogitsEqualFullRecomputeLlamaGqaRope) {
   check_cache_matches_recompute(decode_config(model::testing::tiny_llama()));
 }
 
+// --qk_layernorm: the cache holds keys after k_layernorm and RoPE.
+TEST(InferenceSession, CachedLogitsEqualFullRecomputeQwen3QkLayernorm) {
+  check_cache_matches_recompute(decode_config(model::testing::tiny_qwen3()));
+}
+
 TEST(InferenceSession, CachedLogitsEqualFullRecomputeGpt2LearnedPositions) {
   check_cache_matches_recompute(decode_config(model::testing::tiny_gpt2()));
 }
