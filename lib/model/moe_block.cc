@@ -36,9 +36,11 @@ void add_moe_params(ParamStore& ps, const ModelConfig& c, const std::string& pre
   };
   mp.router_w = replicated(p + "router.weight", {E, C}, true, Init::kNormal);
   if (c.moe.router.enable_expert_bias) {
-    // Not trained by the optimizer: moved by the router's aux-loss-free update, saved with the model.
+    // Megatron's fp32 buffer: moved by the aux-loss-free update (GptModel::update_expert_bias), not
+    // by the optimizer; saved with the model, identical on every rank.
     mp.expert_bias = ps.add(p + "router.expert_bias", {E}, false, Init::kZeros);
     ps.mutable_info(mp.expert_bias).trainable = false;
+    ps.mutable_info(mp.expert_bias).buffer = true;
   }
   // Routed experts: whole experts on every TP rank (ETP 1, replicated), or
   // split over the TP group like the dense MLP (ETP = TP: fc1 by rows, each

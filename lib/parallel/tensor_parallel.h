@@ -44,6 +44,9 @@ struct TpConfig {
   Comm* cp = nullptr;
   // The expert-parallel group of an MoE layer's token dispatch (null or size 1: none).
   Comm* ep = nullptr;
+  // The MoE routers' token group under context parallelism (Megatron's
+  // tp_cp_group: TP x CP); null: the tp group.
+  Comm* tp_cp = nullptr;
 };
 
 // ---- Linear layers -----------------------------------------------------------------------------

@@ -4,7 +4,10 @@
 // within 1e-5, the bound and the lr of ParallelEquivalence in
 // test_mtrain_parallel.cc), alone, with PP, with the distributed optimizer,
 // with capacity dropping and under TP + SP; a checkpoint saved at EP 2 resumes
-// at TP 2 (experts are named tensors by global index).
+// at TP 2 (experts are named tensors by global index). The same harness
+// proves aux-loss-free balancing (the expert bias, at EP 2, TP 2 + SP, DP 2,
+// and across a resume) and MoE under context parallelism (ring, Ulysses,
+// CP 2 x EP 2).
 //
 // EP ranks are data-parallel ranks of the dense model, each routing its own
 // micro-batch (the router's token group is the micro-batch's tokens on the
@@ -17,7 +20,11 @@
 namespace mtrain::functional {
 namespace {
 
-class MoeExpertParallel : public MtrainTest {};
+struct Layout {
+  std::string name;
+  int ranks;
+  std::string flags;
+};
 
 const char* kMoe =
     "--lr 3e-4 --num_experts 4 --moe_ffn_hidden_size 128 --moe_layer_freq 2 --moe_aux_loss_coeff 1e-2 "
@@ -40,25 +47,29 @@ void expect_equal_runs(const fs::path& ref, const fs::path& par, const std::stri
           << what << " iteration " << i + 1 << ": " << key << " " << a[i].at(key) << " vs " << b[i].at(key);
 }
 
-struct Layout {
-  std::string name;
-  int ranks;
-  std::string flags;
+class MoeExpertParallel : public MtrainTest {
+ protected:
+  // The single-device run of `flags` (into tmp_/ref, with `ref_flags` too),
+  // then each layout's run of `flags` + its own, each equal to it.
+  void expect_layouts_equal_single_device(const std::string& flags, std::initializer_list<Layout> layouts,
+                                          const std::string& ref_flags = "") {
+    const RunResult ref = run(job(tmp_ / "ref", flags + " " + ref_flags), "ref");
+    ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+    for (const Layout& l : layouts) {
+      const RunResult par = run(job(tmp_ / l.name, flags + " " + l.flags), l.name, launch_ranks(l.ranks));
+      ASSERT_EQ(par.exit_code, 0) << par.describe();
+      expect_equal_runs(tmp_ / "ref", tmp_ / l.name, l.name);
+    }
+  }
 };
 
 // Micro-batches of 2 rows: 4 per step on one device, 1 per rank at EP 4.
 TEST_F(MoeExpertParallel, AllToAllLayoutsEqualTheSingleDevice) {
-  const std::string mbs = "--micro_batch_size 2";
-  const RunResult ref = run(job(tmp_ / "ref", mbs), "ref");
-  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
   // (Plain EP 2: CapacityDroppingEqualsTheSingleDevice and the distributed optimizer's run.)
-  for (const Layout& l : {Layout{"ep4", 4, "--expert_model_parallel_size 4 --moe_grouped_gemm false"},
-                          Layout{"ep2_pp2", 4, "--expert_model_parallel_size 2 --pipeline_model_parallel_size 2"},
-                          Layout{"ep2_distopt", 2, "--expert_model_parallel_size 2 --use_distributed_optimizer"}}) {
-    const RunResult par = run(job(tmp_ / l.name, mbs + " " + l.flags), l.name, launch_ranks(l.ranks));
-    ASSERT_EQ(par.exit_code, 0) << par.describe();
-    expect_equal_runs(tmp_ / "ref", tmp_ / l.name, l.name);
-  }
+  expect_layouts_equal_single_device(
+      "--micro_batch_size 2", {Layout{"ep4", 4, "--expert_model_parallel_size 4 --moe_grouped_gemm false"},
+                               Layout{"ep2_pp2", 4, "--expert_model_parallel_size 2 --pipeline_model_parallel_size 2"},
+                               Layout{"ep2_distopt", 2, "--expert_model_parallel_size 2 --use_distributed_optimizer"}});
 }
 
 // Capacity 1.0 drops tokens: Megatron's router decides what each expert
@@ -86,6 +97,51 @@ TEST_F(MoeExpertParallel, ExpertTimesTensorParallelEqualsTheSingleDevice) {
                             "ep2tp2", launch_ranks(4));
   ASSERT_EQ(par.exit_code, 0) << par.describe();
   expect_equal_runs(tmp_ / "ref", tmp_ / "ep2tp2", "ep2 tp2 sp");
+}
+
+// Aux-loss-free balancing: sigmoid scores, the bias moved by 0.05 per step
+// (large: within a few iterations it changes which experts tokens pick, so
+// a count summed over the wrong group, or a bias lost by a resume, shows in
+// the loss). The update sums the routing counts over TP x DP x CP.
+const char* kBias =
+    "--moe_router_score_function sigmoid --moe_router_enable_expert_bias --moe_router_bias_update_rate 0.05";
+
+// Each layout holds the step's tokens on other ranks: EP 2 and DP 2 one
+// micro-batch per rank, TP 2 + SP half of each micro-batch per rank. The
+// single device's checkpoint at iteration 10 resumes into iterations 11..20.
+TEST_F(MoeExpertParallel, ExpertBiasLayoutsAndResumeEqualTheSingleDevice) {
+  const std::string flags = std::string("--micro_batch_size 2 ") + kBias;
+  expect_layouts_equal_single_device(
+      flags,
+      {Layout{"ep2", 2, "--expert_model_parallel_size 2"},
+       Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"}, Layout{"dp2", 2, ""}},
+      "--save_interval 10");
+  if (HasFatalFailure()) return;
+  fs::create_directories(tmp_ / "resumed");
+  fs::copy(tmp_ / "ref" / "iter_0000010", tmp_ / "resumed" / "iter_0000010", fs::copy_options::recursive);
+  write_text(tmp_ / "resumed" / "latest_checkpointed_iteration.txt", "10");
+  const RunResult resumed =
+      run(concat(job(tmp_ / "resumed", flags), {"--load", (tmp_ / "resumed").string()}), "resumed");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  const auto a = train_rows(tmp_ / "ref"), b = train_rows(tmp_ / "resumed");
+  ASSERT_EQ(b.size(), 10u) << "the resumed run logs iterations 11..20 only";
+  for (size_t i = 0; i < b.size(); ++i)
+    for (const char* key : {"loss", "grad_norm", "load_balancing_loss", "z_loss"})
+      EXPECT_LE(rel(a[i + 10].at(key).get<double>(), b[i].at(key).get<double>()), 1e-5)
+          << "resumed iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
+}
+
+// Context parallelism: each CP rank routes its two chunks of every sequence;
+// the routers sum the load-balancing counts over TP x CP (Megatron's
+// tp_cp_group), divide the z-loss coefficient by it, and the expert bias
+// counts over TP x DP x CP. Ring attention, Ulysses, and CP 2 x EP 2 (the
+// expert grid takes its EP ranks from DP x CP: here the CP pair).
+TEST_F(MoeExpertParallel, ContextParallelEqualsTheSingleDevice) {
+  expect_layouts_equal_single_device(
+      std::string("--micro_batch_size 2 ") + kBias,
+      {Layout{"cp2", 2, "--context_parallel_size 2"},
+       Layout{"cp2_ulysses", 2, "--context_parallel_size 2 --context_parallel_algo ulysses_cp_algo"},
+       Layout{"cp2_ep2", 2, "--context_parallel_size 2 --expert_model_parallel_size 2"}});
 }
 
 // Saved at (EP 2, TP 1), resumed at (EP 1, TP 2 + SP): iterations 11..20
