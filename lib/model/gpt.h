@@ -104,8 +104,8 @@ class GptModel {
   // tp_cp_group), whose ranks hold the disjoint token shards of a micro-batch.
   void set_cp_comm(parallel::Comm& cp, parallel::Comm* tp_cp = nullptr);
   // The MoE routers' auxiliary losses of chunk c's last forward in slot s
-  // (moe_layers == 0 for a dense model; recomputed layers share one
-  // activation set, so only the last of them is seen).
+  // (nothing for a dense model; recomputed layers share one activation set,
+  // so only the last of them is seen).
   AuxLosses aux_losses(int c, int s);
   AuxLosses aux_losses() { return aux_losses(0, 0); }
   // The router losses of the training forwards since the last call, as

@@ -106,14 +106,7 @@ moe::MoeWeights moe_weights(ParamStore& ps, const MoeLayerParams& mp) {
 }
 
 void add_aux_losses(AuxLosses& sum, const moe::RouterForward& route, const moe::RouterConfig& cfg) {
-  ++sum.moe_layers;
   const moe::RouterLossValues& v = route.losses;
-  auto add = [](std::optional<double>& to, const std::optional<double>& x) {
-    if (x) to = to.value_or(0.0) + *x;
-  };
-  add(sum.load_balancing_loss, v.load_balancing_loss);
-  add(sum.seq_load_balancing_loss, v.seq_load_balancing_loss);
-  add(sum.z_loss, v.z_loss);
   if (route.aux_active)
     sum.weighted += cfg.aux_loss_coeff * v.load_balancing_loss.value_or(v.seq_load_balancing_loss.value_or(0.0));
   if (route.z_active)
