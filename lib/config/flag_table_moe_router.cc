@@ -49,11 +49,12 @@ std::vector<FlagSpec> moe_router_flags() {
        .field = &Args::moe_router_enable_expert_bias,
        .group = M,
        .help = "MoE: aux-loss-free balancing: a per-expert bias (sigmoid only) added to the scores for the "
-               "selection, moved after each global batch towards balance (a non-trainable model tensor)."},
+               "selection, moved after each global batch by rate * sign(mean - count) over the tokens each expert "
+               "got (summed over TP x DP x CP); an fp32 buffer saved with the model."},
       {.name = "moe_router_bias_update_rate",
        .field = &Args::moe_router_bias_update_rate,
        .group = M,
-       .help = "MoE: step of the expert-bias update per global batch."},
+       .help = "MoE: step of the expert-bias update per global batch (--moe_router_enable_expert_bias)."},
       {.name = "moe_expert_capacity_factor",
        .field = &Args::moe_expert_capacity_factor,
        .group = M,

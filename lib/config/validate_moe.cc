@@ -101,14 +101,6 @@ void check_moe(Args& a, std::vector<std::string>& warnings) {
   if (a.train_type == "lora")
     throw ConfigError("LoRA on an MoE model (--train_type lora with --num_experts) is not supported yet",
                       "train the MoE model in full (--train_type full)");
-  // The router's token group would have to span CP (Megatron reduces the
-  // load-balancing counts over TP x CP); until it does, the aux loss of a CP
-  // rank's chunks differs from the single device's.
-  if (a.context_parallel_size > 1)
-    throw ConfigError(fmt::format("--num_experts with --context_parallel_size {}: an MoE model under context "
-                                  "parallelism is not implemented yet",
-                                  a.context_parallel_size),
-                      "use --context_parallel_size 1 for an MoE model (expert, tensor and pipeline parallelism work)");
   check_shared_expert(a);
   check_expert_parallel(a);
 }

@@ -81,6 +81,12 @@ void refuse_unimplemented(const Args& a) {
   if (a.moe_router_score_function == "sqrtsoftplus")
     throw ConfigError("--moe_router_score_function sqrtsoftplus is not supported",
                       "use --moe_router_score_function softmax or sigmoid");
+  // A LoRA checkpoint holds the trainable tensors only: the moving bias would not be saved.
+  if (a.moe_router_enable_expert_bias && a.train_type == "lora")
+    throw ConfigError(
+        "--moe_router_enable_expert_bias with --train_type lora is not supported: a LoRA checkpoint "
+        "would not hold the router's moving expert_bias",
+        "train in full (--train_type full), or balance with --moe_aux_loss_coeff");
   const std::string& lb = a.moe_router_load_balancing_type;
   if (lb == "sinkhorn" || lb == "global_aux_loss" || lb == "quantile_balancing")
     throw ConfigError(fmt::format("--moe_router_load_balancing_type {} is not supported", lb),

@@ -22,7 +22,7 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Com
 
 GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Comm* tp, bool meta,
                    const std::function<int64_t(ParamStore&)>& padded_numel)
-    : config_(config), dev_(dev), tp_(tp) {
+    : config_(config), dev_(dev), tp_(tp), router_losses_(static_cast<int>(config.num_layers)) {
   const ModelConfig& c = config_;
   if (!tp_) {
     own_tp_ = std::make_unique<parallel::SelfComm>("tp");
@@ -43,14 +43,21 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Com
   params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_) : 0);
   params_.initialize(c.seed, c.init_std, c.num_layers, c.dtype);
   allocate_chunks(meta);
+  init_router_state(meta);
 }
 
 GptModel::~GptModel() = default;
 
-void GptModel::set_cp_comm(parallel::Comm& cp) {
+void GptModel::set_cp_comm(parallel::Comm& cp, parallel::Comm* tp_cp) {
   if (cp.size() != config_.cp || cp.rank() != config_.cp_rank)
     throw Error(ExitCode::kInternal, "GptModel: the CP group does not match ModelConfig cp / cp_rank");
+  if (tp_cp &&
+      (tp_cp->size() != config_.tp * config_.cp || tp_cp->rank() != config_.cp_rank * config_.tp + config_.tp_rank))
+    throw Error(ExitCode::kInternal, "GptModel: the TP x CP group does not match ModelConfig tp and cp");
+  if (config_.moe.num_experts > 0 && config_.cp > 1 && !tp_cp)
+    throw Error(ExitCode::kInternal, "GptModel: an MoE model under context parallelism needs the TP x CP group");
   cp_ = &cp;
+  tp_cp_ = tp_cp;
 }
 
 void GptModel::set_ep_comm(parallel::Comm& ep, parallel::Comm* tp_ep) {
@@ -254,27 +261,6 @@ AuxLosses GptModel::aux_losses(int c, int s) {
     if (lp.moe && a.moe) add_aux_losses(sum, a.moe->route, config_.moe.router);
   }
   return sum;
-}
-
-std::vector<std::pair<std::string, double>> GptModel::take_aux_log(parallel::Comm& world, int64_t tp, int64_t dp,
-                                                                   int64_t microbatches) {
-  std::vector<std::pair<std::string, double>> out;
-  const MoeSettings& m = config_.moe;
-  if (m.num_experts == 0) return out;
-  int64_t moe_layers = 0;
-  for (int v : m.layers) moe_layers += v;
-  double v[3] = {aux_step_.load_balancing_loss.value_or(0), aux_step_.seq_load_balancing_loss.value_or(0),
-                 aux_step_.z_loss.value_or(0)};
-  aux_step_ = AuxLosses{};
-  world.all_reduce(v, 3, parallel::ReduceOp::kSum);
-  const double per = static_cast<double>(std::max<int64_t>(1, microbatches) * std::max<int64_t>(1, moe_layers));
-  const bool balancing = m.router.aux_loss_coeff > 0;  // Megatron tracks what the router computes
-  if (balancing && m.router.load_balancing == moe::LoadBalancing::kAuxLoss)
-    out.emplace_back("load_balancing_loss", v[0] / static_cast<double>(dp) / per);
-  if (balancing && m.router.load_balancing == moe::LoadBalancing::kSeqAuxLoss)
-    out.emplace_back("seq_load_balancing_loss", v[1] / static_cast<double>(dp) / per);
-  if (m.router.z_loss_coeff) out.emplace_back("z_loss", v[2] / static_cast<double>(tp * dp) / per);
-  return out;
 }
 
 }  // namespace mtrain::model

@@ -26,7 +26,9 @@
 #include "model/model_config.h"
 #include "model/params.h"
 #include "model/transformer_layer.h"
+#include "moe/router_metrics.h"
 #include "parallel/comm.h"
+#include "parallel/parallel_state.h"
 
 namespace mtrain::model {
 
@@ -97,21 +99,33 @@ class GptModel {
 
   // Context parallelism (config.cp > 1): the group whose ranks hold the
   // other chunks of each sequence; attention runs as a ring over it. Must be
-  // set before the first forward; its size must be config.cp.
-  void set_cp_comm(parallel::Comm& cp);
+  // set before the first forward; its size must be config.cp. tp_cp (size
+  // tp * cp; required by an MoE model): the routers' token group (Megatron's
+  // tp_cp_group), whose ranks hold the disjoint token shards of a micro-batch.
+  void set_cp_comm(parallel::Comm& cp, parallel::Comm* tp_cp = nullptr);
   // The MoE routers' auxiliary losses of chunk c's last forward in slot s
-  // (moe_layers == 0 for a dense model; recomputed layers share one
-  // activation set, so only the last of them is seen).
+  // (nothing for a dense model; recomputed layers share one activation set,
+  // so only the last of them is seen).
   AuxLosses aux_losses(int c, int s);
   AuxLosses aux_losses() { return aux_losses(0, 0); }
-  // The auxiliary losses of the training forwards since the last call, as
-  // Megatron's MoE metrics tracker logs them (" load_balancing_loss: X |"):
-  // each summed over the token group (TP), averaged over DP (z_loss: over
-  // TP x DP), summed over pipeline stages, then divided by the micro-batches
-  // and the MoE layers. A collective over `world` (every rank calls it with
-  // the same arguments); empty, without communication, for a dense model.
-  std::vector<std::pair<std::string, double>> take_aux_log(parallel::Comm& world, int64_t tp, int64_t dp,
-                                                           int64_t microbatches);
+  // The router losses of the training forwards since the last call, as
+  // Megatron's log line shows them (" load_balancing_loss: X | z_loss: Y |",
+  // moe::RouterLossTracker: summed over TP x CP, averaged over DP, summed
+  // over pipeline stages, divided by the micro-batches and the MoE layers).
+  // A collective over the run's groups (every rank calls it); empty, without
+  // communication, for a dense model.
+  std::vector<std::pair<std::string, double>> take_aux_log(parallel::ParallelState& st, int64_t microbatches);
+  // Aux-loss-free balancing (--moe_router_enable_expert_bias), Megatron's
+  // _update_router_expert_bias in finalize_model_grads: once per global batch,
+  // after the gradient reduction and before the optimizer step (also when the
+  // step is then skipped), the routing counts of the training forwards since
+  // the last update, summed over `tp_dp_cp`, move each MoE layer's
+  // router.expert_bias by rate * sign(mean - count); the counts restart.
+  // A no-op without expert bias.
+  void update_expert_bias(parallel::Comm& tp_dp_cp);
+  // Each MoE layer's accumulated routing counts (MoE layers of this rank in
+  // layer order, E each): what the next update_expert_bias reduces.
+  const float* expert_counts() const { return expert_counts_.data(); }
 
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
@@ -160,14 +174,15 @@ class GptModel {
   void head_forward(ChunkSlot& s, const TokenBatch& b, const float* h);
   void head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, const float* dloss, bool zero_grads);
   parallel::TpConfig tp_config() const {
-    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype), cp_, ep_, tp_ep_};
+    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype), cp_, ep_, tp_ep_, tp_cp_};
   }
 
   ModelConfig config_;
   device::Device& dev_;
   std::unique_ptr<parallel::Comm> own_tp_;  // single-device constructor: a group of one
   parallel::Comm* tp_ = nullptr;
-  parallel::Comm* cp_ = nullptr;  // set_cp_comm
+  parallel::Comm* cp_ = nullptr;     // set_cp_comm
+  parallel::Comm* tp_cp_ = nullptr;  // set_cp_comm
   parallel::Comm* ep_ = nullptr;
   parallel::Comm* tp_ep_ = nullptr;  // the allgather dispatcher's group
   ParamStore params_;
@@ -180,7 +195,12 @@ class GptModel {
   Tensor dres_;  // (N_loc, C) gradient of the residual stream
   Tensor dlnf_;  // (N_loc, C)
   std::function<void(int64_t, int64_t)> grad_ready_;
-  AuxLosses aux_step_;  // summed over the training forwards since take_aux_log
+  // The routers' state across the micro-batches of a step (gpt_router.cc).
+  void init_router_state(bool meta);
+  void record_routing(int layer, int layer_index, const moe::RouterForward& route);
+  moe::RouterLossTracker router_losses_;  // logged losses since take_aux_log
+  std::vector<int> moe_row_;              // per entry of layers_: its row of expert_counts_, -1 if dense
+  Tensor expert_counts_;                  // (MoE layers here, E) routing counts since update_expert_bias
 };
 
 }  // namespace mtrain::model

@@ -88,7 +88,8 @@ const float* GptModel::forward_chunk(int c, int s, const TokenBatch& b, const fl
     layer_forward(cf, tp, params_, layers_[ch.layer_index[i]], acts, ws_, res + i * stride, res + (i + 1) * stride, b,
                   lseed, training);
     // Read now: recomputed layers share one activation set.
-    if (training && acts.moe) add_aux_losses(aux_step_, acts.moe->route, cf.moe.router);
+    if (training && acts.moe)
+      record_routing(static_cast<int>(ch.spec.first_layer + i), ch.layer_index[i], acts.moe->route);
     m.end({hidden(cf, "output", res + (i + 1) * stride, N)});
   }
   const float* out = res + ch.spec.num_layers * stride;

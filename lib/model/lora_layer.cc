@@ -70,6 +70,7 @@ void mark_trainable(ParamStore& ps, const ModelConfig& c) {
   if (!c.lora.enabled) return;
   for (int i = 0; i < static_cast<int>(ps.infos().size()); ++i) {
     ParamInfo& p = ps.mutable_info(i);
+    if (p.buffer) continue;  // a buffer (the router's expert_bias) is never trained
     const bool bias = p.name.ends_with(".bias");
     // Tied embeddings are one tensor: naming either module trains it (and
     // the last pipeline stage's copy of it).

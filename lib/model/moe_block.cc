@@ -37,9 +37,11 @@ void add_moe_params(ParamStore& ps, const ModelConfig& c, const std::string& pre
   };
   mp.router_w = replicated(p + "router.weight", {E, C}, true, Init::kNormal);
   if (c.moe.router.enable_expert_bias) {
-    // Not trained by the optimizer: moved by the router's aux-loss-free update, saved with the model.
+    // Megatron's fp32 buffer: moved by the aux-loss-free update (GptModel::update_expert_bias), not
+    // by the optimizer; saved with the model, identical on every rank.
     mp.expert_bias = ps.add(p + "router.expert_bias", {E}, false, Init::kZeros);
     ps.mutable_info(mp.expert_bias).trainable = false;
+    ps.mutable_info(mp.expert_bias).buffer = true;
   }
   // Routed experts: whole experts on every TP rank (ETP 1, replicated), or
   // split over the TP group like the dense MLP (ETP = TP: fc1 by rows, each
@@ -113,14 +115,7 @@ moe::MoeWeights moe_weights(ParamStore& ps, const MoeLayerParams& mp) {
 }
 
 void add_aux_losses(AuxLosses& sum, const moe::RouterForward& route, const moe::RouterConfig& cfg) {
-  ++sum.moe_layers;
   const moe::RouterLossValues& v = route.losses;
-  auto add = [](std::optional<double>& to, const std::optional<double>& x) {
-    if (x) to = to.value_or(0.0) + *x;
-  };
-  add(sum.load_balancing_loss, v.load_balancing_loss);
-  add(sum.seq_load_balancing_loss, v.seq_load_balancing_loss);
-  add(sum.z_loss, v.z_loss);
   if (route.aux_active)
     sum.weighted += cfg.aux_loss_coeff * v.load_balancing_loss.value_or(v.seq_load_balancing_loss.value_or(0.0));
   if (route.z_active)

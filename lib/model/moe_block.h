@@ -7,7 +7,6 @@
 // layer itself is lib/moe/moe_layer.h.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,11 +33,9 @@ void add_moe_params(ParamStore& ps, const ModelConfig& c, const std::string& pre
 // The addresses the MoE layer reads and accumulates into.
 moe::MoeWeights moe_weights(ParamStore& ps, const MoeLayerParams& mp);
 
-// The routers' auxiliary losses of one forward, summed over MoE layers.
+// The routers' auxiliary losses of one forward, summed over MoE layers (the
+// logged values are moe::RouterLossTracker's, GptModel::take_aux_log).
 struct AuxLosses {
-  int moe_layers = 0;
-  // Before their coefficients (what Megatron logs), when active.
-  std::optional<double> load_balancing_loss, seq_load_balancing_loss, z_loss;
   // What backward differentiates: sum of coeff * loss (z-loss coefficient
   // divided by the token group's size, as Megatron's router does).
   double weighted = 0;

@@ -42,7 +42,8 @@ int ParamStore::add(std::string name, Shape full_shape, bool weight_decay, Init 
 
 int64_t ParamStore::count() const {
   int64_t n = 0;
-  for (const ParamInfo& p : infos_) n += p.numel;
+  for (const ParamInfo& p : infos_)
+    if (!p.buffer) n += p.numel;
   return n;
 }
 
@@ -81,11 +82,16 @@ int64_t ParamStore::layout(int64_t dense_multiple) {
 
 void ParamStore::place_frozen() {
   int64_t at = total_;
-  for (ParamInfo& p : infos_) {
-    if (p.trainable) continue;
-    p.offset = (at + 15) / 16 * 16;
-    at = p.offset + p.numel;
-  }
+  auto place = [&](bool buffers) {
+    for (ParamInfo& p : infos_) {
+      if (p.trainable || p.buffer != buffers) continue;
+      p.offset = (at + 15) / 16 * 16;
+      at = p.offset + p.numel;
+    }
+  };
+  place(false);
+  rounded_ = at;
+  place(true);  // fp32 buffers last: outside every rounding to the model dtype
   frozen_ = at - total_;
 }
 
@@ -150,7 +156,7 @@ void ParamStore::initialize(uint64_t seed, float std, int64_t num_layers, DType 
                  [bound](Rng& r) { return static_cast<float>((2.0 * r.uniform() - 1.0) * bound); });
     }
   }
-  kernels::round_to_dtype(params_.data(), total_ + frozen_, dtype);
+  kernels::round_to_dtype(params_.data(), rounded_, dtype);
 }
 
 int ParamStore::find(const std::string& name) const {

@@ -13,8 +13,8 @@
 // Expert-parallel parameters (ParamInfo::expert_parallel) are reduced over
 // another data-parallel group than the others (Megatron keeps them in a
 // buffer of their own), so layout() places them after the dense ones:
-//   [dense trainable)[DP padding, gap)[expert trainable)[padding)[frozen)
-//   0        dense_numel()          expert_begin()    unpadded_numel()
+//   [dense trainable)[DP padding, gap)[expert trainable)[padding)[frozen)[fp32 buffers)
+//   0        dense_numel()          expert_begin()    unpadded_numel()     rounded_numel()
 #pragma once
 
 #include <cstdint>
@@ -77,6 +77,11 @@ struct ParamInfo {
   // shards it over expt-dp, and the grad norm counts it once per expert
   // shard. Set it before layout(). Megatron: `param.allreduce = False`.
   bool expert_parallel = false;
+  // A persistent buffer, not a parameter (Megatron's register_buffer, e.g.
+  // the router's expert_bias): no gradient, not counted as a parameter,
+  // saved in checkpoints, and kept in fp32 whatever the model dtype (placed
+  // last, outside rounded_numel()). Implies trainable = false.
+  bool buffer = false;
 };
 
 class ParamStore {
@@ -113,7 +118,10 @@ class ParamStore {
   // optimizer's span; params() holds numel() + frozen_numel() elements.
   int64_t numel() const { return total_; }
   int64_t frozen_numel() const { return frozen_; }
-  int64_t count() const;            // parameters this rank holds
+  // The parameters held in the model dtype: [0, rounded_numel()); the fp32
+  // buffers (ParamInfo::buffer) follow.
+  int64_t rounded_numel() const { return rounded_; }
+  int64_t count() const;            // parameters this rank holds (buffers excluded, as Megatron counts)
   int64_t trainable_count() const;  // of which trainable
   int64_t unpadded_numel() const { return used_; }
   // The dense trainable parameters end here (before padding).
@@ -127,7 +135,8 @@ class ParamStore {
   std::vector<ParamInfo> infos_;
   int64_t total_ = 0;
   int64_t used_ = 0;
-  int64_t frozen_ = 0;  // frozen elements (with alignment) behind the trainable part
+  int64_t frozen_ = 0;   // frozen elements and buffers (with alignment) behind the trainable part
+  int64_t rounded_ = 0;  // where the fp32 buffers begin
   int64_t dense_end_ = 0, expert_begin_ = 0;
   bool laid_out_ = false;
   void place_frozen();

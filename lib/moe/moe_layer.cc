@@ -58,6 +58,10 @@ void activation_backward(const MoeLayerConfig& c, int64_t F, float* dfc1, float*
 
 float* at(float* p, int64_t off) { return p ? p + off : nullptr; }
 
+// The router's token group (Megatron's tp_cp_group): the ranks holding the
+// micro-batch's disjoint token shards, TP x CP under context parallelism.
+parallel::Comm& token_group(const parallel::TpConfig& tp) { return tp.tp_cp ? *tp.tp_cp : *tp.tp; }
+
 // The local experts on in (sum rows, C), `rows` (E_local) per expert -> out
 // (sum rows, C) without the fc2 bias; a.fc1 / a.act keep what backward needs.
 void experts_forward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, MoeWorkspace& w, float* out,
@@ -335,7 +339,7 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
   } else {
     // Each TP rank routes its own contiguous token shard of the B sequences of T tokens (sequence parallel).
     const RouterTokens toks = c.sequence_parallel ? RouterTokens{B, T, tp.tp->rank() * Nl, Nl} : RouterTokens{B, T};
-    router_forward(a.route, nullptr, x, wt.router, wt.expert_bias, toks, c.router, training, *tp.tp);
+    router_forward(a.route, nullptr, x, wt.router, wt.expert_bias, toks, c.router, training, token_group(tp));
   }
   if (c.allgather_dispatch()) return allgather_forward(c, tp, wt, a, w, out, x, Nl);
   if (!profiler::shape_only()) {
@@ -395,7 +399,7 @@ void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const M
   if (shape) return;
   // Megatron under the per-token loss scales each aux loss by the router's tokens times the token
   // group's size before its autoscaler (router.h, aux_grad_scale).
-  const float aux_grad_scale = aux_loss_scale * static_cast<float>(Nl * tp.tp->size());
+  const float aux_grad_scale = aux_loss_scale * static_cast<float>(Nl * token_group(tp).size());
   router_backward(dx, wt.router_grad, w.dlogits.data(), w.dprobs.data(), a.route, x, wt.router, c.router,
                   aux_grad_scale);
   round_act(c, dx, Nl * C);

@@ -171,6 +171,12 @@ void router_probs_backward(float* dlogits, const float* dprobs, const RouterForw
 void router_backward(float* dx, float* dweight, float* dlogits, const float* dprobs, const RouterForward& fwd,
                      const float* x, const float* weight, const RouterConfig& cfg, float aux_grad_scale);
 
+// Adds fwd's routing map after dropping (Megatron's routing_map.sum(0):
+// the kept pairs per expert; with padding to capacity, min(capacity, N) in
+// every expert) to expert_counts (E) ACCUMULATED: what the aux-loss-free
+// bias update counts (router_forward does it when given expert_counts).
+void add_routing_counts(float* expert_counts, const RouterForward& fwd, const RouterConfig& cfg);
+
 // Megatron's _update_router_expert_bias (finalize_model_grads, once per
 // global batch): counts (rows, E) are summed over tp_dp_cp_group, then each
 // bias (rows, E) moves by rate · sign(mean_e(counts) − counts[e]) (experts

@@ -8,15 +8,17 @@
 namespace mtrain::moe {
 
 namespace {
-constexpr const char* kNames[3] = {"z_loss", "load_balancing_loss", "seq_load_balancing_loss"};
-}
+// Megatron's track_names order (training.py): the log line's key order.
+constexpr const char* kNames[3] = {"load_balancing_loss", "seq_load_balancing_loss", "z_loss"};
+constexpr int kZ = 2;  // values_ rows 0, 1: load-balancing losses (shares of the token group)
+}  // namespace
 
 RouterLossTracker::RouterLossTracker(int num_layers)
     : num_layers_(num_layers), values_(3 * static_cast<size_t>(num_layers), 0.0), recorded_(3, 0) {}
 
 void RouterLossTracker::record(int layer, const RouterLossValues& v) {
   if (layer < 0 || layer >= num_layers_) throw std::out_of_range("RouterLossTracker: layer out of range");
-  const std::optional<double>* slots[3] = {&v.z_loss, &v.load_balancing_loss, &v.seq_load_balancing_loss};
+  const std::optional<double>* slots[3] = {&v.load_balancing_loss, &v.seq_load_balancing_loss, &v.z_loss};
   for (int i = 0; i < 3; ++i) {
     if (!slots[i]->has_value()) continue;
     values_[i * num_layers_ + layer] += **slots[i];
@@ -33,10 +35,11 @@ std::vector<std::pair<std::string, double>> RouterLossTracker::report(int num_mi
   pp.all_reduce(values_.data(), 3 * L, parallel::ReduceOp::kSum);
   pp.all_reduce(recorded_.data(), 3, parallel::ReduceOp::kMax);
   // Load-balancing: every rank of the token group holds a share.
-  token_group.all_reduce(values_.data() + L, 2 * L, parallel::ReduceOp::kSum);
+  token_group.all_reduce(values_.data(), 2 * L, parallel::ReduceOp::kSum);
   // z_loss: each rank's mean over its tokens, averaged.
-  tp_dp_cp.all_reduce(values_.data(), L, parallel::ReduceOp::kSum);
-  for (int64_t l = 0; l < L; ++l) values_[l] /= tp_dp_cp.size();
+  double* z = values_.data() + kZ * L;
+  tp_dp_cp.all_reduce(z, L, parallel::ReduceOp::kSum);
+  for (int64_t l = 0; l < L; ++l) z[l] /= tp_dp_cp.size();
   dp.all_reduce(values_.data(), 3 * L, parallel::ReduceOp::kSum);
   std::vector<std::pair<std::string, double>> out;
   for (int i = 0; i < 3; ++i) {

@@ -28,9 +28,10 @@ class RouterLossTracker {
   void record(int layer, const RouterLossValues& values);
 
   // Collectives on every group (every rank of the run calls it, also ranks
-  // whose stage has no MoE layer). Returns (name, value) in Megatron's order
-  // (z_loss, load_balancing_loss, seq_load_balancing_loss) for the losses
-  // recorded anywhere, and clears the tracker. pp: this rank's pipeline
+  // whose stage has no MoE layer). Returns (name, value) in the order
+  // Megatron's log line prints them (its track_names: load_balancing_loss,
+  // seq_load_balancing_loss, z_loss) for the losses recorded anywhere, and
+  // clears the tracker. pp: this rank's pipeline
   // group; token_group: TP×CP; tp_dp_cp: TP×DP×CP; dp: data parallel.
   std::vector<std::pair<std::string, double>> report(int num_microbatches, int num_moe_layers, parallel::Comm& pp,
                                                      parallel::Comm& token_group, parallel::Comm& tp_dp_cp,
@@ -38,7 +39,7 @@ class RouterLossTracker {
 
  private:
   int num_layers_;
-  std::vector<double> values_;     // (3, num_layers): z_loss, load_balancing_loss, seq_load_balancing_loss
+  std::vector<double> values_;     // (3, num_layers): load_balancing_loss, seq_load_balancing_loss, z_loss
   std::vector<int32_t> recorded_;  // (3)
 };
 

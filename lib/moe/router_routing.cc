@@ -129,13 +129,20 @@ void drop_over_capacity(RouterForward& out, float* expert_counts, const RouterTo
   }
   out.tokens_per_expert.assign(E, 0);
   for (int64_t i = 0; i < N * k; ++i) out.tokens_per_expert[out.expert_ids[i]] += out.kept[i];
-  if (!expert_counts) return;
-  // Megatron counts its routing_map after dropping: with padding that map is
-  // the capacity mask, min(capacity, N) tokens in every expert's column.
-  const bool padded = cfg.pad_to_capacity && out.capacity >= 0;
-  for (int64_t e = 0; e < E; ++e)
-    expert_counts[e] +=
-        padded ? static_cast<float>(std::min(out.capacity, N)) : static_cast<float>(out.tokens_per_expert[e]);
+  if (expert_counts) add_routing_counts(expert_counts, out, cfg);
 }
 
 }  // namespace mtrain::moe::detail
+
+namespace mtrain::moe {
+
+void add_routing_counts(float* expert_counts, const RouterForward& fwd, const RouterConfig& cfg) {
+  // Megatron counts its routing_map after dropping: with padding that map is
+  // the capacity mask, min(capacity, N) tokens in every expert's column.
+  const bool padded = cfg.pad_to_capacity && fwd.capacity >= 0;
+  for (int64_t e = 0; e < cfg.num_experts; ++e)
+    expert_counts[e] += padded ? static_cast<float>(std::min(fwd.capacity, fwd.num_tokens))
+                               : static_cast<float>(fwd.tokens_per_expert[e]);
+}
+
+}  // namespace mtrain::moe

@@ -46,6 +46,9 @@ struct TpConfig {
   Comm* ep = nullptr;
   // The expert TP x EP group (the allgather token dispatcher's; null: unused).
   Comm* tp_ep = nullptr;
+  // The MoE routers' token group under context parallelism (Megatron's
+  // tp_cp_group: TP x CP); null: the tp group.
+  Comm* tp_cp = nullptr;
 };
 
 // ---- Linear layers -----------------------------------------------------------------------------

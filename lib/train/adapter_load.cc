@@ -68,7 +68,7 @@ void load_adapters(FileSystem& fs, const std::string& dir, TrainingState& t) {
     ++loaded;
   }
   t.optimizer.init_master_from(ps.params().data());
-  kernels::round_to_dtype(ps.params().data(), ps.params().numel(), c.dtype);
+  kernels::round_to_dtype(ps.params().data(), ps.rounded_numel(), c.dtype);
   if (t.parallel.rank() == 0) {
     fmt::print("loaded LoRA adapters from {}: rank {}, alpha {}, {} tensors ({} on this rank)\n", dir, a.config.r,
                a.config.lora_alpha, a.tensors.size(), loaded);

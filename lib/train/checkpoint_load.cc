@@ -224,7 +224,7 @@ void apply_model_weights(const checkpoint::WeightSource& src, TrainingState& t, 
   bar.close();
   // The fp32 master starts from the loaded values; a bf16/fp16 model holds them rounded.
   t.optimizer.init_master_from(ps.params().data());
-  kernels::round_to_dtype(ps.params().data(), ps.params().numel(), t.model.config().dtype);  // frozen ones too
+  kernels::round_to_dtype(ps.params().data(), ps.rounded_numel(), t.model.config().dtype);  // frozen ones too
 }
 
 }  // namespace

@@ -232,12 +232,15 @@ StepMetrics Trainer::train_step() {
   if (micro.empty()) ps.grads().zero();
   grad_sync_->begin_overlap(ps.grads().data());
   const double loss_sum = share_loss(run_schedule(micro, it, loss_tokens > 0 ? scale / loss_tokens : 0.0));
-  std::vector<std::pair<std::string, double>> aux_losses = model_.take_aux_log(
-      state_->world(), state_->grid().tp(), state_->grid().dp(), static_cast<int64_t>(micro.size()));
+  std::vector<std::pair<std::string, double>> aux_losses =
+      model_.take_aux_log(*state_, static_cast<int64_t>(micro.size()));
   const double lm_loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
   {
     profiler::Scope phase({profiler::Kind::kPhase, profiler::Pass::kNone, "grad_sync"});
     grad_sync_->reduce(ps.grads().data());
+    // Megatron's finalize_model_grads: after the gradient reduction, before
+    // (and whatever becomes of) the optimizer step.
+    model_.update_expert_bias(state_->group(parallel::GroupKind::kTensorDataContext));
   }
 
   float* grads = ps.grads().data();

@@ -6,7 +6,10 @@
 // with capacity dropping and under TP + SP (experts whole or split over TP),
 // with either token dispatcher; checkpoints saved at EP 2 resume at TP 2,
 // saved at (EP 2, ETP 2) on one device and back (experts are named tensors
-// by global index, their ETP slices sharded tensors).
+// by global index, their ETP slices sharded tensors). The same harness
+// proves aux-loss-free balancing (the expert bias, at EP 2, TP 2 + SP, DP 2,
+// and across a resume) and MoE under context parallelism (ring, Ulysses,
+// CP 2 x EP 2).
 //
 // EP ranks are data-parallel ranks of the dense model, each routing its own
 // micro-batch (the router's token group is the micro-batch's tokens on the
@@ -18,8 +21,6 @@
 
 namespace mtrain::functional {
 namespace {
-
-class MoeExpertParallel : public MtrainTest {};
 
 const char* kMoe =
     "--lr 3e-4 --num_experts 4 --moe_ffn_hidden_size 128 --moe_layer_freq 2 --moe_aux_loss_coeff 1e-2 "
@@ -64,6 +65,22 @@ struct Layout {
   std::string name;
   int ranks;
   std::string flags;
+};
+
+class MoeExpertParallel : public MtrainTest {
+ protected:
+  // The single-device run of `flags` (into tmp_/ref, with `ref_flags` too),
+  // then each layout's run of `flags` + its own, each equal to it.
+  void expect_layouts_equal_single_device(const std::string& flags, std::initializer_list<Layout> layouts,
+                                          const std::string& ref_flags = "") {
+    const RunResult ref = run(job(tmp_ / "ref", flags + " " + ref_flags), "ref");
+    ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+    for (const Layout& l : layouts) {
+      const RunResult par = run(job(tmp_ / l.name, flags + " " + l.flags), l.name, launch_ranks(l.ranks));
+      ASSERT_EQ(par.exit_code, 0) << par.describe();
+      expect_equal_runs(tmp_ / "ref", tmp_ / l.name, l.name);
+    }
+  }
 };
 
 // Micro-batches of 2 rows: 4 per step on one device, 1 per rank at EP 4.
@@ -120,6 +137,51 @@ TEST_F(MoeExpertParallel, ExpertTimesTensorParallelEqualsTheSingleDevice) {
     ASSERT_EQ(par.exit_code, 0) << par.describe();
     expect_equal_runs(tmp_ / "ref", tmp_ / l.name, "ep2 tp2 sp " + l.name);
   }
+}
+
+// Aux-loss-free balancing: sigmoid scores, the bias moved by 0.05 per step
+// (large: within a few iterations it changes which experts tokens pick, so
+// a count summed over the wrong group, or a bias lost by a resume, shows in
+// the loss). The update sums the routing counts over TP x DP x CP.
+const char* kBias =
+    "--moe_router_score_function sigmoid --moe_router_enable_expert_bias --moe_router_bias_update_rate 0.05";
+
+// Each layout holds the step's tokens on other ranks: EP 2 and DP 2 one
+// micro-batch per rank, TP 2 + SP half of each micro-batch per rank. The
+// single device's checkpoint at iteration 10 resumes into iterations 11..20.
+TEST_F(MoeExpertParallel, ExpertBiasLayoutsAndResumeEqualTheSingleDevice) {
+  const std::string flags = std::string("--micro_batch_size 2 ") + kBias;
+  expect_layouts_equal_single_device(
+      flags,
+      {Layout{"ep2", 2, "--expert_model_parallel_size 2"},
+       Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"}, Layout{"dp2", 2, ""}},
+      "--save_interval 10");
+  if (HasFatalFailure()) return;
+  fs::create_directories(tmp_ / "resumed");
+  fs::copy(tmp_ / "ref" / "iter_0000010", tmp_ / "resumed" / "iter_0000010", fs::copy_options::recursive);
+  write_text(tmp_ / "resumed" / "latest_checkpointed_iteration.txt", "10");
+  const RunResult resumed =
+      run(concat(job(tmp_ / "resumed", flags), {"--load", (tmp_ / "resumed").string()}), "resumed");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  const auto a = train_rows(tmp_ / "ref"), b = train_rows(tmp_ / "resumed");
+  ASSERT_EQ(b.size(), 10u) << "the resumed run logs iterations 11..20 only";
+  for (size_t i = 0; i < b.size(); ++i)
+    for (const char* key : {"loss", "grad_norm", "load_balancing_loss", "z_loss"})
+      EXPECT_LE(rel(a[i + 10].at(key).get<double>(), b[i].at(key).get<double>()), 1e-5)
+          << "resumed iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
+}
+
+// Context parallelism: each CP rank routes its two chunks of every sequence;
+// the routers sum the load-balancing counts over TP x CP (Megatron's
+// tp_cp_group), divide the z-loss coefficient by it, and the expert bias
+// counts over TP x DP x CP. Ring attention, Ulysses, and CP 2 x EP 2 (the
+// expert grid takes its EP ranks from DP x CP: here the CP pair).
+TEST_F(MoeExpertParallel, ContextParallelEqualsTheSingleDevice) {
+  expect_layouts_equal_single_device(
+      std::string("--micro_batch_size 2 ") + kBias,
+      {Layout{"cp2", 2, "--context_parallel_size 2"},
+       Layout{"cp2_ulysses", 2, "--context_parallel_size 2 --context_parallel_algo ulysses_cp_algo"},
+       Layout{"cp2_ep2", 2, "--context_parallel_size 2 --expert_model_parallel_size 2"}});
 }
 
 // Saved at (EP 2, TP 1), resumed at (EP 1, TP 2 + SP): iterations 11..20

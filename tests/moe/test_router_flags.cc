@@ -69,6 +69,15 @@ TEST(RouterFlags, MegatronMessages) {
   EXPECT_EQ(settings_error(bias),
             "Expert bias for aux-loss-free routing only supports 'sigmoid' and 'sqrtsoftplus' score functions.");
 
+  // mtrain's own refusal: a LoRA checkpoint would not hold the moving bias.
+  Args lora;
+  lora.moe_router_score_function = "sigmoid";
+  lora.moe_router_enable_expert_bias = true;
+  lora.train_type = "lora";
+  EXPECT_EQ(settings_error(lora),
+            "--moe_router_enable_expert_bias with --train_type lora is not supported: a LoRA checkpoint would not "
+            "hold the router's moving expert_bias");
+
   Args pad;
   pad.moe_pad_expert_input_to_capacity = true;
   EXPECT_EQ(settings_error(pad), "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity");

@@ -39,11 +39,12 @@ TEST(RouterLossTracker, MegatronReductionsOverTokenGroupAndDataParallel) {
     EXPECT_TRUE(tracker.report(2, 2, pp, *token_group, *all, *dp).empty());
   });
   for (int g = 0; g < 4; ++g) {
+    // Megatron's log line order: load_balancing_loss before z_loss.
     ASSERT_EQ(reports[g].size(), 2u) << g;
-    EXPECT_EQ(reports[g][0].first, "z_loss");
-    EXPECT_DOUBLE_EQ(reports[g][0].second, 17.0);
-    EXPECT_EQ(reports[g][1].first, "load_balancing_loss");
-    EXPECT_DOUBLE_EQ(reports[g][1].second, 8.5);
+    EXPECT_EQ(reports[g][0].first, "load_balancing_loss");
+    EXPECT_DOUBLE_EQ(reports[g][0].second, 8.5);
+    EXPECT_EQ(reports[g][1].first, "z_loss");
+    EXPECT_DOUBLE_EQ(reports[g][1].second, 17.0);
   }
 }
 
