@@ -38,6 +38,8 @@ struct Flags {
   int steps = 4;
   int warmup = 2;
   int64_t global_batch = 32;
+  int64_t seq_length = 0;   // 0: the shape's 256
+  int64_t micro_batch = 0;  // 0: the shape's 8
   int rounds = 3;
   int cores = 0;  // 0: the CPUs this process may run on
   std::string layouts = "all";
@@ -58,7 +60,7 @@ struct Flags {
 constexpr double kQuietCores = 0.1;
 
 struct Summary {
-  double ms = 0, tokens = 0, tokens_per_s = 0, gflops = 0, comm_ms = 0, comm_share = 0, comm_mb = 0;
+  double ms = 0, tokens = 0, tokens_per_s = 0, gflops = 0, comm_ms = 0, comm_share = 0, comm_mb = 0, sim_ms = 0;
   double wall_s = 0, others_cores = 0, last_loss = 0;
   int runs_used = 0, runs = 0;
 };
@@ -77,7 +79,7 @@ std::string load_average() {
 }
 
 Summary summarize(const std::vector<RunResult>& runs, double flops_per_token) {
-  std::vector<double> ms, comm_ms, share, mb;
+  std::vector<double> ms, comm_ms, share, mb, sim_ms;
   Summary s;
   s.runs = static_cast<int>(runs.size());
   const bool any_quiet = std::any_of(runs.begin(), runs.end(), [](const RunResult& r) {
@@ -93,6 +95,7 @@ Summary summarize(const std::vector<RunResult>& runs, double flops_per_token) {
       comm_ms.push_back(st.comm_s * 1e3);
       share.push_back(st.comm_s * 1e3 / st.ms);
       mb.push_back(st.comm_bytes / (1 << 20));
+      sim_ms.push_back(st.simulated_ms);
       s.tokens = st.tokens;
       s.last_loss = st.loss;
     }
@@ -105,24 +108,32 @@ Summary summarize(const std::vector<RunResult>& runs, double flops_per_token) {
   s.comm_ms = median(comm_ms);
   s.comm_share = median(share);
   s.comm_mb = median(mb);
+  s.sim_ms = median(sim_ms);
   return s;
 }
 
-std::vector<Layout> chosen_layouts(const Flags& f) {
-  std::vector<Layout> all = mtrain::bench::known_layouts(f.cores, mtrain::bench::tiny_llama().config.num_layers), out;
-  if (f.layouts == "all") {
-    for (const Layout& l : all)
-      if (l.standard) out.push_back(l);
-    return out;
-  }
-  std::stringstream ss(f.layouts);
-  std::string name;
-  while (std::getline(ss, name, ',')) {
+std::vector<Layout> chosen_layouts_named(const std::vector<Layout>& all, const std::vector<std::string>& names) {
+  std::vector<Layout> out;
+  for (const std::string& name : names) {
     auto it = std::find_if(all.begin(), all.end(), [&](const Layout& l) { return l.name == name; });
     if (it == all.end()) throw CLI::ValidationError("--layouts", "unknown layout " + name);
     out.push_back(*it);
   }
   return out;
+}
+
+std::vector<Layout> chosen_layouts(const Flags& f) {
+  std::vector<Layout> all = mtrain::bench::known_layouts(f.cores, mtrain::bench::tiny_llama().config.num_layers), out;
+  if (f.layouts == "cp") return chosen_layouts_named(all, {all[0].name, "dp2", "cp2", "cp2u"});
+  if (f.layouts == "all") {
+    for (const Layout& l : all)
+      if (l.standard) out.push_back(l);
+    return out;
+  }
+  std::vector<std::string> names;
+  std::stringstream ss(f.layouts);
+  for (std::string name; std::getline(ss, name, ',');) names.push_back(name);
+  return chosen_layouts_named(all, names);
 }
 
 }  // namespace
@@ -134,9 +145,13 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", f.warmup, "logged steps dropped first in every run")->check(CLI::NonNegativeNumber);
   app.add_option("--global_batch", f.global_batch, "samples per step (micro batch 8 x seq 256 each)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--seq_length", f.seq_length, "tokens per sample instead of 256 (e.g. 4096 for the CP row)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--micro_batch", f.micro_batch, "samples per micro-batch instead of 8")->check(CLI::PositiveNumber);
   app.add_option("--rounds", f.rounds, "run the layouts this many times, round robin")->check(CLI::PositiveNumber);
   app.add_option("--cores", f.cores, "threads of the 1-rank layout and of the sgemm probe (default: usable CPUs)");
-  app.add_option("--layouts", f.layouts, "all (1xN,dp2,tp2,pp2) or a comma list of those and tp2sp, pp2u, cp2, cp2u");
+  app.add_option("--layouts", f.layouts,
+                 "all (1xN,dp2,tp2,pp2), cp (1xN,dp2,cp2,cp2u) or a comma list of those and tp2sp, pp2u, cp2, cp2u");
   app.add_option(
          "--omp_wait_policy", f.omp_wait_policy,
          "OMP_WAIT_POLICY of the runs (passive helps 1xN only when other jobs share the cores); inherit: leave it")
@@ -175,6 +190,8 @@ int main(int argc, char** argv) {
   spec.dataset = f.dataset;
   spec.tokenizer = f.tokenizer;
   spec.model = mtrain::bench::tiny_llama().config;
+  if (f.seq_length > 0) spec.model.seq_length = spec.model.max_positions = f.seq_length;
+  if (f.micro_batch > 0) spec.model.micro_batch = f.micro_batch;
   spec.global_batch = f.global_batch;
   spec.warmup = f.warmup;
   spec.steps = f.steps;
@@ -201,7 +218,8 @@ int main(int argc, char** argv) {
   const int64_t tokens_per_step = f.global_batch * c.seq_length;
   const double flops_per_token = mtrain::bench::model_flops(c, tokens_per_step, c.seq_length) / tokens_per_step;
   fmt::print("bench_parallel: {} cores, load average {} (1/5/15 min)\n", f.cores, load_average());
-  fmt::print("model: {} (bench_train's tiny-llama)\n", mtrain::model::describe(c));
+  fmt::print("model: {} (bench_train's tiny-llama{})\n", mtrain::model::describe(c),
+             f.seq_length > 0 || f.micro_batch > 0 ? ", other batch shape" : "");
   fmt::print("data: mtrain pt on {}; global batch {} x {} = {} tokens/step (micro batch {}), {:.2f} GFLOP/step\n",
              f.dataset, f.global_batch, c.seq_length, tokens_per_step, c.micro_batch,
              flops_per_token * tokens_per_step * 1e-9);
@@ -252,11 +270,11 @@ int main(int argc, char** argv) {
                mpirun_cmd.substr(0, mpirun_cmd.find(" " + f.mtrain)));
   fmt::print("load average after the runs: {}\n\n", load_average());
 
-  fmt::print("{:<5} {:>7} {:>8} {:>9} {:>7} {:>8} {:>7} {:>8} {:>7} {:>8} {:>5} {:>7} {:>8}\n", "run", "ranks",
-             "ms/step", "tokens/s", "vs 1xN", "GFLOP/s", "% sgemm", "comm ms", "comm %", "comm MB", "runs", "others",
-             "loss");
+  fmt::print("{:<5} {:>7} {:>8} {:>9} {:>9} {:>7} {:>8} {:>7} {:>8} {:>7} {:>8} {:>5} {:>7} {:>8} {:>8} {:>7}\n", "run",
+             "ranks", "ms/step", "tokens/s", "tok/s/dev", "vs 1xN", "GFLOP/s", "% sgemm", "comm ms", "comm %",
+             "comm MB", "runs", "others", "loss", "sim ms", "sim vs");
   nlohmann::json jl = nlohmann::json::array();
-  double base = 0;
+  double base = 0, sim_base = 0;
   int left_out = 0, disturbed = 0;
   for (size_t i = 0; i < layouts.size(); ++i) {
     const Layout& l = layouts[i];
@@ -265,13 +283,19 @@ int main(int argc, char** argv) {
       continue;
     }
     const Summary s = summarize(results[i], flops_per_token);
-    if (l.ranks == 1 && base == 0) base = s.tokens_per_s;
+    if (l.ranks == 1 && base == 0) {
+      base = s.tokens_per_s;
+      sim_base = s.sim_ms;
+    }
     const std::string vs = base > 0 ? fmt::format("{:.2f}x", s.tokens_per_s / base) : "-";
+    // The simulated NPU's step time of the same layout (--log_throughput), and its speedup over 1xN's.
+    const std::string sim_vs = sim_base > 0 && s.sim_ms > 0 ? fmt::format("{:.2f}x", sim_base / s.sim_ms) : "-";
     fmt::print(
-        "{:<5} {:>7} {:>8.1f} {:>9.0f} {:>7} {:>8.1f} {:>6.1f}% {:>8.1f} {:>6.1f}% {:>8.1f} {:>5} {:>7.2f} {:>8.4f}\n",
-        l.name, fmt::format("{}x{}", l.ranks, l.threads), s.ms, s.tokens_per_s, vs, s.gflops, 100 * s.gflops / ref,
-        s.comm_ms, 100 * s.comm_share, s.comm_mb, fmt::format("{}/{}", s.runs_used, s.runs), s.others_cores,
-        s.last_loss);
+        "{:<5} {:>7} {:>8.1f} {:>9.0f} {:>9.0f} {:>7} {:>8.1f} {:>6.1f}% {:>8.1f} {:>6.1f}% {:>8.1f} {:>5} {:>7.2f} "
+        "{:>8.4f} {:>8.2f} {:>7}\n",
+        l.name, fmt::format("{}x{}", l.ranks, l.threads), s.ms, s.tokens_per_s, s.tokens_per_s / l.ranks, vs, s.gflops,
+        100 * s.gflops / ref, s.comm_ms, 100 * s.comm_share, s.comm_mb, fmt::format("{}/{}", s.runs_used, s.runs),
+        s.others_cores, s.last_loss, s.sim_ms, sim_vs);
     left_out += s.runs - s.runs_used;
     if (s.others_cores > kQuietCores) ++disturbed;
     if (static_cast<int64_t>(s.tokens + 0.5) != tokens_per_step)
@@ -280,7 +304,10 @@ int main(int argc, char** argv) {
     for (const RunResult& r : results[i]) {
       nlohmann::json steps = nlohmann::json::array();
       for (const StepLog& st : r.steps)
-        steps.push_back({{"ms", st.ms}, {"comm_seconds", st.comm_s}, {"comm_bytes", st.comm_bytes}});
+        steps.push_back({{"ms", st.ms},
+                         {"comm_seconds", st.comm_s},
+                         {"comm_bytes", st.comm_bytes},
+                         {"simulated_ms", st.simulated_ms}});
       runs.push_back({{"wall_s", r.wall_s}, {"cpu_s", r.cpu_s}, {"others_cores", r.others_cores}, {"steps", steps}});
     }
     jl.push_back({{"name", l.name},
@@ -290,6 +317,9 @@ int main(int argc, char** argv) {
                   {"args", l.args},
                   {"ms_per_step", s.ms},
                   {"tokens_per_s", s.tokens_per_s},
+                  {"tokens_per_s_per_device", s.tokens_per_s / l.ranks},
+                  {"simulated_ms_per_step", s.sim_ms},
+                  {"simulated_vs_baseline", sim_base > 0 && s.sim_ms > 0 ? sim_base / s.sim_ms : 0.0},
                   {"vs_baseline", base > 0 ? s.tokens_per_s / base : 0.0},
                   {"gflops", s.gflops},
                   {"fraction_of_sgemm", s.gflops / ref},
@@ -308,7 +338,9 @@ int main(int argc, char** argv) {
       "tokens/step / median ms; GFLOP/s = model FLOPs\n(bench::model_flops) / median step; % sgemm = that / the "
       "sgemm reference on all {} cores; others: CPU busy outside the run during it, in cores\n(/proc/stat minus the "
       "run's own CPU time; the worst run used); runs: runs used / made (runs with others > {} are left out\nwhen "
-      "the layout has a quieter one); loss: the last step's (the layouts should agree).\n",
+      "the layout has a quieter one); loss: the last step's (the layouts should agree); tok/s/dev = tokens/s / "
+      "ranks;\nsim ms: the simulated NPU's step time of the same layout (logging.jsonl's "
+      "simulated_device_time_per_iteration_ms, median), sim vs: 1xN's over it.\n",
       f.cores, kQuietCores);
   if (left_out > 0) fmt::print("\n{} disturbed run(s) left out.\n", left_out);
   if (disturbed > 0)
@@ -319,6 +351,8 @@ int main(int argc, char** argv) {
   if (!f.json_path.empty()) {
     nlohmann::json j = {{"cores", f.cores},
                         {"global_batch", f.global_batch},
+                        {"seq_length", c.seq_length},
+                        {"micro_batch", c.micro_batch},
                         {"tokens_per_step", tokens_per_step},
                         {"flops_per_token", flops_per_token},
                         {"warmup_steps", f.warmup},

@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# bench_plan: wall time of `mtrain plan` for qwen2.5-7b over 8 NPUs (issue 13:
-# interactive, under 10 s). Not a test: ctest never runs it; the figure goes
-# into README "mtrain plan". Usage: bench/bench_plan.sh [path/to/mtrain] [runs]
+# bench_plan: wall and CPU time of `mtrain plan` (issue 13: interactive, under
+# 10 s, for qwen2.5-7b over 8 NPUs; issue 16: the CP and EP searches, Llama-2-7B
+# at 32K on 8 NPUs and Qwen3-30B-A3B on 2 nodes of 8). Not a test: ctest never
+# runs it; the figures go into README "mtrain plan".
+# Usage: bench/bench_plan.sh [path/to/mtrain] [runs]
 set -euo pipefail
 bin=${1:-build/apps/mtrain/mtrain}
 runs=${2:-3}
-args=(plan --model_preset qwen2.5-7b --nnodes 1 --nproc_per_node 8 --global_batch_size 64 --seq_length 4096 --bf16)
-"$bin" "${args[@]}" --top 1 | head -1  # the candidate counts
-for i in $(seq "$runs"); do
-  start=$(date +%s.%N)
-  "$bin" "${args[@]}" --json >/dev/null
-  end=$(date +%s.%N)
-  echo "run $i: $(echo "$end - $start" | bc) s"
+jobs=(
+  "--model_preset qwen2.5-7b --nnodes 1 --nproc_per_node 8 --global_batch_size 64 --seq_length 4096 --bf16"
+  "--model_preset llama2-7b --nnodes 1 --nproc_per_node 8 --global_batch_size 8 --seq_length 32768 --max_position_embeddings 32768 --bf16"
+  "--model_preset qwen3-30b-a3b --nnodes 2 --nproc_per_node 8 --global_batch_size 16 --seq_length 4096 --bf16"
+)
+for job in "${jobs[@]}"; do
+  read -r -a args <<<"plan $job"
+  echo "== mtrain ${args[*]}"
+  "$bin" "${args[@]}" --top 1 | head -1  # the candidate counts
+  for i in $(seq "$runs"); do
+    # %e wall, %U + %S CPU seconds: on a shared machine the CPU time is the figure that travels.
+    /usr/bin/time -f "run $i: %e s wall, %U s user + %S s sys" "$bin" "${args[@]}" --json >/dev/null
+  done
 done

@@ -123,6 +123,7 @@ std::vector<StepLog> read_steps(const std::string& jsonl, int warmup) {
     s.comm_s = j.value("comm_seconds", 0.0);
     s.comm_bytes = j.value("comm_bytes", 0.0);
     s.loss = j.value("loss", 0.0);
+    s.simulated_ms = j.value("simulated_device_time_per_iteration_ms", 0.0);
     steps.push_back(s);
   }
   return steps;
@@ -194,6 +195,7 @@ std::vector<std::string> mtrain_args(const RunSpec& spec, const Layout& layout, 
       {"--global_batch_size", n(spec.global_batch)},
       {"--train_iters", n(spec.warmup + spec.steps)},
       {"--log_interval", "1"},
+      {"--log_throughput", "true"},  // the simulated NPU's step time of the same layout, for comparison
       {"--num_threads", n(layout.threads)},
       {"--output_dir", output_dir},
   };

@@ -50,6 +50,7 @@ struct StepLog {
   double comm_s = 0;      // comm_seconds: this rank's time inside collectives / p2p
   double comm_bytes = 0;  // comm_bytes
   double loss = 0;
+  double simulated_ms = 0;  // simulated_device_time_per_iteration_ms: the simulated NPU's step (--log_throughput)
 };
 
 struct RunResult {

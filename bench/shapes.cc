@@ -1,5 +1,7 @@
 #include "shapes.h"
 
+#include <string>
+
 namespace mtrain::bench {
 
 ShapeSpec gpt2_small() {
@@ -46,10 +48,39 @@ ShapeSpec tiny_llama() {
   return {"tiny-llama", c};
 }
 
+ShapeSpec tiny_moe(bool grouped) {
+  ShapeSpec s = tiny_llama();
+  model::MoeSettings& m = s.config.moe;
+  m.num_experts = 8;
+  m.ffn = 344;
+  m.layers.assign(static_cast<size_t>(s.config.num_layers), 1);  // --moe_layer_freq 1
+  m.grouped_gemm = grouped;
+  m.router.num_experts = m.num_experts;
+  m.router.hidden = s.config.hidden;
+  m.router.topk = 2;
+  m.router.aux_loss_coeff = 0.02;
+  s.name = std::string("tiny-moe/") + (grouped ? "grouped" : "looped");
+  return s;
+}
+
+ShapeSpec tiny_moe_shared(bool grouped) {
+  ShapeSpec s = tiny_moe(grouped);
+  s.config.moe.shared_ffn = 688;
+  s.config.moe.shared_gate = true;
+  s.name = std::string("tiny-moe-shared/") + (grouped ? "grouped" : "looped");
+  return s;
+}
+
 int64_t matmul_params(const model::ModelConfig& c) {
-  const int64_t C = c.hidden;
-  const int64_t per_layer = c.qkv_width() * C + C * c.heads * c.head_dim + c.fc1_width() * C + C * c.ffn;
-  return per_layer * c.num_layers + c.padded_vocab * C;
+  const int64_t C = c.hidden, gated = c.swiglu ? 3 : 2;  // fc1 (1 or 2 x F) + fc2
+  const int64_t attention = c.qkv_width() * C + C * c.heads * c.head_dim;
+  int64_t layers = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const int64_t mlp_width =
+        c.is_moe_layer(i) ? c.moe.ffn * c.moe.router.topk + c.moe.shared_ffn : c.ffn;  // active MLP width
+    layers += attention + gated * mlp_width * C;
+  }
+  return layers + c.padded_vocab * C;
 }
 
 double model_flops(const model::ModelConfig& c, int64_t tokens, int64_t T) {

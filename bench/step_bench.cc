@@ -35,6 +35,7 @@ struct RandomTokens {
     b.tokens = tokens.data();
     b.targets = targets.data();
     b.positions = positions.data();
+    b.aux_loss_scale = 1.0f / static_cast<float>(B * T);  // one token loss's weight, as the trainer sets it
     return b;
   }
 };

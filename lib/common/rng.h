@@ -26,14 +26,26 @@ inline float uniform01(uint64_t seed, uint64_t index) {
 // in this batch) token t of sequence b gets b * pitch + t, pitch being the
 // longest a sequence may be (--seq_length), so padding a batch (sequence
 // parallelism rounds T up to a multiple of TP) never moves a real token's mask.
+// Under context parallelism (cp > 1) a sequence's seq rows on this rank are
+// two chunks of seq / 2 positions, chunks cp_rank and 2 cp - 1 - cp_rank of
+// the whole sequence (parallel/ring_attention.h); t is then that chunk's
+// position, so a CP rank draws its slice of the single device's masks.
 struct TokenNumbering {
   int64_t row0 = 0;   // first row of the block in the (unsharded) batch
   int64_t seq = 0;    // rows per sequence in this batch (0: g itself is the number)
   int64_t pitch = 0;  // rows per sequence in the numbering
+  int64_t cp = 1;     // context-parallel ranks (seq > 0 only)
+  int64_t cp_rank = 0;
 };
 inline int64_t numbered_token(const TokenNumbering& t, int64_t n) {
   const int64_t g = t.row0 + n;
-  return t.seq > 0 ? (g / t.seq) * t.pitch + g % t.seq : g;
+  if (t.seq <= 0) return g;
+  int64_t pos = g % t.seq;
+  if (t.cp > 1) {
+    const int64_t c = t.seq / 2, half = pos / c;
+    pos = (half == 0 ? t.cp_rank : 2 * t.cp - 1 - t.cp_rank) * c + pos % c;
+  }
+  return (g / t.seq) * t.pitch + pos;
 }
 
 // Derives a sub-stream seed, e.g. stream(seed, {iteration, microbatch, layer, site}).

@@ -168,7 +168,7 @@ std::vector<FlagSpec> parallel_flags() {
        .field = &Args::expert_model_parallel_size,
        .group = P,
        .help = "Expert-parallel size (EP, MoE): EP rank r holds experts [r*E/EP, (r+1)*E/EP); tokens reach them "
-               "by all-to-all (alltoall dispatcher; ETP 1 only)."},
+               "by all-to-all (alltoall dispatcher) or all-gather over TP x EP (allgather)."},
       {.name = "sequence_parallel",
        .field = &Args::sequence_parallel,
        .group = P,

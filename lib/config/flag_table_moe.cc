@@ -57,7 +57,8 @@ std::vector<FlagSpec> moe_flags() {
        .field = &Args::expert_tensor_parallel_size,
        .group = P,
        .help = "Tensor-parallel size inside each expert (ETP): experts split like the dense MLP over ETP ranks; "
-               "1 replicates whole experts. Megatron-LM's default is tensor_model_parallel_size.",
+               "1 replicates whole experts; 1 or tensor_model_parallel_size here. Megatron-LM's default is "
+               "tensor_model_parallel_size.",
        .default_text = "1 (swift)"},
   };
 }

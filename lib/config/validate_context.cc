@@ -62,16 +62,19 @@ void check_context_parallel(const Args& a) {
                                   a.attention_backend, cp),
                       "use --attention_backend flash (MindSpeed turns flash attention on under context parallelism); "
                       "the unfused path would materialise whole-sequence scores on every rank");
-  // Dropout masks are numbered by position in the whole sequence; a CP rank's
-  // rows are two separate chunks of it, which that numbering does not follow.
-  for (const auto& [value, flag] :
-       {std::pair{a.hidden_dropout, "hidden_dropout"}, std::pair{a.attention_dropout, "attention_dropout"},
-        std::pair{a.train_type == "lora" ? a.lora_dropout : 0.0, "lora_dropout"}})
-    if (value > 0)
-      throw ConfigError(fmt::format("--{} {} with --context_parallel_size {}: dropout under context parallelism is "
-                                    "not implemented",
-                                    flag, value, cp),
-                        fmt::format("set --{} 0 (Megatron-SWIFT's default for hidden and attention dropout)", flag));
+  // Dropout masks follow a token's position in the whole sequence (and an
+  // attention score's query and key positions and global head), so a CP rank
+  // draws its slice of the single device's masks. Ulysses numbers the scores
+  // of the whole rows it gathers, padded to a multiple of 2 x CP: a row padded
+  // past --seq_length would move every mask of its batch.
+  if (a.attention_dropout > 0 && a.context_parallel_algo == "ulysses_cp_algo" && *a.seq_length % (2 * cp) != 0)
+    throw ConfigError(
+        fmt::format("--attention_dropout {} with --context_parallel_algo ulysses_cp_algo needs "
+                    "--seq_length a multiple of 2 x context_parallel_size ({})",
+                    a.attention_dropout, 2 * cp),
+        fmt::format("--seq_length {}: rows are padded to a multiple of {}, which can run past --seq_length "
+                    "and move the attention-dropout masks; or set --attention_dropout 0",
+                    *a.seq_length, 2 * cp));
 }
 
 }  // namespace mtrain::config::detail

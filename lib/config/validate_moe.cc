@@ -67,20 +67,11 @@ void check_expert_parallel(const Args& a) {
                                   *a.moe_ffn_hidden_size, etp),
                       "each expert's MLP is split evenly over the expert tensor-parallel ranks");
   // MoE under TP without sequence parallelism: refused by check_moe_router (Megatron's MoELayer message).
-  if (a.moe_token_dispatcher_type == "allgather" && etp * ep > 1)
-    throw ConfigError(
-        "--moe_token_dispatcher_type allgather with expert tensor or expert parallelism is not "
-        "implemented yet",
-        "use --moe_token_dispatcher_type alltoall (with EP = ETP = 1 both dispatchers are the same "
-        "local permutation)");
-  if (ep > 1 && etp > 1)
-    throw ConfigError(fmt::format("--expert_tensor_parallel_size {} with --expert_model_parallel_size {} is not "
-                                  "implemented yet: expert parallelism runs whole experts (ETP 1)",
-                                  etp, ep),
-                      "use --expert_tensor_parallel_size 1 with expert parallelism");
-  if (ep == 1 && etp != 1 && etp != tp)
-    throw ConfigError(fmt::format("--expert_tensor_parallel_size {} with tensor_model_parallel_size {}: without "
-                                  "expert parallelism the experts run on the TP group",
+  // The experts' TP group is the dense TP group (ETP = TP) or none (ETP 1): an
+  // ETP of its own would need a third split of the ranks.
+  if (etp != 1 && etp != tp)
+    throw ConfigError(fmt::format("--expert_tensor_parallel_size {} with tensor_model_parallel_size {}: the experts "
+                                  "run whole (ETP 1) or on the TP group (ETP = TP)",
                                   etp, tp),
                       fmt::format("use --expert_tensor_parallel_size 1 (experts replicated over TP) or {} (split "
                                   "like the dense MLP)",

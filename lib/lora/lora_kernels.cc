@@ -17,7 +17,7 @@ int ld(int64_t n) { return static_cast<int>(std::max<int64_t>(1, n)); }
 
 // The counter of element (n, 0) of the block.
 inline uint64_t row_index(const DropoutSite& d, int64_t n) {
-  const int64_t token = numbered_token(TokenNumbering{d.row0, d.seq, d.seq_pitch}, n);
+  const int64_t token = numbered_token(d.tokens, n);
   return static_cast<uint64_t>(token * d.row_stride + d.col0);
 }
 

@@ -22,6 +22,13 @@ TokenShard token_shard(const parallel::TpConfig& tp, int64_t N) {
   return {group_rank(tp) * (N / p), N / p};
 }
 
+// The dropout site of rows [row0, ...) and input columns [col0, ...) of row_stride.
+DropoutSite site(const AdapterWeights& a, int64_t row0, int64_t row_stride, int64_t col0) {
+  DropoutSite d{a.dropout, a.seed, row_stride, col0, a.tokens};
+  d.tokens.row0 = row0;
+  return d;
+}
+
 void all_reduce(const parallel::TpConfig& tp, float* data, int64_t n) {
   if (group_size(tp) > 1) tp.tp->all_reduce_sum(data, n, tp.wire);
 }
@@ -30,7 +37,7 @@ void all_reduce(const parallel::TpConfig& tp, float* data, int64_t n) {
 
 void column_adapter_forward(const parallel::TpConfig& /*tp: no communication*/, float* y, const AdapterBuffers& buf,
                             const float* x_full, const AdapterWeights& a, int64_t N, int64_t C, int64_t OC_local) {
-  const DropoutSite d{a.dropout, a.seed, 0, C, 0, a.seq, a.seq_pitch};
+  const DropoutSite d = site(a, 0, C, 0);
   lora_down_forward(buf.h, buf.scratch, x_full, a.A, N, C, a.rank, d);
   lora_up_forward(y, buf.h, a.B, a.scale, N, a.rank, OC_local);
 }
@@ -39,7 +46,7 @@ void column_adapter_backward(const parallel::TpConfig& tp, float* dx, const Adap
                              const float* x_full, const AdapterWeights& a, int64_t N, int64_t C, int64_t OC_local) {
   lora_up_backward(buf.dh, a.dB, dy, buf.h, a.B, a.scale, N, a.rank, OC_local);
   all_reduce(tp, buf.dh, N * a.rank);  // sum over the output rows of every rank
-  const DropoutSite d{a.dropout, a.seed, 0, C, 0, a.seq, a.seq_pitch};
+  const DropoutSite d = site(a, 0, C, 0);
   const TokenShard s = token_shard(tp, N);
   if (s.rows == N) {
     lora_down_backward(dx, a.dA, buf.dh, x_full, a.A, buf.scratch, N, C, a.rank, d);
@@ -47,14 +54,14 @@ void column_adapter_backward(const parallel::TpConfig& tp, float* dx, const Adap
   }
   // Sequence parallel: dA from every token, d(x) for this rank's tokens.
   lora_down_backward(nullptr, a.dA, buf.dh, x_full, a.A, buf.scratch, N, C, a.rank, d);
-  const DropoutSite ds{a.dropout, a.seed, s.row0, C, 0, a.seq, a.seq_pitch};
+  const DropoutSite ds = site(a, s.row0, C, 0);
   lora_down_backward(dx, nullptr, buf.dh + s.row0 * a.rank, x_full + s.row0 * C, a.A, buf.scratch, s.rows, C, a.rank,
                      ds);
 }
 
 void row_adapter_forward(const parallel::TpConfig& tp, float* y, const AdapterBuffers& buf, const float* x,
                          const AdapterWeights& a, int64_t N, int64_t IC_local, int64_t OC) {
-  const DropoutSite d{a.dropout, a.seed, 0, IC_local * group_size(tp), group_rank(tp) * IC_local, a.seq, a.seq_pitch};
+  const DropoutSite d = site(a, 0, IC_local * group_size(tp), group_rank(tp) * IC_local);
   lora_down_forward(buf.h, buf.scratch, x, a.A, N, IC_local, a.rank, d);
   all_reduce(tp, buf.h, N * a.rank);  // sum over the input columns of every rank
   const TokenShard s = token_shard(tp, N);
@@ -64,7 +71,7 @@ void row_adapter_forward(const parallel::TpConfig& tp, float* y, const AdapterBu
 void row_adapter_backward(const parallel::TpConfig& tp, float* dx, const AdapterBuffers& buf, const float* dy_full,
                           const float* x, const AdapterWeights& a, int64_t N, int64_t IC_local, int64_t OC) {
   lora_up_backward(buf.dh, a.dB, dy_full, buf.h, a.B, a.scale, N, a.rank, OC);
-  const DropoutSite d{a.dropout, a.seed, 0, IC_local * group_size(tp), group_rank(tp) * IC_local, a.seq, a.seq_pitch};
+  const DropoutSite d = site(a, 0, IC_local * group_size(tp), group_rank(tp) * IC_local);
   lora_down_backward(dx, a.dA, buf.dh, x, a.A, buf.scratch, N, IC_local, a.rank, d);
 }
 

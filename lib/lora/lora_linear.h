@@ -42,8 +42,8 @@ struct AdapterWeights {
   float scale = 1.f;
   float dropout = 0.f;
   uint64_t seed = 0;  // this layer's, micro-batch's and site's dropout stream
-  // Tokens per sequence in this batch and in the mask numbering (DropoutSite).
-  int64_t seq = 0, seq_pitch = 0;
+  // The mask numbering of the N rows (DropoutSite; row0 = 0: every token of the batch).
+  TokenNumbering tokens;
 };
 
 struct AdapterBuffers {

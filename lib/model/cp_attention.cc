@@ -47,30 +47,37 @@ parallel::UlyssesBuffers ulysses_buffers(Workspace& w) {
   return u;
 }
 
+// This rank's attention dropout: its TP heads, numbered over --seq_length.
+parallel::CpDropout cp_dropout(const ModelConfig& c, float p, uint64_t seed) {
+  return {p, seed, c.tp_rank * c.heads_local(), c.heads, c.seq_length};
+}
+
 }  // namespace
 
 // Causal attention of this rank's rows over the whole sequence split across
 // the CP group: the ring or Ulysses.
 void cp_attention_forward(const ModelConfig& c, const parallel::TpConfig& tp, LayerActs& a, Workspace& w,
-                          const TokenBatch& b, int64_t H, int64_t G, int64_t D) {
+                          const TokenBatch& b, int64_t H, int64_t G, int64_t D, float dropout_p, uint64_t seed) {
+  const parallel::CpDropout dr = cp_dropout(c, dropout_p, seed);
   if (c.cp_ulysses)
     parallel::ulysses_attention_forward(*tp.cp, a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(),
-                                        a.v.data(), b.doc_ids, b.B, H, G, b.T, D, ulysses_buffers(w), tp.wire);
+                                        a.v.data(), b.doc_ids, b.B, H, G, b.T, D, dr, ulysses_buffers(w), tp.wire);
   else
     parallel::ring_attention_forward(*tp.cp, a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(),
-                                     b.doc_ids, b.B, H, G, b.T, D, ring_buffers(w, b.B, G, b.T, D), tp.wire);
+                                     b.doc_ids, b.B, H, G, b.T, D, dr, ring_buffers(w, b.B, G, b.T, D), tp.wire);
 }
 
 void cp_attention_backward(const ModelConfig& c, const parallel::TpConfig& tp, LayerActs& a, Workspace& w,
-                           const TokenBatch& b, int64_t H, int64_t G, int64_t D) {
+                           const TokenBatch& b, int64_t H, int64_t G, int64_t D, float dropout_p, uint64_t seed) {
+  const parallel::CpDropout dr = cp_dropout(c, dropout_p, seed);
   if (c.cp_ulysses)
     parallel::ulysses_attention_backward(*tp.cp, w.d_q.data(), w.d_k.data(), w.d_v.data(), w.d_att.data(), a.q.data(),
                                          a.k.data(), a.v.data(), a.att.data(), a.softmax_stats.data(), b.doc_ids, b.B,
-                                         H, G, b.T, D, ulysses_buffers(w), tp.wire);
+                                         H, G, b.T, D, dr, ulysses_buffers(w), tp.wire);
   else
     parallel::ring_attention_backward(*tp.cp, w.d_q.data(), w.d_k.data(), w.d_v.data(), w.d_att.data(), a.q.data(),
                                       a.k.data(), a.v.data(), a.att.data(), a.softmax_stats.data(), b.doc_ids, b.B, H,
-                                      G, b.T, D, ring_buffers(w, b.B, G, b.T, D), tp.wire);
+                                      G, b.T, D, dr, ring_buffers(w, b.B, G, b.T, D), tp.wire);
 }
 
 int64_t cp_scratch_floats(const ModelConfig& c, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D) {

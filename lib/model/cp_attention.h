@@ -19,11 +19,13 @@ int64_t cp_scratch_floats(const ModelConfig& c, int64_t B, int64_t H, int64_t G,
 // The ring's or Ulysses' workspace buffers (none without CP).
 void allocate_cp_workspace(Workspace& w, const ModelConfig& c, device::Device& dev, bool meta);
 
-// a.att and a.softmax_stats from a.q, a.k, a.v (this rank's H heads and G groups).
+// a.att and a.softmax_stats from a.q, a.k, a.v (this rank's H heads and G
+// groups), with attention dropout p of stream `seed`: the single device's
+// masks (each chunk at its place in the whole sequence, each head global).
 void cp_attention_forward(const ModelConfig& c, const parallel::TpConfig& tp, LayerActs& a, Workspace& w,
-                          const TokenBatch& b, int64_t H, int64_t G, int64_t D);
-// w.d_q, w.d_k, w.d_v from w.d_att.
+                          const TokenBatch& b, int64_t H, int64_t G, int64_t D, float dropout_p, uint64_t seed);
+// w.d_q, w.d_k, w.d_v from w.d_att (the forward's dropout_p and seed).
 void cp_attention_backward(const ModelConfig& c, const parallel::TpConfig& tp, LayerActs& a, Workspace& w,
-                           const TokenBatch& b, int64_t H, int64_t G, int64_t D);
+                           const TokenBatch& b, int64_t H, int64_t G, int64_t D, float dropout_p, uint64_t seed);
 
 }  // namespace mtrain::model

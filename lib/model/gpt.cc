@@ -53,10 +53,13 @@ void GptModel::set_cp_comm(parallel::Comm& cp) {
   cp_ = &cp;
 }
 
-void GptModel::set_ep_comm(parallel::Comm& ep) {
+void GptModel::set_ep_comm(parallel::Comm& ep, parallel::Comm* tp_ep) {
   if (ep.size() != config_.moe.ep || ep.rank() != config_.moe.ep_rank)
     throw Error(ExitCode::kInternal, "GptModel: the EP group does not match ModelConfig moe.ep / moe.ep_rank");
+  if (tp_ep && tp_ep->size() != config_.moe.ep * config_.expert_tp())
+    throw Error(ExitCode::kInternal, "GptModel: the expert TP x EP group does not match ModelConfig");
   ep_ = &ep;
+  tp_ep_ = tp_ep;
 }
 
 void GptModel::build_params() {

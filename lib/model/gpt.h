@@ -116,8 +116,9 @@ class GptModel {
   ParamStore& params() { return params_; }
   const ModelConfig& config() const { return config_; }
   parallel::Comm& tp_comm() { return *tp_; }
-  // The expert-parallel group the MoE layers dispatch over (size config().moe.ep); set before the first step.
-  void set_ep_comm(parallel::Comm& ep);
+  // The expert-parallel group the MoE layers dispatch over (size config().moe.ep) and, for the
+  // allgather dispatcher, the expert TP x EP group (size ep * expert_tp()); set before the first step.
+  void set_ep_comm(parallel::Comm& ep, parallel::Comm* tp_ep = nullptr);
   device::Device& device() const { return dev_; }
 
  private:
@@ -159,7 +160,7 @@ class GptModel {
   void head_forward(ChunkSlot& s, const TokenBatch& b, const float* h);
   void head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, const float* dloss, bool zero_grads);
   parallel::TpConfig tp_config() const {
-    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype), cp_, ep_};
+    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype), cp_, ep_, tp_ep_};
   }
 
   ModelConfig config_;
@@ -168,6 +169,7 @@ class GptModel {
   parallel::Comm* tp_ = nullptr;
   parallel::Comm* cp_ = nullptr;  // set_cp_comm
   parallel::Comm* ep_ = nullptr;
+  parallel::Comm* tp_ep_ = nullptr;  // the allgather dispatcher's group
   ParamStore params_;
   int wte_ = -1, wpe_ = -1, lnf_w_ = -1, lnf_b_ = -1, out_w_ = -1;
   std::vector<LayerParams> layers_;                    // the layers this rank holds, in chunk order

@@ -25,12 +25,6 @@ namespace {
 // Offset of this rank's first token in the micro-batch (sequence parallel).
 int64_t token_offset(const ModelConfig& c, int64_t N) { return c.sequence_parallel ? c.tp_rank * (N / c.tp) : 0; }
 
-// The embedding dropout's rows: this rank's tokens, numbered per (sequence,
-// position) so the padding of the batch does not move their masks.
-TokenNumbering dropout_rows(const ModelConfig& c, const TokenBatch& b) {
-  return TokenNumbering{token_offset(c, b.B * b.T), b.T, std::max(b.T, c.seq_length)};
-}
-
 void round_act(const ModelConfig& c, float* x, int64_t n) {
   if (c.dtype != DType::kF32) k::round_to_dtype(x, n, c.dtype);
 }
@@ -161,7 +155,8 @@ void GptModel::embed_forward(const TokenBatch& b, float* out, uint64_t seed, boo
     }
   }
   if (training && c.hidden_dropout > 0)
-    k::dropout_forward(out, out, Nl, C, c.hidden_dropout, stream_seed(seed, kSiteEmbeddingDropout), dropout_rows(c, b));
+    k::dropout_forward(out, out, Nl, C, c.hidden_dropout, stream_seed(seed, kSiteEmbeddingDropout),
+                       c.token_numbering(b.B, b.T));
   round_act(c, out, Nl * C);
 }
 
@@ -170,7 +165,7 @@ void GptModel::embed_backward(const TokenBatch& b, float* dout, uint64_t seed, b
   const int64_t N = b.B * b.T, Nl = c.tokens_local(N), C = c.hidden;
   if (training && c.hidden_dropout > 0)
     k::dropout_backward(dout, dout, Nl, C, c.hidden_dropout, stream_seed(seed, kSiteEmbeddingDropout),
-                        dropout_rows(c, b));
+                        c.token_numbering(b.B, b.T));
   if (zero_grads) {
     if (wte_ != out_w_) zero_grad(wte_);
     zero_grad(wpe_);

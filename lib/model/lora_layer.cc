@@ -123,8 +123,9 @@ lora::AdapterWeights weights(const ModelConfig& c, ParamStore& ps, const LayerPa
   a.scale = c.lora.scaling();
   a.dropout = training ? c.lora.dropout : 0.f;
   a.seed = stream_seed(seed, kSiteLoraDropout + s);
-  a.seq = T;  // masks numbered per (sequence, position): padding T (sequence parallel) keeps them
-  a.seq_pitch = std::max(T, c.seq_length);
+  // Every token of the batch, numbered like the hidden dropout (sequence, position in the whole sequence).
+  a.tokens = c.token_numbering(1, T);
+  a.tokens.row0 = 0;
   return a;
 }
 

@@ -45,6 +45,7 @@ static MoeSettings moe_settings_from_args(const config::Args& a) {
   m.permute_fusion = a.moe_permute_fusion;
   m.etp = a.expert_tensor_parallel_size;
   m.ep = a.expert_model_parallel_size;
+  m.allgather = a.moe_token_dispatcher_type == "allgather";
   m.router = moe::router_config_from_args(a, m.num_experts);
   return m;
 }

@@ -3,10 +3,12 @@
 // Also the model-level FLOP and parameter counts used by the log and bench/.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "common/rng.h"
 #include "lora/lora_config.h"
 #include "moe/router.h"
 #include "tensor/tensor.h"
@@ -44,6 +46,7 @@ struct MoeSettings {
   int64_t etp = 1;  // --expert_tensor_parallel_size: 1 (whole experts per TP rank) or tp
   // --expert_model_parallel_size: EP rank r holds experts [r*E/ep, (r+1)*E/ep) (Megatron's split).
   int64_t ep = 1, ep_rank = 0;
+  bool allgather = false;  // --moe_token_dispatcher_type allgather
   int64_t num_local() const { return num_experts / ep; }
   int64_t first_local() const { return ep_rank * num_local(); }
   moe::RouterConfig router;
@@ -142,6 +145,14 @@ struct ModelConfig {
   int64_t softmax_vocab() const { return mask_padded_vocab ? vocab : padded_vocab; }
   // Tokens of an N-token micro-batch in this rank's residual stream.
   int64_t tokens_local(int64_t N) const { return sequence_parallel ? N / tp : N; }
+  // The dropout numbering of this rank's residual-stream rows of a (B, T)
+  // micro-batch (common/rng.h): its token shard under sequence parallelism,
+  // its two sequence chunks under context parallelism, positions pitched by
+  // --seq_length so a padded batch keeps every real token's mask.
+  TokenNumbering token_numbering(int64_t B, int64_t T) const {
+    return TokenNumbering{sequence_parallel ? tp_rank * tokens_local(B * T) : 0, T, std::max(T, seq_length), cp,
+                          cp_rank};
+  }
   std::vector<ModelChunk> chunk_list() const {
     return chunks.empty() ? std::vector<ModelChunk>{ModelChunk{0, num_layers, true, true}} : chunks;
   }

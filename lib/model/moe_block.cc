@@ -20,6 +20,7 @@ moe::MoeLayerConfig moe_layer_config(const ModelConfig& c) {
   m.sequence_parallel = c.sequence_parallel;
   m.etp = c.expert_tp();
   m.ep = c.moe.ep;
+  m.allgather = c.moe.allgather;
   return m;
 }
 
@@ -47,24 +48,32 @@ void add_moe_params(ParamStore& ps, const ModelConfig& c, const std::string& pre
   const bool split = c.expert_tp() > 1;
   const TpShard gate_up{TpSplit::kRows, c.swiglu ? 2 : 1, c.expert_tp(), c.tp_rank};
   const TpShard cols{TpSplit::kCols, 1, c.expert_tp(), c.tp_rank};
-  // Under expert parallelism (ETP 1) each rank holds its EP rank's experts, named by their global
-  // index: summed over expt-dp (which holds the TP peers), counted once per EP shard in the norm.
+  // Under expert parallelism each rank holds its EP rank's experts (their
+  // ETP slices), named by their global index: summed over expt-dp (which
+  // holds the TP peers at ETP 1), counted once per EP x ETP shard in the norm.
   auto expert = [&](const std::string& name, Shape shape, bool decay, Init init, const TpShard& shard) {
     if (c.moe.ep > 1) {
-      const int i = ps.add(name, std::move(shape), decay, init);
+      const int i = ps.add(name, std::move(shape), decay, init, split ? shard : TpShard{});
       ps.mutable_info(i).expert_parallel = true;
       return i;
     }
     return split ? ps.add(name, std::move(shape), decay, init, shard) : replicated(name, std::move(shape), decay, init);
+  };
+  // The fc2 bias is whole. EP x ETP: TP rank 0 adds it to the partial sums
+  // (moe_layer.cc), so its gradient is summed over TP and counted once.
+  auto fc2_bias = [&](const std::string& name) {
+    if (c.moe.ep == 1) return replicated(name, {C}, false, Init::kZeros);
+    const int i = expert(name, {C}, false, Init::kZeros, TpShard{});
+    ps.mutable_info(i).sequence_parallel_grad = split;
+    ps.mutable_info(i).counts_in_norm = !split || c.tp_rank == 0;
+    return i;
   };
   for (int64_t e = c.moe.first_local(); e < c.moe.first_local() + c.moe.num_local(); ++e) {
     const std::string x = p + "experts.local_experts." + std::to_string(e) + ".";
     mp.fc1_w.push_back(expert(x + "linear_fc1.weight", {FC1, C}, true, Init::kNormal, gate_up));
     mp.fc1_b.push_back(c.add_bias_linear ? expert(x + "linear_fc1.bias", {FC1}, false, Init::kZeros, gate_up) : -1);
     mp.fc2_w.push_back(expert(x + "linear_fc2.weight", {C, F}, true, Init::kScaledNormal, cols));
-    mp.fc2_b.push_back(c.add_bias_linear ? (c.moe.ep > 1 ? expert(x + "linear_fc2.bias", {C}, false, Init::kZeros, cols)
-                                                         : replicated(x + "linear_fc2.bias", {C}, false, Init::kZeros))
-                                         : -1);
+    mp.fc2_b.push_back(c.add_bias_linear ? fc2_bias(x + "linear_fc2.bias") : -1);
   }
   if (c.moe.shared_ffn > 0) {
     const int64_t Fs = c.moe.shared_ffn;

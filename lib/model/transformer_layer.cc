@@ -160,14 +160,6 @@ void norm_backward(const ModelConfig& c, ParamStore& ps, int w, int b, float* dx
   }
 }
 
-// The numbering of this rank's hidden-dropout rows: its token shard under
-// sequence parallelism, token t of sequence b as b * seq_length + t so the
-// padding of a batch (to a multiple of TP under SP) never moves a mask.
-TokenNumbering mask_rows(const ModelConfig& c, int64_t B, int64_t T) {
-  const int64_t row0 = c.sequence_parallel ? c.tp_rank * c.tokens_local(B * T) : 0;
-  return TokenNumbering{row0, T, std::max(T, c.seq_length)};
-}
-
 // The column-parallel input: the norm output itself, or under sequence
 // parallelism the gathered (N, C) buffer.
 float* full_input(const ModelConfig& c, Workspace& w, float* ln) { return c.sequence_parallel ? w.full_in.data() : ln; }
@@ -256,7 +248,7 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
   float* scratch = w.scratch.data();
   const float p_att = training ? c.attention_dropout : 0.f;
   const float p_hid = training ? c.hidden_dropout : 0.f;
-  const TokenNumbering moff = mask_rows(c, d.B, d.T);
+  const TokenNumbering moff = c.token_numbering(d.B, d.T);
   const int64_t h0 = c.tp_rank * d.H;
 
   // Attention block: qkv column-parallel, heads local, proj row-parallel.
@@ -295,7 +287,7 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
       k::attention_decode_forward(a.att.data(), a.q.data(), a.k.data(), a.v.data(), kv->k, kv->v, d.H, d.G, d.T,
                                   kv->past, kv->capacity, d.D, kv->scores);
     } else if (context_parallel(tp)) {
-      cp_attention_forward(c, tp, a, w, b, d.H, d.G, d.D);
+      cp_attention_forward(c, tp, a, w, b, d.H, d.G, d.D, p_att, att_seed);
     } else if (f.flash_attention) {
       k::attention_flash_forward(a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(), b.doc_ids,
                                  d.B, d.H, d.G, d.T, d.D, p_att, att_seed, scratch, h0, c.heads, c.seq_length);
@@ -402,7 +394,7 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
   {
     pf::Scope op(pr.op("mlp_bda", c.fusions.bias_dropout, "--bias_dropout_fusion"), {pr.tokens("grad_output", dres)});
     k::bias_dropout_add_backward(w.d_proj.data(), opt_grad(ps, lp.fc2_b), dres, d.Nl, d.C, p_hid,
-                                 stream_seed(seed, kSiteMlpResidual), mask_rows(c, d.B, d.T));
+                                 stream_seed(seed, kSiteMlpResidual), c.token_numbering(d.B, d.T));
     op.end({pr.tokens("grad_input", w.d_proj.data())});
   }
   pf::Scope mlp(pr.module("mlp"), {pr.tokens("grad_output", w.d_proj.data())});
@@ -437,7 +429,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
   {
     pf::Scope op(pr.op("self_attn_bda", f.bias_dropout, "--bias_dropout_fusion"), {pr.tokens("grad_output", dres)});
     k::bias_dropout_add_backward(w.d_proj.data(), opt_grad(ps, lp.proj_b), dres, d.Nl, d.C, p_hid,
-                                 stream_seed(seed, kSiteAttnResidual), mask_rows(c, d.B, d.T));
+                                 stream_seed(seed, kSiteAttnResidual), c.token_numbering(d.B, d.T));
     op.end({pr.tokens("grad_input", w.d_proj.data())});
   }
   pf::Scope attn(pr.module("self_attention"), {pr.tokens("grad_output", w.d_proj.data())});
@@ -456,7 +448,7 @@ void layer_backward(const ModelConfig& c, const parallel::TpConfig& tp, ParamSto
   {
     pf::Scope m(pr.module("core_attention"), {pr.heads("grad_output", w.d_att.data(), d.H)});
     if (context_parallel(tp)) {
-      cp_attention_backward(c, tp, a, w, b, d.H, d.G, d.D);
+      cp_attention_backward(c, tp, a, w, b, d.H, d.G, d.D, p_att, att_seed);
     } else if (f.flash_attention) {
       k::attention_flash_backward(w.d_q.data(), w.d_k.data(), w.d_v.data(), w.d_att.data(), a.q.data(), a.k.data(),
                                   a.v.data(), a.att.data(), a.softmax_stats.data(), b.doc_ids, d.B, d.H, d.G, d.T, d.D,

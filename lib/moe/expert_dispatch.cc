@@ -3,6 +3,8 @@
 #include <cstring>
 #include <vector>
 
+#include "moe/expert_tp.h"
+#include "moe/moe_layer.h"
 #include "profiler/kernel_region.h"
 
 namespace mtrain::moe {
@@ -75,6 +77,41 @@ void ep_combine(parallel::Comm& ep, float* local, float* recv, const float* grou
       });
   }
   ep.all_to_all_v(recv, back.counts, back.displs, local, mine.counts, mine.displs, wire);
+}
+
+void ep_etp_dispatch(parallel::Comm& ep, parallel::Comm& etp, const EpEtpCounts& n, int64_t* rows_grp, float* grouped,
+                     float* recv, float* ep_grp, const float* local, const int64_t* rows_all, bool exchange_counts,
+                     int64_t E_local, int64_t m_max, int64_t C, parallel::Wire wire) {
+  ep_dispatch(ep, n.ep, n.rows_ep, ep_grp, recv, local, rows_all, exchange_counts, E_local, C, wire);
+  const int64_t rows_max = ep_recv_rows(ep.size(), m_max);
+  etp_dispatch(etp, n.etp, rows_grp, grouped, recv, ep_grp, n.rows_ep, exchange_counts, rows_max, E_local, C, wire);
+}
+
+void ep_etp_combine(parallel::Comm& ep, parallel::Comm& etp, float* local, float* recv, float* ep_grp,
+                    const float* grouped, const EpEtpCounts& n, const int64_t* rows_all, int64_t E_local, int64_t m_max,
+                    int64_t C, parallel::Wire wire) {
+  const int64_t rows_max = ep_recv_rows(ep.size(), m_max);
+  etp_combine(etp, ep_grp, recv, grouped, n.etp, rows_max, E_local, C, wire);
+  ep_combine(ep, local, recv, ep_grp, n.ep, rows_all, E_local, C, wire);
+}
+
+void ep_dispatch_rows(const MoeLayerConfig& c, const parallel::TpConfig& tp, MoeActs& a, MoeWorkspace& w,
+                      float* grouped, const float* local, int64_t m_max, bool forward) {
+  if (c.etp == 1)
+    return ep_dispatch(*tp.ep, a.counts.data(), a.rows_grp.data(), grouped, w.gathered.data(), local, a.rows.data(),
+                       forward, c.num_local, c.hidden, tp.wire);
+  ep_etp_dispatch(*tp.ep, *tp.tp, {a.counts.data(), a.counts_etp.data(), a.rows_ep.data()}, a.rows_grp.data(), grouped,
+                  w.gathered.data(), w.ep_grp.data(), local, a.rows.data(), forward, c.num_local, m_max, c.hidden,
+                  tp.wire);
+}
+void ep_combine_rows(const MoeLayerConfig& c, const parallel::TpConfig& tp, MoeActs& a, MoeWorkspace& w, float* local,
+                     int64_t m_max) {
+  if (c.etp == 1)
+    return ep_combine(*tp.ep, local, w.gathered.data(), w.grp.data(), a.counts.data(), a.rows.data(), c.num_local,
+                      c.hidden, tp.wire);
+  ep_etp_combine(*tp.ep, *tp.tp, local, w.gathered.data(), w.ep_grp.data(), w.grp.data(),
+                 {a.counts.data(), a.counts_etp.data(), a.rows_ep.data()}, a.rows.data(), c.num_local, m_max, c.hidden,
+                 tp.wire);
 }
 
 }  // namespace mtrain::moe

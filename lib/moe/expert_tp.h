@@ -4,7 +4,9 @@
 // expert's F/ETP slice on every rank's tokens; the partial outputs go back
 // by reduce-scatter. Gathered rows are ordered as Megatron's
 // sort_chunks_by_idxs leaves them: expert-major, then TP rank, then the
-// rank's own (token-ascending) order.
+// rank's own (token-ascending) order. The rows gathered per rank are the
+// most any rank holds (the counts are gathered first), standing for
+// Megatron's all-gather-v; the buffers are sized for the worst case Mmax.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,7 @@ void etp_dispatch(parallel::Comm& tp, int64_t* counts, int64_t* rows_grp, float*
 
 // The conjugate: grouped (sum rows_grp, C) partial sums back to their ranks'
 // orders in `gathered`, reduce-scattered: local (Mmax, C) OVERWRITTEN with
-// the sum over TP of this rank's rows (padding rows 0).
+// the sum over TP of this rank's rows (rows past the gathered ones 0).
 void etp_combine(parallel::Comm& tp, float* local, float* gathered, const float* grouped, const int64_t* counts,
                  int64_t Mmax, int64_t E, int64_t C, parallel::Wire wire);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "moe/allgather_dispatch.h"
 #include "moe/expert_dispatch.h"
 #include "moe/expert_tp.h"
 #include "moe/grouped_gemm.h"
@@ -30,11 +31,7 @@ void round_act(const MoeLayerConfig& c, float* x, int64_t n) {
 int64_t tokens_local(const MoeLayerConfig& c, int64_t N) { return c.sequence_parallel ? N / c.tp : N; }
 
 // The routing index arrays inside MoeActs::routing (int32 stored in fp32-sized slots).
-struct Routing {
-  int32_t* row_token;
-  int32_t* row_slot;
-  int32_t* slot_row;
-};
+using Routing = AgPermutation;
 Routing routing_of(MoeActs& a, int64_t m_max) {
   auto* p = reinterpret_cast<int32_t*>(a.routing.data());
   return {p, p + m_max, p + 2 * m_max};
@@ -175,6 +172,77 @@ void add_fc2_bias_grad(const MoeLayerConfig& c, const MoeWeights& wt, const floa
         for (int64_t j = 0; j < c.hidden; ++j) wt.fc2_bias_grad[e][j] += dy[r * c.hidden + j];
 }
 
+// Under EP the fc2 bias is added to the grouped rows before the combine; with
+// expert TP those rows are partial sums over the TP group, so only TP rank 0
+// adds it (and takes its gradient; the bias's gradient is summed over TP).
+bool adds_fc2_bias(const MoeLayerConfig& c, const parallel::TpConfig& tp) { return c.etp == 1 || tp.tp->rank() == 0; }
+
+// The alltoall dispatcher's backward (and the local permutation's): dx
+// (N_loc, C) ACCUMULATED, w.dprobs OUT.
+void routed_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                     MoeWorkspace& w, float* dx, const float* dout, int64_t Nl) {
+  const int64_t C = c.hidden, K = c.router.topk, M = a.M;
+  const bool shape = profiler::shape_only();
+  const Routing r = routing_of(a, c.perm_rows(Nl));
+  if (!shape)
+    unpermute_backward(w.d_perm.data(), w.dprobs.data(), dout, a.y_perm.data(), a.probs_perm.data(), r.row_token,
+                       r.slot_row, Nl, K, M, C);
+  round_act(c, w.d_perm.data(), M * C);
+  if (!shape && c.ep == 1) add_fc2_bias_grad(c, wt, w.d_perm.data(), a.rows.data());
+  const int64_t m_max = c.max_rows(Nl);
+  if (c.ep > 1) {
+    ep_dispatch_rows(c, tp, a, w, w.grp.data(), w.d_perm.data(), m_max, false);
+    if (!shape && adds_fc2_bias(c, tp)) add_fc2_bias_grad(c, wt, w.grp.data(), a.rows_grp.data());
+    experts_backward(c, wt, a, w, w.grp.data(), w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    ep_combine_rows(c, tp, a, w, w.d_perm.data(), m_max);
+  } else if (c.etp > 1) {
+    etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), w.grp.data(), w.gathered.data(), w.d_perm.data(),
+                 a.rows.data(), false, m_max, c.num_local, C, tp.wire);
+    experts_backward(c, wt, a, w, w.grp.data(), w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    etp_combine(*tp.tp, w.d_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
+                tp.wire);
+  } else {
+    experts_backward(c, wt, a, w, w.d_perm.data(), w.d_perm.data(), a.x_perm.data(), a.rows.data());
+  }
+  if (shape) return;
+  permute_backward(dx, w.d_perm.data(), r.slot_row, Nl, K, C);
+}
+
+// The allgather dispatcher (moe/allgather_dispatch.h) from the routed
+// tokens to out (N_loc, C) += the routed output.
+void allgather_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                       MoeWorkspace& w, float* out, const float* x, int64_t Nl) {
+  const AgShape s = ag_shape(c, tp.ep ? tp.ep->rank() : 0, Nl);
+  const AgPermutation perm = routing_of(a, c.perm_rows(Nl));
+  a.M = ag_dispatch(ag_group(tp), perm, a.rows_grp.data(), a.x_perm.data(), a.probs_perm.data(), w.gathered.data(),
+                    w.ag_slots.data(), x, a.route, s, tp.wire);
+  experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows_grp.data());
+  const bool shape = profiler::shape_only();
+  if (!shape && adds_fc2_bias(c, tp)) add_fc2_bias(c, wt, a.y_perm.data(), a.rows_grp.data());
+  round_act(c, a.y_perm.data(), a.M * c.hidden);
+  ag_combine(ag_group(tp), w.routed.data(), w.gathered.data(), a.y_perm.data(), a.probs_perm.data(), perm, a.M, s,
+             w.scratch.data(), tp.wire);
+  if (shape) return;
+  round_act(c, w.routed.data(), Nl * c.hidden);
+  for (int64_t i = 0; i < Nl * c.hidden; ++i) out[i] += w.routed.data()[i];
+  if (c.shared_ffn > 0) round_act(c, out, Nl * c.hidden);
+}
+
+// Its backward: dx (N_loc, C) ACCUMULATED, w.dprobs OUT.
+void allgather_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
+                        MoeWorkspace& w, float* dx, const float* dout, int64_t Nl) {
+  const AgShape s = ag_shape(c, tp.ep ? tp.ep->rank() : 0, Nl);
+  const AgPermutation perm = routing_of(a, c.perm_rows(Nl));
+  float* dprobs_all = w.ag_slots.data();
+  ag_combine_backward(ag_group(tp), w.d_perm.data(), dprobs_all, w.gathered.data(), dout, a.y_perm.data(),
+                      a.probs_perm.data(), perm, a.M, s, tp.wire);
+  round_act(c, w.d_perm.data(), a.M * c.hidden);
+  if (!profiler::shape_only() && adds_fc2_bias(c, tp)) add_fc2_bias_grad(c, wt, w.d_perm.data(), a.rows_grp.data());
+  experts_backward(c, wt, a, w, w.d_perm.data(), w.d_perm.data(), a.x_perm.data(), a.rows_grp.data());
+  ag_dispatch_backward(ag_group(tp), dx, w.dprobs.data(), w.gathered.data(), w.routed.data(), dprobs_all,
+                       w.d_perm.data(), perm, s, tp.wire);
+}
+
 }  // namespace
 
 int64_t MoeLayerConfig::max_rows(int64_t n_loc) const {
@@ -188,16 +256,19 @@ int64_t MoeLayerConfig::max_rows(int64_t n_loc) const {
 
 void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev, bool meta,
                        const std::string& p) {
-  const int64_t N = B * T, Nl = tokens_local(c, N), M = c.max_rows(Nl), C = c.hidden, k = c.router.topk;
+  const int64_t N = B * T, Nl = tokens_local(c, N), M = c.perm_rows(Nl), C = c.hidden, k = c.router.topk;
   const DType t = c.dtype;
   a.rows.assign(c.router.num_experts, 0);
-  a.routing = act_tensor(dev, {2 * M + Nl * k}, DType::kF32, p + "moe routing indices", meta);
+  const int64_t slots = c.gather_group() * Nl * k;  // the allgather dispatcher routes the group's slots
+  a.routing = act_tensor(dev, {2 * M + slots}, DType::kF32, p + "moe routing indices", meta);
   const int64_t Mg = c.max_expert_rows(Nl);
   a.x_perm = act_tensor(dev, {M, C}, t, p + "moe permuted tokens", meta);
   a.probs_perm = act_tensor(dev, {M}, DType::kF32, p + "moe permuted probs", meta);
-  if (c.etp > 1 || c.ep > 1) {
+  a.rows_grp.assign(c.num_local, 0);
+  if ((c.etp > 1 || c.ep > 1) && !c.allgather_dispatch()) {
     a.counts.assign(c.etp * c.ep * c.num_local, 0);
-    a.rows_grp.assign(c.num_local, 0);
+    a.counts_etp.assign(c.etp * c.num_local, 0);
+    a.rows_ep.assign(c.num_local, 0);
     a.x_grp = act_tensor(dev, {Mg, C}, t, p + "moe tokens of every TP rank, grouped by expert", meta);
   }
   a.fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, p + "moe expert fc1 output", meta);
@@ -215,17 +286,21 @@ void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T
 
 void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev,
                             bool meta) {
-  const int64_t N = B * T, Nl = tokens_local(c, N), M = c.max_rows(Nl), C = c.hidden;
+  const int64_t N = B * T, Nl = tokens_local(c, N), M = c.perm_rows(Nl), C = c.hidden;
   const DType t = c.dtype;
   w.d_perm = act_tensor(dev, {M, C}, t, "moe grad of permuted rows", meta);
   const int64_t Mg = c.max_expert_rows(Nl);
   w.d_fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, "moe grad of expert fc1 output", meta);
   w.d_act = act_tensor(dev, {Mg, c.ffn_local()}, t, "moe grad of expert activation", meta);
-  if (c.ep > 1) {
-    w.gathered = act_tensor(dev, {ep_recv_rows(c.ep, M), C}, t, "moe expert-parallel all-to-all buffer", meta);
+  if (c.allgather_dispatch()) {  // the group's tokens and their slots (ids and probs, then their gradients)
+    const int64_t G = c.gather_group();
+    w.gathered = act_tensor(dev, {G * Nl, C}, t, "moe allgather dispatcher's tokens of the TP x EP group", meta);
+    w.ag_slots = act_tensor(dev, {2 * G * Nl * c.router.topk}, DType::kF32, "moe allgather dispatcher's slots", meta);
+  } else if (c.ep > 1) {  // with etp > 1 also the all-gather over expert TP of what the all-to-all brought
+    w.gathered = act_tensor(dev, {c.etp * ep_recv_rows(c.ep, M), C}, t, "moe expert-parallel all-to-all buffer", meta);
     w.grp = act_tensor(dev, {Mg, C}, t, "moe grouped expert output / gradient", meta);
-  }
-  if (c.etp > 1) {
+    if (c.etp > 1) w.ep_grp = act_tensor(dev, {ep_recv_rows(c.ep, M), C}, t, "moe rows received over EP", meta);
+  } else if (c.etp > 1) {
     w.gathered = act_tensor(dev, {c.etp * M, C}, t, "moe expert-TP gather / reduce-scatter buffer", meta);
     w.grp = act_tensor(dev, {Mg, C}, t, "moe grouped expert output / gradient", meta);
   }
@@ -261,6 +336,9 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     // Each TP rank routes its own contiguous token shard of the B sequences of T tokens (sequence parallel).
     const RouterTokens toks = c.sequence_parallel ? RouterTokens{B, T, tp.tp->rank() * Nl, Nl} : RouterTokens{B, T};
     router_forward(a.route, nullptr, x, wt.router, wt.expert_bias, toks, c.router, training, *tp.tp);
+  }
+  if (c.allgather_dispatch()) return allgather_forward(c, tp, wt, a, w, out, x, Nl);
+  if (!profiler::shape_only()) {
     const int64_t m_max = c.max_rows(Nl);
     const Routing r = routing_of(a, m_max);
     const int64_t pad = c.router.pad_to_capacity && a.route.capacity > 0 ? a.route.capacity : 0;
@@ -270,7 +348,12 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
                     c.permute_fusion);
   }
   const int64_t M = a.M, m_max = c.max_rows(Nl);
-  if (c.etp > 1) {  // every TP rank's rows through this rank's F/etp slice of each expert
+  if (c.ep > 1) {  // this rank's rows to the experts' EP ranks (and their expert-TP peers) and back
+    ep_dispatch_rows(c, tp, a, w, a.x_grp.data(), a.x_perm.data(), m_max, true);
+    experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
+    if (!profiler::shape_only() && adds_fc2_bias(c, tp)) add_fc2_bias(c, wt, w.grp.data(), a.rows_grp.data());
+    ep_combine_rows(c, tp, a, w, a.y_perm.data(), m_max);
+  } else if (c.etp > 1) {  // every TP rank's rows through this rank's F/etp slice of each expert
     if (profiler::shape_only()) std::fill(a.counts.begin(), a.counts.end(), 0);
     etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), a.x_grp.data(), w.gathered.data(), a.x_perm.data(),
                  a.rows.data(), true, m_max, c.num_local, C, tp.wire);
@@ -279,13 +362,6 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
     etp_combine(*tp.tp, a.y_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
                 tp.wire);
-  } else if (c.ep > 1) {  // this rank's rows to the experts' EP ranks and back
-    ep_dispatch(*tp.ep, a.counts.data(), a.rows_grp.data(), a.x_grp.data(), w.gathered.data(), a.x_perm.data(),
-                a.rows.data(), true, c.num_local, C, tp.wire);
-    experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
-    if (!profiler::shape_only()) add_fc2_bias(c, wt, w.grp.data(), a.rows_grp.data());
-    ep_combine(*tp.ep, a.y_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), a.rows.data(), c.num_local, C,
-               tp.wire);
   } else {
     experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows.data());
   }
@@ -293,7 +369,7 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
   if (!profiler::shape_only() && c.ep == 1) add_fc2_bias(c, wt, a.y_perm.data(), a.rows.data());
   round_act(c, a.y_perm.data(), M * C);
   if (profiler::shape_only()) return;
-  const Routing r = routing_of(a, c.max_rows(Nl));
+  const Routing r = routing_of(a, c.perm_rows(Nl));
   unpermute_forward(w.routed.data(), a.y_perm.data(), a.probs_perm.data(), r.slot_row, Nl, K, M, C, c.permute_fusion,
                     w.scratch.data());
   round_act(c, w.routed.data(), Nl * C);
@@ -304,38 +380,19 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
 void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
                   MoeWorkspace& w, const SpBuffers& sp, float* dx, const float* dout, const float* x, int64_t B,
                   int64_t T, float aux_loss_scale) {
-  const int64_t N = B * T, Nl = tokens_local(c, N), C = c.hidden, K = c.router.topk, M = a.M;
+  const int64_t N = B * T, Nl = tokens_local(c, N), C = c.hidden;
   if (c.shared_ffn > 0) {
     shared_backward(c, tp, wt, a, w, sp, dx, dout, x, N);
   } else if (dx) {
     std::memset(dx, 0, sizeof(float) * Nl * C);
   }
   const bool shape = profiler::shape_only();
-  const Routing r = routing_of(a, c.max_rows(Nl));
-  if (!shape)
-    unpermute_backward(w.d_perm.data(), w.dprobs.data(), dout, a.y_perm.data(), a.probs_perm.data(), r.row_token,
-                       r.slot_row, Nl, K, M, C);
-  round_act(c, w.d_perm.data(), M * C);
-  if (!shape && c.ep == 1) add_fc2_bias_grad(c, wt, w.d_perm.data(), a.rows.data());
-  const int64_t m_max = c.max_rows(Nl);
-  if (c.etp > 1) {
-    etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), w.grp.data(), w.gathered.data(), w.d_perm.data(),
-                 a.rows.data(), false, m_max, c.num_local, C, tp.wire);
-    experts_backward(c, wt, a, w, w.grp.data(), w.grp.data(), a.x_grp.data(), a.rows_grp.data());
-    etp_combine(*tp.tp, w.d_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
-                tp.wire);
-  } else if (c.ep > 1) {
-    ep_dispatch(*tp.ep, a.counts.data(), a.rows_grp.data(), w.grp.data(), w.gathered.data(), w.d_perm.data(),
-                a.rows.data(), false, c.num_local, C, tp.wire);
-    if (!shape) add_fc2_bias_grad(c, wt, w.grp.data(), a.rows_grp.data());
-    experts_backward(c, wt, a, w, w.grp.data(), w.grp.data(), a.x_grp.data(), a.rows_grp.data());
-    ep_combine(*tp.ep, w.d_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), a.rows.data(), c.num_local, C,
-               tp.wire);
+  if (c.allgather_dispatch()) {
+    allgather_backward(c, tp, wt, a, w, dx, dout, Nl);
   } else {
-    experts_backward(c, wt, a, w, w.d_perm.data(), w.d_perm.data(), a.x_perm.data(), a.rows.data());
+    routed_backward(c, tp, wt, a, w, dx, dout, Nl);
   }
   if (shape) return;
-  permute_backward(dx, w.d_perm.data(), r.slot_row, Nl, K, C);
   // Megatron under the per-token loss scales each aux loss by the router's tokens times the token
   // group's size before its autoscaler (router.h, aux_grad_scale).
   const float aux_grad_scale = aux_loss_scale * static_cast<float>(Nl * tp.tp->size());

@@ -45,9 +45,16 @@ struct MoeLayerConfig {
   int64_t tp = 1;
   bool sequence_parallel = false;
   int64_t etp = 1;  // expert tensor parallel size: 1 or tp (the TP group)
-  // Expert parallel size: this rank holds E / ep experts and dispatches its
-  // rows over TpConfig::ep (moe/expert_dispatch.h); only with etp = 1.
+  // Expert parallel size: this rank holds E / ep experts (their F/etp slices)
+  // and dispatches its rows over TpConfig::ep, then over the TP group when
+  // etp > 1 (moe/expert_dispatch.h).
   int64_t ep = 1;
+  // --moe_token_dispatcher_type allgather: with etp * ep > 1 every rank
+  // gathers the tokens of its expert TP x EP group (TpConfig::tp_ep,
+  // moe/allgather_dispatch.h) instead of the all-to-all.
+  bool allgather = false;
+  int64_t gather_group() const { return allgather ? etp * ep : 1; }
+  bool allgather_dispatch() const { return gather_group() > 1; }
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
   int64_t ffn_local() const { return ffn / etp; }
   int64_t fc1_local() const { return fc1_width() / etp; }
@@ -58,6 +65,8 @@ struct MoeLayerConfig {
   // The most rows the experts see: this rank's, with etp > 1 every TP rank's,
   // with ep > 1 every EP rank's (all of them could pick this rank's experts).
   int64_t max_expert_rows(int64_t n_loc) const { return etp * ep * max_rows(n_loc); }
+  // The most rows this rank permutes: with the allgather dispatcher, of its group's tokens.
+  int64_t perm_rows(int64_t n_loc) const { return gather_group() * max_rows(n_loc); }
 };
 
 // Addresses of one layer's parameters (gradients null when frozen; biases null when absent).
@@ -77,7 +86,7 @@ struct MoeWeights {
 };
 
 // What one layer keeps from forward to backward (activations on the device).
-// M = permuted rows (max_rows), N = all tokens of the micro-batch, N_loc this rank's.
+// M = permuted rows (perm_rows), N = all tokens of the micro-batch, N_loc this rank's.
 struct MoeActs {
   RouterForward route;
   std::vector<int64_t> rows;  // (E) rows per expert of this rank's permutation (all experts)
@@ -87,16 +96,17 @@ struct MoeActs {
   Tensor probs_perm;          // (M) their combine weights
   // etp > 1 / ep > 1: every TP / EP rank's rows for the local experts, grouped
   // by expert (Mg = max_expert_rows at most)
-  std::vector<int64_t> counts;    // (etp or ep, E_local) rows of each rank per local expert
-  std::vector<int64_t> rows_grp;  // (E_local)
-  Tensor x_grp;                   // (Mg, C)
-  Tensor fc1;                     // (Mg, FC1/etp) pre-activation (Mg = M without ETP)
-  Tensor act;                     // (Mg, F/etp)
-  Tensor y_perm;                  // (M, C) expert outputs (with fc2 bias), before the combine weights
-  Tensor shared_fc1;              // (N, FC1s_local)
-  Tensor shared_act;              // (N, Fs_local)
-  Tensor shared_out;              // gate: (N_loc, C) the shared output before the gate
-  Tensor gate;                    // gate: (N_loc) sigmoid scores
+  std::vector<int64_t> counts;               // (etp or ep, E_local) rows of each rank per local expert
+  std::vector<int64_t> rows_grp;             // (E_local); allgather: the local experts' rows of x_perm
+  std::vector<int64_t> counts_etp, rows_ep;  // ep > 1 and etp > 1: (etp, E_local), (E_local), expert_dispatch.h
+  Tensor x_grp;                              // (Mg, C)
+  Tensor fc1;                                // (Mg, FC1/etp) pre-activation (Mg = M without ETP)
+  Tensor act;                                // (Mg, F/etp)
+  Tensor y_perm;                             // (M, C) expert outputs (with fc2 bias), before the combine weights
+  Tensor shared_fc1;                         // (N, FC1s_local)
+  Tensor shared_act;                         // (N, Fs_local)
+  Tensor shared_out;                         // gate: (N_loc, C) the shared output before the gate
+  Tensor gate;                               // gate: (N_loc) sigmoid scores
 };
 
 // Temporaries shared by all MoE layers.
@@ -104,9 +114,11 @@ struct MoeWorkspace {
   Tensor d_perm;        // (M, C) d(y_perm), then d(x_perm)
   Tensor d_fc1;         // (Mg, FC1/etp)
   Tensor d_act;         // (Mg, F/etp)
-  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer; ep > 1: (ep * M, C)
-                        // the all-to-all-v receive buffer
+  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer; ep > 1: (etp * ep * M,
+                        // C) the all-to-all-v receive (and expert-TP gather) buffer; allgather: (G * N_loc, C)
   Tensor grp;           // etp > 1 or ep > 1: (Mg, C) grouped expert outputs / their gradients
+  Tensor ep_grp;        // ep > 1 and etp > 1: (ep * M, C) the rows received over EP, by local expert
+  Tensor ag_slots;      // allgather: (2 * G * N_loc * k) the group's expert ids and probs; then d(probs)
   Tensor dprobs;        // (N_loc * k)
   Tensor dlogits;       // (N_loc, E)
   Tensor routed;        // (N_loc, C) unpermuted routed output

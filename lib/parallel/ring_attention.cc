@@ -29,14 +29,18 @@ Ring ring_of(const Comm& cp, int64_t B, int64_t H, int64_t G, int64_t T, int64_t
   return Ring{cp.size(), cp.rank(), B, H, G, T, D, T / 2};
 }
 
-// Calls f(qh, kh, causal) for each local query half qh and key half kh of the
-// block from `src` that this rank's queries can see.
+// Calls f(qh, kh, causal, dropout) for each local query half qh and key half
+// kh of the block from `src` that this rank's queries can see; dropout places
+// the pair's mask at the chunks' positions in the whole sequence.
 template <class F>
-void for_visible_pairs(const Ring& g, int src, F&& f) {
+void for_visible_pairs(const Ring& g, int src, const CpDropout& dr, F&& f) {
   for (int qh = 0; qh < 2; ++qh)
     for (int kh = 0; kh < 2; ++kh) {
       const int64_t qc = cp_chunk(g.r, g.P, qh), kc = cp_chunk(src, g.P, kh);
-      if (kc <= qc) f(qh, kh, kc == qc);
+      if (kc > qc) continue;
+      const kernels::BlockDropout bd{
+          dr.p, dr.seed, dr.head_offset, dr.total_heads, std::max(g.P * g.T, dr.mask_seq), qc * g.c, kc * g.c};
+      f(qh, kh, kc == qc, bd);
     }
 }
 
@@ -52,7 +56,7 @@ void shift(Comm& cp, const Ring& g, const float* from, float* to, int64_t n, con
 
 void ring_attention_forward(Comm& cp, float* out, float* lse, const float* q, const float* k, const float* v,
                             const int32_t* doc, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                            const RingBuffers& buf, Wire wire) {
+                            const CpDropout& dropout, const RingBuffers& buf, Wire wire) {
   const Ring g = ring_of(cp, B, H, G, T, D);
   const bool data = cp.moves_data();
   const int64_t n = g.kv_floats(), c = g.c;
@@ -70,11 +74,11 @@ void ring_attention_forward(Comm& cp, float* out, float* lse, const float* q, co
     const int32_t* kdoc = doc ? buf.docs[cur] : nullptr;
     // The next block is on its way while this one is used (one exchange per step).
     if (step + 1 < g.P) shift(cp, g, buf.travel[cur], buf.travel[1 - cur], 2 * n, kdoc, buf.docs[1 - cur], wire);
-    for_visible_pairs(g, g.source(step), [&](int qh, int kh, bool causal) {
+    for_visible_pairs(g, g.source(step), dropout, [&](int qh, int kh, bool causal, const k::BlockDropout& bd) {
       const int64_t qo = qh * c, ko = kh * c;
       k::attention_flash_block_forward(buf.block_out + qo * D, buf.block_lse + qo, q + qo * D, kb + ko * D, vb + ko * D,
                                        doc ? doc + qo : nullptr, kdoc ? kdoc + ko : nullptr, B, H, G, c, c, D, T, T,
-                                       causal, buf.scratch);
+                                       causal, buf.scratch, bd);
       if (!data) return;
       for (int64_t pair = 0; pair < B * H; ++pair)
         k::attention_lse_merge(out + (pair * T + qo) * D, lse + pair * T + qo, buf.block_out + (pair * T + qo) * D,
@@ -85,7 +89,8 @@ void ring_attention_forward(Comm& cp, float* out, float* lse, const float* q, co
 
 void ring_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const float* dout, const float* q,
                              const float* k, const float* v, const float* out, const float* lse, const int32_t* doc,
-                             int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const RingBuffers& buf, Wire wire) {
+                             int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const CpDropout& dropout,
+                             const RingBuffers& buf, Wire wire) {
   const Ring g = ring_of(cp, B, H, G, T, D);
   const bool data = cp.moves_data();
   const int64_t n = g.kv_floats(), c = g.c;
@@ -100,12 +105,12 @@ void ring_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const fl
   for (int step = 0; step < g.P; ++step) {
     float* blk = buf.travel[cur];  // k | v | dk | dv of the block from source(step)
     const int32_t* kdoc = doc ? buf.docs[cur] : nullptr;
-    for_visible_pairs(g, g.source(step), [&](int qh, int kh, bool causal) {
+    for_visible_pairs(g, g.source(step), dropout, [&](int qh, int kh, bool causal, const k::BlockDropout& bd) {
       const int64_t qo = qh * c, ko = kh * c;
       k::attention_flash_block_backward(dq + qo * D, blk + 2 * n + ko * D, blk + 3 * n + ko * D, dout + qo * D,
                                         q + qo * D, blk + ko * D, blk + n + ko * D, out + qo * D, lse + qo,
                                         doc ? doc + qo : nullptr, kdoc ? kdoc + ko : nullptr, B, H, G, c, c, D, T, T,
-                                        causal, buf.scratch);
+                                        causal, buf.scratch, bd);
     });
     // The block moves on with its gradients so far; after the last step only
     // the gradients go, to the rank the block belongs to.

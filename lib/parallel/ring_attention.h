@@ -9,6 +9,9 @@
 // with their log-sum-exp. Backward passes the blocks around again, their dK
 // and dV travelling with them, and a last step hands each rank its own.
 // Document ids (packing) travel with the keys, so masks hold across chunks.
+// Attention dropout (CpDropout) draws the single device's mask: a block's
+// queries and keys are numbered by their chunks' places in the whole
+// sequence (the keys' by the sending rank's chunks), heads by global head.
 //
 // Layouts as kernels/attention.h: q, out, dq (B, H, T, D); k, v, dk, dv
 // (B, G, T, D); lse (B, H, T); doc (B, T) or null; T = local rows = 2c.
@@ -23,6 +26,18 @@ namespace mtrain::parallel {
 // The global chunk local half `half` (0, 1) of CP rank `rank` holds.
 inline int64_t cp_chunk(int rank, int size, int half) { return half == 0 ? rank : 2 * size - 1 - rank; }
 
+// Attention dropout under context parallelism (p = 0: none), numbered as the
+// single device's call over the whole sequence (kernels/attention.h): this
+// rank's H heads are heads [head_offset, head_offset + H) of total_heads (0 =
+// H; tensor parallelism), a token's position is its place in the whole
+// sequence, positions are pitched by max(P * T, mask_seq) (mask_seq:
+// --seq_length; the whole sequence is P * T rows).
+struct CpDropout {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  int64_t head_offset = 0, total_heads = 0, mask_seq = 0;
+};
+
 // Buffers one call uses (the layer's workspace owns them).
 struct RingBuffers {
   float* travel[2] = {nullptr, nullptr};  // each ring_travel_floats(): k | v | dk | dv of a block in flight
@@ -36,11 +51,11 @@ inline int64_t ring_travel_floats(int64_t B, int64_t G, int64_t T, int64_t D) { 
 // out and lse OVERWRITTEN.
 void ring_attention_forward(Comm& cp, float* out, float* lse, const float* q, const float* k, const float* v,
                             const int32_t* doc, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                            const RingBuffers& buf, Wire wire = {});
+                            const CpDropout& dropout, const RingBuffers& buf, Wire wire = {});
 // dq, dk, dv OVERWRITTEN; out and lse are the forward's.
 void ring_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const float* dout, const float* q,
                              const float* k, const float* v, const float* out, const float* lse, const int32_t* doc,
-                             int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const RingBuffers& buf,
-                             Wire wire = {});
+                             int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const CpDropout& dropout,
+                             const RingBuffers& buf, Wire wire = {});
 
 }  // namespace mtrain::parallel

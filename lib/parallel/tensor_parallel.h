@@ -44,6 +44,8 @@ struct TpConfig {
   Comm* cp = nullptr;
   // The expert-parallel group of an MoE layer's token dispatch (null or size 1: none).
   Comm* ep = nullptr;
+  // The expert TP x EP group (the allgather token dispatcher's; null: unused).
+  Comm* tp_ep = nullptr;
 };
 
 // ---- Linear layers -----------------------------------------------------------------------------

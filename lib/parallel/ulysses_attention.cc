@@ -69,26 +69,32 @@ const int32_t* whole_docs(Comm& cp, const int32_t* doc, int64_t B, int64_t T, in
   return ordered;
 }
 
+// The dropout of this rank's call: heads [rank H/P, (rank+1) H/P) of its H.
+CpDropout head_dropout(const Comm& cp, const CpDropout& d, int64_t H) {
+  return {d.p, d.seed, d.head_offset + cp.rank() * (H / cp.size()), d.total_heads == 0 ? H : d.total_heads, d.mask_seq};
+}
+
 }  // namespace
 
 void ulysses_attention_forward(Comm& cp, float* out, float* lse, const float* q, const float* k, const float* v,
                                const int32_t* doc, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                               const UlyssesBuffers& buf, Wire wire) {
+                               const CpDropout& dropout, const UlyssesBuffers& buf, Wire wire) {
   const int P = cp.size();
   const Split sh{P, B, H, T, D}, sg{P, B, G, T, D};
   seq_to_heads(cp, sh, buf.q, q, buf.send, buf.recv, wire);
   seq_to_heads(cp, sg, buf.k, k, buf.send, buf.recv, wire);
   seq_to_heads(cp, sg, buf.v, v, buf.send, buf.recv, wire);
   const int32_t* docs = whole_docs(cp, doc, B, T, buf.docs);
-  kernels::attention_flash_forward(buf.out, lse, buf.q, buf.k, buf.v, docs, B, H / P, G / P, P * T, D, 0.0f, 0,
-                                   buf.scratch);
+  const CpDropout dr = head_dropout(cp, dropout, H);
+  kernels::attention_flash_forward(buf.out, lse, buf.q, buf.k, buf.v, docs, B, H / P, G / P, P * T, D, dr.p, dr.seed,
+                                   buf.scratch, dr.head_offset, dr.total_heads, dr.mask_seq);
   heads_to_seq(cp, sh, out, buf.out, buf.send, buf.recv, wire);
 }
 
 void ulysses_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const float* dout, const float* q,
                                 const float* k, const float* v, const float* out, const float* lse, const int32_t* doc,
-                                int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const UlyssesBuffers& buf,
-                                Wire wire) {
+                                int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const CpDropout& dropout,
+                                const UlyssesBuffers& buf, Wire wire) {
   const int P = cp.size();
   const Split sh{P, B, H, T, D}, sg{P, B, G, T, D};
   seq_to_heads(cp, sh, buf.q, q, buf.send, buf.recv, wire);
@@ -97,8 +103,10 @@ void ulysses_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const
   seq_to_heads(cp, sh, buf.out, out, buf.send, buf.recv, wire);
   seq_to_heads(cp, sh, buf.dout, dout, buf.send, buf.recv, wire);
   const int32_t* docs = whole_docs(cp, doc, B, T, buf.docs);
+  const CpDropout dr = head_dropout(cp, dropout, H);
   kernels::attention_flash_backward(buf.dq, buf.dk, buf.dv, buf.dout, buf.q, buf.k, buf.v, buf.out, lse, docs, B, H / P,
-                                    G / P, P * T, D, 0.0f, 0, buf.scratch);
+                                    G / P, P * T, D, dr.p, dr.seed, buf.scratch, dr.head_offset, dr.total_heads,
+                                    dr.mask_seq);
   heads_to_seq(cp, sh, dq, buf.dq, buf.send, buf.recv, wire);
   heads_to_seq(cp, sg, dk, buf.dk, buf.send, buf.recv, wire);
   heads_to_seq(cp, sg, dv, buf.dv, buf.send, buf.recv, wire);

@@ -5,7 +5,9 @@
 // (and G/P key/value groups), it runs ordinary causal flash attention on
 // them, and a second all-to-all returns its rows of every head. Backward
 // does the same with the gradients (Comm::all_to_all, equal split). Heads
-// and groups must divide by P.
+// and groups must divide by P. Attention dropout (CpDropout, parallel/
+// ring_attention.h) is the single device's: rank r runs heads [r H/P, (r+1)
+// H/P) of its H over the whole sequence, so only the head offset moves.
 //
 // Layouts: q, out, dq (B, H, T, D); k, v, dk, dv (B, G, T, D); doc (B, T) or
 // null, with T = local rows = 2c. lse (B, H, T) floats hold the head-split
@@ -15,6 +17,7 @@
 #include <cstdint>
 
 #include "parallel/comm.h"
+#include "parallel/ring_attention.h"
 
 namespace mtrain::parallel {
 
@@ -38,11 +41,11 @@ struct UlyssesBuffers {
 // out and lse OVERWRITTEN.
 void ulysses_attention_forward(Comm& cp, float* out, float* lse, const float* q, const float* k, const float* v,
                                const int32_t* doc, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                               const UlyssesBuffers& buf, Wire wire = {});
+                               const CpDropout& dropout, const UlyssesBuffers& buf, Wire wire = {});
 // dq, dk, dv OVERWRITTEN; out and lse are the forward's.
 void ulysses_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const float* dout, const float* q,
                                 const float* k, const float* v, const float* out, const float* lse, const int32_t* doc,
-                                int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const UlyssesBuffers& buf,
-                                Wire wire = {});
+                                int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const CpDropout& dropout,
+                                const UlyssesBuffers& buf, Wire wire = {});
 
 }  // namespace mtrain::parallel

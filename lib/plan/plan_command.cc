@@ -38,7 +38,9 @@ static std::string flag_name(const std::string& token) {
 static bool layout_flag(const std::string& name) {
   for (const char* f : {"--dry_run", "--tensor_model_parallel_size", "--pipeline_model_parallel_size",
                         "--virtual_pipeline_model_parallel_size", "--num_layers_per_virtual_pipeline_stage",
-                        "--decoder_first_pipeline_num_layers", "--decoder_last_pipeline_num_layers"})
+                        "--decoder_first_pipeline_num_layers", "--decoder_last_pipeline_num_layers",
+                        "--context_parallel_size", "--context_parallel_algo", "--expert_model_parallel_size",
+                        "--expert_tensor_parallel_size", "--moe_token_dispatcher_type"})
     if (name == f) return true;
   return false;
 }
@@ -80,8 +82,10 @@ std::string plan_help() {
   return "mtrain plan [sft|pt] [JOB.yaml] <the job's flags: --model_preset NAME | --model DIR | --num_layers ...,\n"
          "            --global_batch_size N, --seq_length N, --bf16, --dataset ..., --lr ...>\n"
          "            --nnodes N --nproc_per_node N [--top N] [--json]\n"
-         "Searches TP (within a node), PP (with a shorter first/last stage), VPP, DP, micro-batch, recompute,\n"
-         "the distributed optimizer and sequence parallelism; dry-runs every valid layout and prints the\n"
+         "Searches TP (within a node), PP (with a shorter first/last stage), VPP, CP (ring and Ulysses, for\n"
+         "sequences of 8192 tokens and more, at least 4096 per CP rank), DP, for an MoE model EP, ETP and the\n"
+         "token dispatcher, micro-batch, recompute, the distributed optimizer and sequence parallelism;\n"
+         "dry-runs every valid layout and prints the\n"
          "fastest that fit, each as the `mtrain sft|pt` command to paste: the job's flags as given, then the\n"
          "layout's. The job is pt unless the first argument is sft. Exit 6 when none fits.\n";
 }
@@ -121,24 +125,42 @@ static std::string edge_layers(const Layout& l, int num_layers) {
                      l.last_stage_layers ? l.last_stage_layers : middle);
 }
 
+// The CP column ("2 ring", "4 ulysses") when the search tried CP; the EP, ETP
+// and dispatcher columns for an MoE model.
+static std::string axis_columns(const SearchSummary& s, const Layout* l) {
+  std::string c;
+  if (s.cp_searched) {
+    const std::string cp = !l ? std::string("CP")
+                           : l->cp == 1
+                               ? std::string("1")
+                               : fmt::format("{} {}", l->cp, l->cp_algo == "ulysses_cp_algo" ? "ulysses" : "ring");
+    c += fmt::format(" {:>9}", cp);
+  }
+  if (s.moe)
+    c += l ? fmt::format(" {:>3} {:>3} {:>9}", l->ep, l->etp, l->dispatcher)
+           : fmt::format(" {:>3} {:>3} {:>9}", "EP", "ETP", "dispatch");
+  return c;
+}
+
 static void print_table(const PlanOptions& o, const SearchSummary& s, std::ostream& out) {
   out << fmt::format(
-      "{} candidates: {} invalid (Megatron's validation), {} pruned (states alone exceed HBM), "
-      "{} dry-run, {} fit ({} more had the memory and time of a simpler layout: listed once, as that one)\n\n",
-      s.candidates, s.invalid, s.pruned, s.dry_run, s.fitting.size(), s.same_as_simpler);
-  out << fmt::format("{:>4} {:>3} {:>3} {:>8} {:>3} {:>3} {:>4} {:>9} {:>7} {:>5} {:>17} {:>9} {:>13} {:>6}\n", "rank",
-                     "TP", "PP", "1st/last", "VPP", "DP", "MBS", "recompute", "distopt", "SP", "peak GiB / cap",
-                     "step s", "tokens/s/dev", "MFU");
+      "{} candidates: {} invalid (Megatron's validation), {} pruned (states alone exceed HBM), {} pruned (a "
+      "smaller micro-batch of the layout does not fit), {} dry-run, {} fit ({} more had the memory and time of a "
+      "simpler layout: listed once, as that one)\n\n",
+      s.candidates, s.invalid, s.pruned, s.pruned_mbs, s.dry_run, s.fitting.size(), s.same_as_simpler);
+  out << fmt::format("{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>17} {:>9} {:>13} {:>6}\n",
+                     "rank", "TP", "PP", "1st/last", "VPP", axis_columns(s, nullptr), "DP", "MBS", "recompute",
+                     "distopt", "SP", "peak GiB / cap", "step s", "tokens/s/dev", "MFU");
   const size_t n = std::min<size_t>(o.top, s.fitting.size());
   for (size_t i = 0; i < n; ++i) {
     const PlanResult& p = s.fitting[i];
     const Layout& l = p.layout;
     out << fmt::format(
-        "{:>4} {:>3} {:>3} {:>8} {:>3} {:>3} {:>4} {:>9} {:>7} {:>5} {:>8.2f} / {:<6.2f} {:>9.3f} {:>13.1f} "
+        "{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>8.2f} / {:<6.2f} {:>9.3f} {:>13.1f} "
         "{:>5.1f}%\n",
-        i + 1, l.tp, l.pp, edge_layers(l, p.num_layers), l.vpp, p.dp, l.mbs, l.recompute, l.distopt ? "on" : "off",
-        l.sp ? "on" : "off", gib(p.peak_bytes), gib(p.capacity_bytes), p.step_s, p.tokens_per_s_per_device,
-        100 * p.mfu);
+        i + 1, l.tp, l.pp, edge_layers(l, p.num_layers), l.vpp, axis_columns(s, &l), p.dp, l.mbs, l.recompute,
+        l.distopt ? "on" : "off", l.sp ? "on" : "off", gib(p.peak_bytes), gib(p.capacity_bytes), p.step_s,
+        p.tokens_per_s_per_device, 100 * p.mfu);
   }
   out << "\n";
   for (size_t i = 0; i < n; ++i) out << fmt::format("{}: {}\n", i + 1, launch_line(o, s.fitting[i]));
@@ -162,6 +184,14 @@ static void print_json(const PlanOptions& o, const SearchSummary& s, std::ostrea
                     {"recompute", l.recompute},
                     {"distributed_optimizer", l.distopt},
                     {"sequence_parallel", l.sp},
+                    {"cp", l.cp},
+                    {"cp_algo", l.cp_algo},
+                    {"ep", l.ep},
+                    {"etp", l.etp},
+                    {"moe_token_dispatcher_type", l.moe ? nlohmann::json(l.dispatcher) : nlohmann::json()},
+                    {"tp_comm_s", p.tp_comm_s},  // the micro-batch communication, split as the dry run's report
+                    {"cp_comm_s", p.cp_comm_s},
+                    {"ep_comm_s", p.ep_comm_s},
                     {"peak_bytes", p.peak_bytes},
                     {"capacity_bytes", p.capacity_bytes},
                     {"step_s", p.step_s},

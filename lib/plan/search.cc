@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "common/errors.h"
 #include "config/validate.h"
@@ -18,6 +19,10 @@ std::string layout_flags(const Layout& l, int num_layers) {
   if (l.first_stage_layers) f += fmt::format(" --decoder_first_pipeline_num_layers {}", l.first_stage_layers);
   if (l.last_stage_layers) f += fmt::format(" --decoder_last_pipeline_num_layers {}", l.last_stage_layers);
   if (l.vpp > 1) f += fmt::format(" --num_layers_per_virtual_pipeline_stage {}", num_layers / (l.pp * l.vpp));
+  if (l.cp > 1) f += fmt::format(" --context_parallel_size {} --context_parallel_algo {}", l.cp, l.cp_algo);
+  if (l.moe)
+    f += fmt::format(" --expert_model_parallel_size {} --expert_tensor_parallel_size {} --moe_token_dispatcher_type {}",
+                     l.ep, l.etp, l.dispatcher);
   f += fmt::format(" --micro_batch_size {} --recompute_granularity {}", l.mbs, l.recompute);
   if (l.recompute == "full") f += " --recompute_method uniform --recompute_num_layers 1";
   f += fmt::format(" --use_distributed_optimizer {} --sequence_parallel {}", l.distopt, l.sp);
@@ -37,6 +42,13 @@ config::Args apply_layout(const config::Args& base, const Layout& l) {
   a.virtual_pipeline_model_parallel_size.reset();
   a.num_layers_per_virtual_pipeline_stage.reset();
   if (l.vpp > 1) a.num_layers_per_virtual_pipeline_stage = base.num_layers / (l.pp * l.vpp);
+  a.context_parallel_size = l.cp;
+  a.context_parallel_algo = l.cp_algo;
+  if (l.moe) {
+    a.expert_model_parallel_size = l.ep;
+    a.expert_tensor_parallel_size = l.etp;
+    a.moe_token_dispatcher_type = l.dispatcher;
+  }
   a.micro_batch_size = l.mbs;
   a.recompute_granularity.reset();
   a.recompute_method.reset();
@@ -64,12 +76,17 @@ std::vector<std::pair<int, int>> stage_splits(int num_layers, int pp) {
   std::vector<std::pair<int, int>> out;
   if (num_layers % pp == 0) out.push_back({0, 0});
   if (pp == 1) return out;
+  // (first, last) layers: at PP 2 there is no middle stage, and two ways can
+  // name one split (48 = 24 + 24 is the even split with one or two fewer on both sides).
+  std::set<std::pair<int, int>> seen;
+  if (num_layers % pp == 0) seen.insert({num_layers / pp, num_layers / pp});
   // fewer_first / fewer_last: layers the first / last stage holds below the middle stages' share.
   for (int fewer_first : {0, 1, 2})
     for (int fewer_last : {0, 1, 2}) {
       const int share = (num_layers + fewer_first + fewer_last) / pp;
       if ((fewer_first == 0 && fewer_last == 0) || (num_layers + fewer_first + fewer_last) % pp != 0) continue;
       if (share - fewer_first < 1 || share - fewer_last < 1) continue;
+      if (!seen.insert({share - fewer_first, share - fewer_last}).second) continue;
       out.push_back({fewer_first ? share - fewer_first : 0, fewer_last ? share - fewer_last : 0});
     }
   return out;
@@ -95,25 +112,66 @@ static void add_settings(Layout l, int dp, int global_batch, std::vector<Layout>
       }
 }
 
+// The pipeline splits of `l`'s model over pp stages (even with its VPP
+// choices, uneven first / last stages), each with the other settings.
+static void add_pipelines(Layout l, int num_layers, int dp, int global_batch, std::vector<Layout>& out) {
+  for (const auto& [first, last] : stage_splits(num_layers, l.pp)) {
+    const bool even = first == 0 && last == 0;
+    for (int vpp : even ? divisors(num_layers / l.pp) : std::vector<int>{1}) {
+      if (vpp > 1 && l.pp == 1) continue;
+      l.vpp = vpp, l.first_stage_layers = first, l.last_stage_layers = last;
+      add_settings(l, dp, global_batch, out);
+    }
+  }
+}
+
+// (CP, algorithm) for the ranks left after TP x PP: CP 1, and each CP size
+// dividing them that leaves every CP rank min_cp_tokens of a sequence, with
+// both of MindSpeed's algorithms (the validation refuses what they cannot split).
+static std::vector<std::pair<int, std::string>> context_splits(int ranks, int seq_length, int min_cp_tokens) {
+  std::vector<std::pair<int, std::string>> out = {{1, "megatron_cp_algo"}};
+  for (int cp : divisors(ranks))
+    if (cp > 1 && seq_length / cp >= min_cp_tokens)
+      for (const char* algo : {"megatron_cp_algo", "ulysses_cp_algo"}) out.push_back({cp, algo});
+  return out;
+}
+
+// An MoE model's expert layouts for TP and DP: EP dividing both the experts
+// and DP (EP ranks are data-parallel ranks of the dense model), ETP 1 or TP,
+// and the dispatcher: allgather only where it differs from alltoall (with
+// EP = ETP = 1 both are the same local permutation). The validation refuses
+// what mtrain does not run (e.g. allgather or ETP > 1 under EP, today).
+static std::vector<Layout> expert_layouts(Layout l, const config::Args& base, int dp) {
+  if (!base.num_experts) return {l};
+  std::vector<Layout> out;
+  l.moe = true;
+  for (int ep : divisors(dp)) {
+    if (*base.num_experts % ep != 0) continue;
+    for (int etp : l.tp == 1 ? std::vector<int>{1} : std::vector<int>{1, l.tp})
+      for (const char* dispatcher : {"alltoall", "allgather"}) {
+        if (std::string(dispatcher) == "allgather" && ep * etp == 1) continue;
+        l.ep = ep, l.etp = etp, l.dispatcher = dispatcher;
+        out.push_back(l);
+      }
+  }
+  return out;
+}
+
 // Every layout of the loops' cross product that the rules allow;
 // the CLI's validation then rejects what Megatron would (heads % TP, ...).
 static std::vector<Layout> enumerate(const config::Args& base, const SearchOptions& o) {
   const int world = o.nnodes * o.nproc_per_node;
   std::vector<Layout> out;
   for (int tp : divisors(o.nproc_per_node))
-    for (int pp : divisors(world / tp)) {
-      const int dp = world / (tp * pp);
-      if (base.global_batch_size % dp != 0) continue;
-      for (const auto& [first, last] : stage_splits(base.num_layers, pp)) {
-        const bool even = first == 0 && last == 0;
-        for (int vpp : even ? divisors(base.num_layers / pp) : std::vector<int>{1}) {
-          if (vpp > 1 && pp == 1) continue;
-          Layout l;
-          l.tp = tp, l.pp = pp, l.vpp = vpp, l.first_stage_layers = first, l.last_stage_layers = last;
-          add_settings(l, dp, base.global_batch_size, out);
-        }
+    for (int pp : divisors(world / tp))
+      for (const auto& [cp, algo] : context_splits(world / (tp * pp), *base.seq_length, o.min_cp_tokens)) {
+        const int dp = world / (tp * pp * cp);
+        if (base.global_batch_size % dp != 0) continue;
+        Layout l;
+        l.tp = tp, l.pp = pp, l.cp = cp, l.cp_algo = algo;
+        for (const Layout& e : expert_layouts(l, base, dp))
+          add_pipelines(e, base.num_layers, dp, base.global_batch_size, out);
       }
-    }
   return out;
 }
 
@@ -130,6 +188,9 @@ static std::vector<Layout> enumerate(const config::Args& base, const SearchOptio
 static bool hopeless(config::Args a, int64_t capacity) {
   if (a.train_type == "lora") return false;  // the formula counts states for every weight; LoRA trains few
   if (!a.vocab_size) a.vocab_size = 1;
+  // The distributed optimizer shards over DP x CP (Megatron's data-parallel
+  // group with context parallelism); the formula's d is DP alone.
+  a.data_parallel_size *= a.context_parallel_size;
   if (a.decoder_first_pipeline_num_layers)
     a.num_layers = *a.decoder_first_pipeline_num_layers * a.pipeline_model_parallel_size;
   return 0.85 * megatron_formulas(a).states > static_cast<double>(capacity);
@@ -149,6 +210,9 @@ static PlanResult measure(const config::Args& a, const Layout& l) {
   p.mfu = t.mfu;
   p.fits = plan_fits(r);
   p.flags = layout_flags(l, a.num_layers);
+  for (const StageTime& st : t.stages)
+    if (st.tp_comm_s + st.cp_comm_s + st.ep_comm_s >= p.tp_comm_s + p.cp_comm_s + p.ep_comm_s)
+      p.tp_comm_s = st.tp_comm_s, p.cp_comm_s = st.cp_comm_s, p.ep_comm_s = st.ep_comm_s;
   return p;
 }
 
@@ -160,7 +224,9 @@ static int complexity(const Layout& l) {
 // Same model split and micro-batch; exactly one of recompute, distributed optimizer, SP differs.
 static bool differ_in_one_setting(const Layout& a, const Layout& b) {
   const bool same_split = a.tp == b.tp && a.pp == b.pp && a.vpp == b.vpp && a.mbs == b.mbs &&
-                          a.first_stage_layers == b.first_stage_layers && a.last_stage_layers == b.last_stage_layers;
+                          a.first_stage_layers == b.first_stage_layers && a.last_stage_layers == b.last_stage_layers &&
+                          a.cp == b.cp && a.cp_algo == b.cp_algo && a.ep == b.ep && a.etp == b.etp &&
+                          a.dispatcher == b.dispatcher;
   return same_split && (a.recompute != b.recompute) + (a.distopt != b.distopt) + (a.sp != b.sp) == 1;
 }
 
@@ -182,11 +248,20 @@ static void drop_same_as_simpler(SearchSummary& s) {
   s.fitting = std::move(kept);
 }
 
+// The layout's flags with its micro-batch left out.
+static std::string without_mbs(Layout l, int num_layers) {
+  l.mbs = 0;
+  return layout_flags(l, num_layers);
+}
+
 SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   const int world = o.nnodes * o.nproc_per_node;
   SearchSummary s;
   int64_t capacity = -1;
+  std::set<std::string> missed;  // without_mbs of the layouts dry-run that did not fit
   const std::vector<Layout> layouts = enumerate(base, o);
+  s.moe = base.num_experts.has_value();
+  s.cp_searched = std::any_of(layouts.begin(), layouts.end(), [](const Layout& l) { return l.cp > 1; });
   ProgressBar bar("Plan", static_cast<int64_t>(layouts.size()), o.progress);
   bar.set_unit("layout");
   for (const Layout& l : layouts) {
@@ -203,9 +278,18 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
       ++s.pruned;
       continue;
     }
+    // A layout's memory grows with its micro-batch (activations, and the rows
+    // in flight: min(stages ahead x b, rows per DP rank)); micro-batches are
+    // enumerated smallest first, so a larger one of a layout that missed misses.
+    const std::string others = without_mbs(l, a.num_layers);
+    if (o.prune && missed.count(others)) {
+      ++s.pruned_mbs;
+      continue;
+    }
     ++s.dry_run;
     PlanResult p = measure(a, l);
     capacity = p.capacity_bytes;
+    if (!p.fits) missed.insert(others);
     (p.fits ? s.fitting : s.misses).push_back(std::move(p));
   }
   bar.update(s.candidates, fmt::format("fit={}", s.fitting.size()));

@@ -1,5 +1,7 @@
-// `mtrain plan`: the layout search. Every combination of TP, PP, VPP, DP,
-// micro-batch, recompute, distributed optimizer and sequence parallelism for
+// `mtrain plan`: the layout search. Every combination of TP, PP, VPP, CP
+// (with both algorithms, for long sequences: SearchOptions), DP, expert
+// parallelism (EP, ETP, dispatcher: MoE models), micro-batch, recompute,
+// distributed optimizer and sequence parallelism for
 // a world (with --overlap_grad_reduce whenever DP > 1, and
 // --overlap_param_gather with the distributed optimizer) is checked by the
 // CLI's own validation (config::validate), pruned
@@ -24,6 +26,14 @@ struct Layout {
   // An uneven pipeline: layers on the first / last stage (0: the even share),
   // Megatron's --decoder_first/last_pipeline_num_layers.
   int first_stage_layers = 0, last_stage_layers = 0;
+  // Context parallelism: CP ranks per sequence and MindSpeed's algorithm
+  // (megatron_cp_algo: ring; ulysses_cp_algo: all-to-all over heads).
+  int cp = 1;
+  std::string cp_algo = "megatron_cp_algo";
+  // An MoE model's expert layout (moe false: a dense model, no expert flags).
+  bool moe = false;
+  int ep = 1, etp = 1;
+  std::string dispatcher = "alltoall";
   // Not searched: on whenever they apply, as Megatron users run (DP > 1;
   // the parameter gather with the distributed optimizer).
   bool overlap_grad_reduce = false, overlap_param_gather = false;
@@ -45,6 +55,9 @@ struct PlanResult {
   int dp = 1, num_layers = 0;
   int64_t peak_bytes = 0, capacity_bytes = 0;  // the worst rank class
   double step_s = 0, tokens_per_s_per_device = 0, mfu = 0;
+  // The micro-batch phases' blocking communication of the slowest-communicating stage, split as the
+  // dry run's report splits it (step_time.h): TP (and SP), CP, EP (expert dispatch).
+  double tp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0;
   bool fits = false;
   std::string flags;
 };
@@ -53,16 +66,23 @@ struct SearchOptions {
   int nproc_per_node = 1, nnodes = 1;
   bool prune = true;                 // false: dry-run every valid candidate (tests compare)
   ProgressSink* progress = nullptr;  // a progress line over the candidates (common/progress.h)
+  // CP > 1 is tried when it leaves every CP rank at least this many tokens of
+  // each sequence (so only for sequences of 2x this and longer). Below, the
+  // activations CP divides are small beside the states it does not divide,
+  // while each CP size adds a full set of candidates per algorithm.
+  int min_cp_tokens = 4096;
 };
 
 struct SearchSummary {
   int candidates = 0, invalid = 0, pruned = 0, dry_run = 0;
+  int pruned_mbs = 0;  // not dry-run: the same layout with a smaller micro-batch did not fit
   // Fitting layouts with the memory and step time of a simpler one that differs
   // in one setting (e.g. selective recompute with flash attention keeps and
   // recomputes nothing more): listed once, as the simpler layout.
   int same_as_simpler = 0;
-  std::vector<PlanResult> fitting;  // best first: tokens/s/device, then less memory
-  std::vector<PlanResult> misses;   // dry-run, not fitting; smallest shortfall first
+  bool cp_searched = false, moe = false;  // CP > 1 was among the candidates; the model is an MoE model
+  std::vector<PlanResult> fitting;        // best first: tokens/s/device, then less memory
+  std::vector<PlanResult> misses;         // dry-run, not fitting; smallest shortfall first
 };
 
 // base: validated Args of the user's model and batch (any layout).

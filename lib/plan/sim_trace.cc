@@ -57,9 +57,21 @@ std::string simulated_trace(const DryRun& r, const StepTime& t) {
                       {"dur", (sp.end_s - sp.begin_s) * 1e6},
                       {"cat", sp.microbatch < 0 ? "comm" : "compute"}});
   }
+  // Per stage, the report's split of the micro-batch phases' blocking communication.
+  json stages = json::array();
+  for (const StageTime& st : t.stages)
+    stages.push_back({{"stage", st.stage},
+                      {"compute_ms", st.compute_s * 1e3},
+                      {"tp_comm_ms", st.tp_comm_s * 1e3},
+                      {"cp_comm_ms", st.cp_comm_s * 1e3},
+                      {"ep_comm_ms", st.ep_comm_s * 1e3},
+                      {"dp_comm_ms", st.dp_comm_s * 1e3}});
   json doc{{"traceEvents", std::move(events)},
            {"displayTimeUnit", "ms"},
-           {"metadata", {{"step_ms", t.step_s * 1e3}, {"clock", "simulated device time (microseconds)"}}}};
+           {"metadata",
+            {{"step_ms", t.step_s * 1e3},
+             {"clock", "simulated device time (microseconds)"},
+             {"stages", std::move(stages)}}}};
   return doc.dump();
 }
 

@@ -9,10 +9,17 @@
 
 #include "common/errors.h"
 #include "model/flops.h"
+#include "parallel/comm.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/dry_run.h"
 
 namespace mtrain::plan {
+
+CommLine comm_line(std::string_view group) {
+  if (group == "cp") return CommLine::kContext;
+  if (group == "ep" || group == "expt-tp" || group == "tp-ep" || group == "tp-ep-pp") return CommLine::kExpert;
+  return CommLine::kTensor;
+}
 
 namespace {
 
@@ -102,6 +109,20 @@ CommStream play_comm_stream(const RecordCost& c, int stage, double backward_end,
 }  // namespace
 namespace {
 
+// record_cost's phase_comm_s (the blocking collectives inside the micro-batch
+// phases, priced the same way) split by CommLine: (TP, CP, EP).
+std::tuple<double, double, double> phase_comm_split(const StepRecord& r, const device::CostModel& cost,
+                                                    const std::function<bool(std::string_view)>& inter_node) {
+  double line[3] = {0, 0, 0};
+  for (const CommRecord& m : r.comms) {
+    if (m.overlapped || m.group == "pp" || m.phase < 0 || !is_microbatch_phase(r.phases[m.phase])) continue;
+    line[static_cast<int>(comm_line(m.group))] +=
+        cost.comm_seconds(parallel::cost_collective(m.op), static_cast<double>(m.bytes + m.recv_bytes), m.group_size,
+                          inter_node(m.group));
+  }
+  return {line[0], line[1], line[2]};
+}
+
 struct ClassCost {
   const ClassMemory* k;
   RecordCost cost;
@@ -124,7 +145,8 @@ std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vecto
     StageTime& st = stages[k.rank_class.stage];
     st.stage = k.rank_class.stage;
     st.compute_s = std::max(st.compute_s, c.compute_s);
-    st.tp_comm_s = std::max(st.tp_comm_s, c.phase_comm_s);
+    if (c.phase_comm_s >= st.tp_comm_s + st.cp_comm_s + st.ep_comm_s)  // the class with the most, split
+      std::tie(st.tp_comm_s, st.cp_comm_s, st.ep_comm_s) = phase_comm_split(k.step, cost, spans);
     st.tail_comm_s = std::max(st.tail_comm_s, c.tail_comm_s);
     st.optimizer_s = std::max(st.optimizer_s, c.optimizer_s);
     st.param_gather_s = std::max(st.param_gather_s, c.param_gather_s);
@@ -207,9 +229,9 @@ StepTime step_time(const DryRun& r) {
     // reduction): the blocking collectives, the optimizer, then the
     // distributed optimizer's blocking param all-gather.
     double at = clocks[s].first + exposed[s];
-    for (const auto& [name, d] : {std::pair{"communication after backward", st.tail_comm_s - st.param_gather_s},
-                                  std::pair{"optimizer step", st.optimizer_s},
-                                  std::pair{"param all-gather", st.param_gather_s}}) {
+    for (const auto& [name, d] :
+         {std::pair{"communication after backward", st.tail_comm_s - st.param_gather_s},
+          std::pair{"optimizer step", st.optimizer_s}, std::pair{"param all-gather", st.param_gather_s}}) {
       if (d > 0) t.timeline.push_back({s, name, -1, 0, at, at + d});
       at += d;
     }
@@ -242,13 +264,17 @@ std::string time_report(const DryRun& r, const StepTime& t) {
                   r.profile.name, t.step_s * 1e3);
   for (const StageTime& s : t.stages) {
     const double other = s.tail_comm_s - (s.dp_comm_s - s.overlapped_s);
+    // CP and EP lines where the layout has them (an MoE model's dispatch even at EP 1: its ETP exchange).
+    std::string phase_comm = fmt::format("TP communication {:.1f} ms", s.tp_comm_s * 1e3);
+    if (r.cp > 1) phase_comm += fmt::format(", CP communication {:.1f} ms", s.cp_comm_s * 1e3);
+    if (r.whole_model.moe.num_experts > 0)
+      phase_comm += fmt::format(", EP communication (expert dispatch) {:.1f} ms", s.ep_comm_s * 1e3);
     out += fmt::format(
-        "  pipeline stage {}: compute {:.1f} ms, {} communication {:.1f} ms, DP communication {:.1f} ms "
+        "  pipeline stage {}: compute {:.1f} ms, {}, DP communication {:.1f} ms "
         "({:.1f} ms exposed, {:.1f} ms hidden behind compute), other communication after backward {:.1f} ms, bubble "
         "{:.1f}%\n",
-        s.stage, s.compute_s * 1e3, r.cp > 1 ? "TP/CP" : "TP", s.tp_comm_s * 1e3, s.dp_comm_s * 1e3,
-        s.dp_exposed_s * 1e3, std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3,
-        100.0 * s.bubble);
+        s.stage, s.compute_s * 1e3, phase_comm, s.dp_comm_s * 1e3, s.dp_exposed_s * 1e3,
+        std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3, 100.0 * s.bubble);
     out += fmt::format("    optimizer step {:.1f} ms (overflow check, grad norm, update, main-to-model param copy)\n",
                        s.optimizer_s * 1e3);
   }

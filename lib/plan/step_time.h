@@ -50,23 +50,36 @@ namespace mtrain::plan {
 
 struct DryRun;
 
+// Which line of the report a collective inside a micro-batch phase belongs
+// to, by its communicator group (parallel/process_grid.h names): the CP
+// group's ring passes and Ulysses all-to-alls; the expert grid's groups
+// ("ep", "expt-tp", "tp-ep", "tp-ep-pp": the MoE token dispatch); the rest
+// (the TP group: TP/SP collectives, the router's sums over the token shards,
+// and the ETP = TP experts' row gather / reduce-scatter, which run on it).
+enum class CommLine { kTensor, kContext, kExpert };
+CommLine comm_line(std::string_view group);
+
 struct StageTime {
   int stage = 0;
-  double compute_s = 0, tp_comm_s = 0, tail_comm_s = 0;  // tail: blocking, after the last backward
+  double compute_s = 0, tail_comm_s = 0;  // tail: blocking, after the last backward
+  // The blocking collectives inside the micro-batch phases, by CommLine (all
+  // on the critical path): TP (and SP), CP, EP (expert dispatch).
+  double tp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0;
   double optimizer_s = 0;     // the optimizer's kernels (after the blocking DP reduction)
   double param_gather_s = 0;  // the blocking param all-gather (part of tail_comm_s)
-  double dp_comm_s = 0;                                  // DP gradient reduction + parameter gather, all of it
-  double dp_exposed_s = 0;  // the part on the critical path (all of it when not overlapped)
-  double overlapped_s = 0;  // the part run on the communication stream
-  double busy_s = 0;        // its phases, back to back
-  double end_s = 0;         // its last backward ends (pipeline clock)
-  double bubble = 0;        // idle share of the step time
+  double dp_comm_s = 0;       // DP gradient reduction + parameter gather, all of it
+  double dp_exposed_s = 0;    // the part on the critical path (all of it when not overlapped)
+  double overlapped_s = 0;    // the part run on the communication stream
+  double busy_s = 0;          // its phases, back to back
+  double end_s = 0;           // its last backward ends (pipeline clock)
+  double bubble = 0;          // idle share of the step time
 };
 
 // One span of the simulated timeline (--profile with --dry_run).
 struct TimelineSpan {
   int stage = 0;
-  std::string name;  // "forward", "backward", "communication after backward", "optimizer step", "DP grad reduce bucket", ...
+  std::string
+      name;  // "forward", "backward", "communication after backward", "optimizer step", "DP grad reduce bucket", ...
   int microbatch = -1, chunk = 0;
   double begin_s = 0, end_s = 0;
   bool comm_stream = false;  // on the stage's DP communication stream (overlapped)

@@ -67,13 +67,25 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
                               float* scratch, int64_t head_offset = 0, int64_t total_heads = 0, int64_t mask_seq = 0);
 int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t T, int64_t D);
 
+// Where a ring block's attention-dropout mask sits in the whole-sequence call.
+struct BlockDropout {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  int64_t head_offset = 0, total_heads = 0;  // the block's heads among the layer's (total 0 = H)
+  int64_t pitch = 0;                         // positions per sequence in the numbering (> 0 when p > 0)
+  int64_t q_pos0 = 0, k_pos0 = 0;            // positions of the block's first query and key
+};
+
 // Ring attention (context parallelism) in blocks: Tq queries (B, H, Tq, D)
 // against Tk keys and values (B, G, Tk, D). causal: the causal diagonal of
 // one sequence chunk (Tq == Tk, same positions); otherwise every key precedes
 // every query. Rows are strided: pair (b, h) of q, out, lse, dout, dq starts
 // at row pair * q_pitch, group (b, g) of k, v, dk, dv at row (b*G + g) *
 // k_pitch; q_doc (B, q_pitch) and k_doc (B, k_pitch) are both null or both
-// set (then only equal document ids see each other). No dropout.
+// set (then only equal document ids see each other). Dropout (BlockDropout,
+// p = 0: none) draws the mask of the whole-sequence call: element (tq, tk) of
+// the block is (q_pos0 + tq, k_pos0 + tk) of its sequence, head h is global
+// head head_offset + h of total_heads (0 = H), positions pitched by pitch.
 // Forward writes the block's own softmax: out and lse of each row over the
 // block's keys (a row that sees none: out 0, lse -inf). Backward takes the
 // merged out and lse of the whole row and ACCUMULATES into dq, dk, dv.
@@ -81,11 +93,12 @@ int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t 
 void attention_flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                    const int32_t* q_doc, const int32_t* k_doc, int64_t B, int64_t H, int64_t G,
                                    int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal,
-                                   float* scratch);
+                                   float* scratch, const BlockDropout& dropout = {});
 void attention_flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                     const float* v, const float* out, const float* lse, const int32_t* q_doc,
                                     const int32_t* k_doc, int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk,
-                                    int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch);
+                                    int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch,
+                                    const BlockDropout& dropout = {});
 int64_t attention_flash_block_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t Tk, int64_t D);
 // Online-softmax merge of rows: (out, lse) (rows, D), (rows) becomes the
 // softmax over the union of both key sets; lse -inf = no keys yet.

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/errors.h"
 #include "profiler/kernel_region.h"
 #include "tensor/attention.h"
 #include "tensor/kernel_util.h"
@@ -84,17 +85,28 @@ struct Block {
   }
 };
 
-// In the per-pair helpers below, (b, h, H) only place the dropout mask: h is
-// the global head and H the numbering (heads, pitch) of attention_dropout_index.
+// Dropout: mask numbering (heads, pitch), p and seed; head_offset places the
+// local heads, q_pos0 and k_pos0 the block's first query and key in their
+// sequence (ring attention's chunks; 0 for a whole sequence).
+struct Dropout {
+  detail::AttentionMask mask;
+  int64_t head_offset;
+  float p;
+  uint64_t seed;
+  int64_t q_pos0 = 0, k_pos0 = 0;
+};
+
+// In the per-pair helpers below, (b, h) only place the dropout mask: h is the
+// global head of attention_dropout_index.
 
 // Dropout multipliers of a tile into z (nq rows, stride kK).
-void tile_dropout(float* z, int64_t b, int64_t h, const detail::AttentionMask& H, int64_t q0, int64_t nq, int64_t k0,
-                  int64_t nk, float p, uint64_t seed) {
-  const float keep_scale = detail::dropout_keep_scale(p);
+void tile_dropout(float* z, int64_t b, int64_t h, const Dropout& dr, int64_t q0, int64_t nq, int64_t k0, int64_t nk) {
+  const float keep_scale = detail::dropout_keep_scale(dr.p);
+  const int64_t qp = dr.q_pos0 + q0, kp = dr.k_pos0 + k0;
   for (int64_t i = 0; i < nq; ++i)
     for (int64_t j = 0; j < nk; ++j)
-      z[i * kK + j] =
-          detail::dropout_multiplier(seed, detail::attention_dropout_index(b, h, H, q0 + i, k0 + j), p, keep_scale);
+      z[i * kK + j] = detail::dropout_multiplier(
+          dr.seed, detail::attention_dropout_index(b, h, dr.mask, qp + i, kp + j), dr.p, keep_scale);
 }
 
 // Online-softmax update of one query tile against one key tile. S (nq, kK)
@@ -130,8 +142,7 @@ void online_softmax_tile(float* S, float* o, float* row_max, float* row_sum, con
 }
 
 void flash_forward_pair(float* out, float* lse, const float* q, const float* k, const float* v, const Block& blk,
-                        int64_t b, int64_t h, const detail::AttentionMask& H, int64_t D, float p, uint64_t seed,
-                        float scale, float* task) {
+                        int64_t b, int64_t h, const Dropout& dr, int64_t D, float scale, float* task) {
   const int64_t T = blk.Tq;
   float* S = task;                        // (kQ, kK)
   float* row_max = task + kQ * kK;        // (kQ)
@@ -149,12 +160,13 @@ void flash_forward_pair(float* out, float* lse, const float* q, const float* k, 
       const int64_t nk = std::min(kK, k_end - k0);
       gemm(false, false, nq, nk, D, scale, q + q0 * D, D, kt + k0 * D, kK, 0.0f, S, kK);
       online_softmax_tile(S, o, row_max, row_sum, blk, q0, nq, k0, nk, D);
-      if (p > 0.0f) {
-        const float keep_scale = detail::dropout_keep_scale(p);
+      if (dr.p > 0.0f) {
+        const float keep_scale = detail::dropout_keep_scale(dr.p);
+        const int64_t qp = dr.q_pos0 + q0, kp = dr.k_pos0 + k0;
         for (int64_t i = 0; i < nq; ++i)
           for (int64_t j = 0; j < nk; ++j)
-            S[i * kK + j] *= detail::dropout_multiplier(seed, detail::attention_dropout_index(b, h, H, q0 + i, k0 + j),
-                                                        p, keep_scale);
+            S[i * kK + j] *= detail::dropout_multiplier(
+                dr.seed, detail::attention_dropout_index(b, h, dr.mask, qp + i, kp + j), dr.p, keep_scale);
       }
       gemm(false, false, nq, D, nk, 1.0f, S, kK, v + k0 * D, D, 1.0f, o, D);
     }
@@ -173,8 +185,7 @@ void flash_forward_pair(float* out, float* lse, const float* q, const float* k, 
 // kt, vt: the group's keys and values transposed per tile (transpose_tiles).
 void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                           const float* kt, const float* vt, const float* out, const float* lse, const Block& blk,
-                          int64_t b, int64_t h, const detail::AttentionMask& H, int64_t D, int64_t q0, float p,
-                          uint64_t seed, float scale, float* task) {
+                          int64_t b, int64_t h, const Dropout& dr, int64_t D, int64_t q0, float scale, float* task) {
   const int64_t nq = std::min(kQ, blk.Tq - q0);
   float* P = task;                 // (kQ, kK)
   float* dP = task + kQ * kK;      // (kQ, kK)
@@ -203,8 +214,8 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
         for (int64_t j = 0; j < nk; ++j) pr[j] = blk.visible(tq, k0 + j) ? detail::softmax_exp(pr[j] - l) : 0.0f;
     }
     const float* PV = P;  // the probabilities that multiplied v in forward
-    if (p > 0.0f) {
-      tile_dropout(Z, b, h, H, q0, nq, k0, nk, p, seed);
+    if (dr.p > 0.0f) {
+      tile_dropout(Z, b, h, dr, q0, nq, k0, nk);
       for (int64_t i = 0; i < nq; ++i)
         for (int64_t j = 0; j < nk; ++j) dP[i * kK + j] = P[i * kK + j] * Z[i * kK + j];
       PV = dP;
@@ -214,7 +225,7 @@ void flash_backward_qtile(float* dq, float* dk, float* dv, const float* dout, co
     for (int64_t i = 0; i < nq; ++i) {
       float* g = dP + i * kK;
       const float* pr = P + i * kK;
-      if (p > 0.0f)
+      if (dr.p > 0.0f)
         for (int64_t j = 0; j < nk; ++j) g[j] *= Z[i * kK + j];
       for (int64_t j = 0; j < nk; ++j) g[j] = pr[j] * (g[j] - Di[i]);
     }
@@ -235,14 +246,6 @@ struct Layout {
   }
 };
 
-// Dropout: mask numbering H (heads, pitch), p and seed; head_offset places the local heads.
-struct Dropout {
-  detail::AttentionMask mask;
-  int64_t head_offset;
-  float p;
-  uint64_t seed;
-};
-
 void forward_blocks(float* out, float* lse, const float* q, const float* k, const float* v, const Layout& L, int64_t Tq,
                     int64_t Tk, bool causal, const Dropout& dr, float* scratch) {
   const int64_t B = L.B, H = L.H, D = L.D, R = H / L.G;
@@ -252,7 +255,7 @@ void forward_blocks(float* out, float* lse, const float* q, const float* k, cons
     const int64_t b = pair / H, h = pair % H, kv = b * L.G + h / R;
     flash_forward_pair(out + pair * L.q_pitch * D, lse + pair * L.q_pitch, q + pair * L.q_pitch * D,
                        k + kv * L.k_pitch * D, v + kv * L.k_pitch * D, L.block(b, Tq, Tk, causal), b,
-                       dr.head_offset + h, dr.mask, D, dr.p, dr.seed, scale,
+                       dr.head_offset + h, dr, D, scale,
                        scratch + scratch_slot(pair, B * H) * forward_task_floats(Tk, D));
   }
 }
@@ -287,7 +290,7 @@ void backward_blocks(float* dq, float* dk, float* dv, const float* dout, const f
       for (int64_t q0 = 0; q0 < Tq; q0 += kQ)
         flash_backward_qtile(dqp, dkg, dvg, dout + pair * L.q_pitch * D, q + pair * L.q_pitch * D,
                              k + bg * L.k_pitch * D, kt, vt, out + pair * L.q_pitch * D, lse + pair * L.q_pitch, blk, b,
-                             dr.head_offset + h, dr.mask, D, q0, dr.p, dr.seed, scale, task);
+                             dr.head_offset + h, dr, D, q0, scale, task);
     }
   }
 }
@@ -300,6 +303,18 @@ profiler::Region block_region(const char* name, int64_t B, int64_t H, int64_t Tq
   r.flops = 2.0 * gemms * static_cast<double>(B * H) * Tq * Tk * D;
   r.n = Tk;
   return r;
+}
+
+// The kernels' Dropout of a ring block's BlockDropout on H local heads.
+Dropout block_dropout(const BlockDropout& d, int64_t H) {
+  if (d.p > 0.0f && d.pitch <= 0)
+    throw Error(ExitCode::kInternal, "attention_flash_block: dropout needs the numbering's pitch");
+  return Dropout{{detail::attention_dropout_heads(H, d.head_offset, d.total_heads), d.pitch},
+                 d.head_offset,
+                 d.p,
+                 d.seed,
+                 d.q_pos0,
+                 d.k_pos0};
 }
 
 }  // namespace
@@ -339,22 +354,22 @@ int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t 
 void attention_flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                    const int32_t* q_doc, const int32_t* k_doc, int64_t B, int64_t H, int64_t G,
                                    int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal,
-                                   float* scratch) {
+                                   float* scratch, const BlockDropout& dropout) {
   profiler::Scope prof(block_region("attention_flash_block_forward", B, H, Tq, Tk, D, 2, 4.0));
   if (profiler::shape_only()) return;
-  const Dropout none{{H, q_pitch}, 0, 0.0f, 0};
-  forward_blocks(out, lse, q, k, v, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk, causal, none, scratch);
+  forward_blocks(out, lse, q, k, v, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk, causal,
+                 block_dropout(dropout, H), scratch);
 }
 
 void attention_flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                     const float* v, const float* out, const float* lse, const int32_t* q_doc,
                                     const int32_t* k_doc, int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk,
-                                    int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch) {
+                                    int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch,
+                                    const BlockDropout& dropout) {
   profiler::Scope prof(block_region("attention_flash_block_backward", B, H, Tq, Tk, D, 5, 8.0));
   if (profiler::shape_only()) return;
-  const Dropout none{{H, q_pitch}, 0, 0.0f, 0};
   backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk,
-                  causal, none, scratch, /*accumulate=*/true);
+                  causal, block_dropout(dropout, H), scratch, /*accumulate=*/true);
 }
 
 int64_t attention_flash_block_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t Tk, int64_t D) {

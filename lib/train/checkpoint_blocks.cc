@@ -33,7 +33,8 @@ std::vector<ParamBlock> param_blocks(const model::ParamInfo& p) {
 bool writes_param(const model::ParamInfo& p, int index, const parallel::RankCoords& rc, int dp_size,
                   const parallel::ExpertRankCoords& ec, int expert_dp_size) {
   if (!saved_under_own_name(p)) return false;
-  if (p.expert_parallel) return index % expert_dp_size == ec.dp;
+  if (p.expert_parallel)  // a whole tensor (the fc2 bias) under expert TP: written by expert-TP rank 0
+    return index % expert_dp_size == ec.dp && (p.shard.split != model::TpSplit::kReplicated || ec.tp == 0);
   if (p.shard.split == model::TpSplit::kReplicated && rc.tp != 0) return false;
   return rc.cp == 0 && index % dp_size == rc.dp;  // CP ranks hold the same weights
 }

@@ -61,7 +61,7 @@ std::unique_ptr<model::GptModel> build_rank_model(const config::Args& args, devi
   auto model = std::make_unique<model::GptModel>(mc, dev, state.tp(), meta, [&](model::ParamStore& ps) {
     return lay_out_grad_regions(ps, state.grid(), to.bucket_elems);
   });
-  if (mc.moe.ep > 1) model->set_ep_comm(state.ep());
+  if (mc.moe.ep > 1 || mc.moe.allgather) model->set_ep_comm(state.ep(), &state.tp_ep());
   if (state.grid().cp() > 1) model->set_cp_comm(state.cp());
   return model;
 }

@@ -188,13 +188,25 @@ static std::function<double()> simulated_step_clock(HookList& hooks, const confi
   };
 }
 
+// --log_throughput's numbers, computed once for the last rank's logger and
+// TensorBoard writer (empty elsewhere or without the flag).
+struct Throughput {
+  double flops_per_iteration = 0;
+  std::function<double()> simulated_step_seconds;
+};
+static Throughput throughput(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
+                             const device::Device& dev, const model::ModelConfig& mc, int64_t train_iters,
+                             int local_ranks) {
+  if (!args.log_throughput || state.rank() != state.world_size() - 1) return {};
+  // Megatron counts the global batch at the configured sequence length.
+  return {model::megatron_flops_per_iteration(mc, args.global_batch_size, mc.seq_length),
+          simulated_step_clock(hooks, args, state, dev, mc, train_iters, local_ranks)};
+}
+
 // Megatron's logging ranks: iteration and validation lines (and
 // logging.jsonl) on the last rank, memory lines on every DP-rank-0 rank.
-// Returns --log_throughput's simulated step clock on the last rank (else empty).
-static std::function<double()> add_logger(HookList& hooks, const config::Args& args,
-                                          const parallel::ParallelState& state, const device::Device& dev,
-                                          const model::ModelConfig& mc, int64_t train_iters, int local_ranks,
-                                          ProgressSink* progress) {
+static void add_logger(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
+                       const device::Device& dev, const Throughput& tput, ProgressSink* progress) {
   LoggerOptions lo;
   lo.log_interval = args.log_interval;
   lo.log_throughput = args.log_throughput;
@@ -203,21 +215,16 @@ static std::function<double()> add_logger(HookList& hooks, const config::Args& a
   lo.jsonl_path = (fs::path(args.output_dir) / "logging.jsonl").string();
   lo.print_log = state.rank() == state.world_size() - 1;
   lo.print_memory = state.coords().dp == 0;
-  if (lo.print_log && lo.log_throughput) {
-    // Megatron counts the global batch at the configured sequence length.
-    lo.flops_per_iteration = model::megatron_flops_per_iteration(mc, args.global_batch_size, mc.seq_length);
-    lo.simulated_step_seconds = simulated_step_clock(hooks, args, state, dev, mc, train_iters, local_ranks);
-  }
+  lo.flops_per_iteration = tput.flops_per_iteration;
+  lo.simulated_step_seconds = tput.simulated_step_seconds;
   if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
   // After the logger: its line goes out first, the progress line is drawn below it.
   if (lo.print_log && args.progress && progress) hooks.add(std::make_shared<ProgressHook>(progress));
-  return lo.simulated_step_seconds;
 }
 
 // TensorBoard event files: written by the last rank, as Megatron's writer.
 static void add_tensorboard(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
-                            const device::Device& dev, const model::ModelConfig& mc,
-                            std::function<double()> simulated_step_seconds) {
+                            const device::Device& dev, const Throughput& tput) {
   if (!config::tensorboard_enabled(args) || state.rank() != state.world_size() - 1) return;
   TensorBoardOptions o;
   o.dir = config::tensorboard_dir(args);
@@ -231,9 +238,8 @@ static void add_tensorboard(HookList& hooks, const config::Args& args, const par
   o.loss_scale = args.log_loss_scale_to_tensorboard;
   o.world_size_value = state.world_size();
   o.log_throughput = args.log_throughput;
-  if (o.log_throughput)
-    o.flops_per_iteration = model::megatron_flops_per_iteration(mc, args.global_batch_size, mc.seq_length);
-  o.simulated_step_seconds = std::move(simulated_step_seconds);
+  o.flops_per_iteration = tput.flops_per_iteration;
+  o.simulated_step_seconds = tput.simulated_step_seconds;
   hooks.add(std::make_shared<TensorBoardHook>(std::move(o), dev));
 }
 
@@ -301,8 +307,9 @@ int run_training(const config::Args& input, const RunContext& ctx) {
 
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
-  add_tensorboard(hooks, args, *state, dev, mc,
-                  add_logger(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks, ctx.progress));
+  const Throughput tput = throughput(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks);
+  add_logger(hooks, args, *state, dev, tput, ctx.progress);
+  add_tensorboard(hooks, args, *state, dev, tput);
   hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, *state, dev), args.log_interval));
   if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
   for (const auto& h : ctx.hooks) hooks.add(h);

@@ -156,6 +156,31 @@ class MtrainTest : public ::testing::Test {
   fs::path tmp_;
 };
 
+// Base fixture of a suite whose tests share runs made once (in
+// SetUpTestSuite or on first use; ctest runs each case in its own process):
+// one temporary directory for the suite, removed after its last test unless
+// a test failed (then kept and its path printed). A suite with more shared
+// state calls SuiteTest::TearDownTestSuite() from its own.
+class SuiteTest : public ::testing::Test {
+ protected:
+  static void make_suite_dir(const std::string& tag) { suite_dir_ref() = make_temp_dir(tag); }
+  static const fs::path& suite_dir() { return suite_dir_ref(); }
+  static void TearDownTestSuite() {
+    if (::testing::UnitTest::GetInstance()->Failed()) {
+      std::fprintf(stderr, "[ kept ] captured runs in %s\n", suite_dir().c_str());
+    } else {
+      std::error_code ec;
+      fs::remove_all(suite_dir(), ec);
+    }
+  }
+
+ private:
+  static fs::path& suite_dir_ref() {
+    static fs::path dir;
+    return dir;
+  }
+};
+
 // --- The demo command lines ------------------------------------------------
 
 // "a b  c" -> {"a", "b", "c"}

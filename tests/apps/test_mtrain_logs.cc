@@ -15,34 +15,27 @@ constexpr int kIters = 4;
 constexpr int kInterval = 2;
 constexpr int kGlobalBatch = 16;  // configs/sft_demo.yaml
 
-class Logs : public ::testing::Test {
+class Logs : public SuiteTest {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(make_temp_dir("logs"));
+    make_suite_dir("logs");
     run_ = new RunResult(run_mtrain(
         {"sft", "configs/sft_demo.yaml", "--train_iters", std::to_string(kIters), "--lr_decay_iters", "2400",
          "--log_interval", std::to_string(kInterval), "--eval_interval", std::to_string(kInterval), "--num_threads",
-         "1", "--num_generate_samples", "2", "--max_new_tokens", "8", "--output_dir", (*dir_ / "out").string()},
-        *dir_));
+         "1", "--num_generate_samples", "2", "--max_new_tokens", "8", "--output_dir", (suite_dir() / "out").string()},
+        suite_dir()));
   }
   static void TearDownTestSuite() {
-    std::error_code ec;
-    if (::testing::UnitTest::GetInstance()->Failed())
-      std::fprintf(stderr, "[ kept ] captured run in %s\n", dir_->c_str());
-    else
-      fs::remove_all(*dir_, ec);
+    SuiteTest::TearDownTestSuite();
     delete run_;
-    delete dir_;
   }
   void SetUp() override { ASSERT_EQ(run_->exit_code, 0) << run_->describe(); }
   static const RunResult& r() { return *run_; }
-  static fs::path out_dir() { return *dir_ / "out"; }
+  static fs::path out_dir() { return suite_dir() / "out"; }
   static std::vector<std::string> lines() { return lines_of(run_->out); }
 
-  static fs::path* dir_;
   static RunResult* run_;
 };
-fs::path* Logs::dir_ = nullptr;
 RunResult* Logs::run_ = nullptr;
 
 std::string dashes(size_t n) { return std::string(n, '-'); }

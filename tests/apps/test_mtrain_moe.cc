@@ -12,7 +12,21 @@
 namespace mtrain::functional {
 namespace {
 
-class MoeCli : public MtrainTest {};
+class MoeCli : public MtrainTest {
+ protected:
+  // Qwen3-30B-A3B (the preset: its published config.json) dry-run on 16 NPUs,
+  // two nodes of 8, bf16, distributed optimizer, with `layout`'s parallel flags.
+  RunResult qwen3_on_sixteen_npus(const std::string& layout) {
+    RunOptions o;
+    o.timeout_seconds = 120;
+    o.env = {{"NNODES", "2"}, {"NPROC_PER_NODE", "8"}};
+    return run(concat(words("pt --model_preset qwen3-30b-a3b --bf16 --seq_length 4096 --global_batch_size 16 "
+                            "--train_iters 1 --lr_warmup_iters 0 --use_distributed_optimizer --dry_run " +
+                            layout),
+                      {"--output_dir", (tmp_ / "out").string()}),
+               "qwen3", o);
+  }
+};
 
 TEST_F(MoeCli, TinyMoeTrainsAndLogsMegatronMoeMetrics) {
   // The demo preset: 4 layers, hidden 256, 4 heads with 2 query groups (head dim 64), RMSNorm,
@@ -111,11 +125,9 @@ TEST_F(MoeCli, DryRunAccountsTheExpertWeights) {
 
 // Qwen3-30B-A3B (the preset: its published config.json) planned on 16 NPUs,
 // two nodes of 8: TP 4 with SP, the experts split over TP (ETP 4), PP 4, no
-// expert parallelism (not in mtrain yet), bf16 with the distributed
-// optimizer. Megatron's theoretical_memory_usage (estimator-formulas.md §1b,
-// EP-aware form), by hand: h 2048, a 32, g 4, kv_channels 128 (r_q = 2),
-// SwiGLU (m = 3/2), RMSNorm (n = 1), E 128 of ffn 768 in all 48 layers,
-// V_pad = 151936 up to a multiple of 128 x TP 4 = 152064.
+// expert parallelism, bf16 with the distributed optimizer. Megatron's theoretical_memory_usage (estimator-formulas.md
+// §1b, EP-aware form), by hand: h 2048, a 32, g 4, kv_channels 128 (r_q = 2), SwiGLU (m = 3/2), RMSNorm (n = 1), E 128
+// of ffn 768 in all 48 layers, V_pad = 151936 up to a multiple of 128 x TP 4 = 152064.
 //   attn = 2 h^2 (1 + g/a) r_q = 18874368 a layer: sharded 48 attn / p
 //   replicated = n h (final norm) + 48 (2 n h + h E) = 12781568, / p
 //   routed = 48 x 2 h 768 E m = 28991029248, / p / (ETP x EP)
@@ -126,16 +138,9 @@ TEST_F(MoeCli, DryRunAccountsTheExpertWeights) {
 // = 1949617152 parameters: the formula counts its share of the final norm (on the last stage in mtrain)
 // and no q/k norm.
 TEST_F(MoeCli, DryRunOfQwen3MoeOnSixteenNpusMatchesMegatronsFormula) {
-  RunOptions o;
-  o.timeout_seconds = 120;
-  o.env = {{"NNODES", "2"}, {"NPROC_PER_NODE", "8"}};
-  const RunResult r = run(concat(words("pt --model_preset qwen3-30b-a3b --bf16 --seq_length 4096 "
-                                       "--global_batch_size 16 --train_iters 1 --lr_warmup_iters 0 "
-                                       "--tensor_model_parallel_size 4 --sequence_parallel "
-                                       "--expert_tensor_parallel_size 4 --pipeline_model_parallel_size 4 "
-                                       "--use_distributed_optimizer --recompute_granularity selective --dry_run"),
-                                 {"--output_dir", (tmp_ / "out").string()}),
-                          "qwen3", o);
+  const RunResult r = qwen3_on_sixteen_npus(
+      "--tensor_model_parallel_size 4 --sequence_parallel --expert_tensor_parallel_size 4 "
+      "--pipeline_model_parallel_size 4 --recompute_granularity selective");
   ASSERT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_NE(r.out.find("16 ranks (tensor parallel 4, pipeline parallel 4, data parallel 1)"), std::string::npos)
       << r.out;
@@ -153,6 +158,36 @@ TEST_F(MoeCli, DryRunOfQwen3MoeOnSixteenNpusMatchesMegatronsFormula) {
   EXPECT_EQ(formula, 35093062656.0);
   char gib[64];
   std::snprintf(gib, sizeof gib, "theoretical_memory_usage %.2f GiB", formula / (1 << 30));
+  EXPECT_NE(r.out.find(gib), std::string::npos) << gib << "\n" << r.out;
+  EXPECT_NE(r.out.find("The plan FITS on every device."), std::string::npos) << r.out;
+}
+
+// Qwen3-30B-A3B (the preset) on 16 NPUs, two nodes of 8: TP 4 + SP, EP 4
+// x ETP 4 (expert DP 1), no PP, dense DP 4, bf16, distributed optimizer.
+// Megatron's theoretical_memory_usage in its EP-aware form
+// (estimator-formulas.md 1b): TP-sharded attention and (untied, p = 1) both
+// vocabulary tables / t, replicated norms and router whole, at 6 + 12/d bytes
+// (d = DP 4); routed experts / (ETP x EP) at 6 + 12/EDP (EDP = 1). By hand:
+// h 2048, E 128, ffn 768, SwiGLU, V_pad 152064, 48 layers.
+TEST_F(MoeCli, DryRunOfQwen3MoeWithExpertParallelMatchesMegatronsFormula) {
+  const RunResult r = qwen3_on_sixteen_npus(
+      "--tensor_model_parallel_size 4 --sequence_parallel --expert_tensor_parallel_size 4 "
+      "--expert_model_parallel_size 4 --recompute_granularity full --recompute_method uniform "
+      "--recompute_num_layers 1");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const int64_t h = 2048, E = 128, V = 152064, attn = 2 * h * h * 9 / 8 * 2, experts = 2 * h * 768 * E * 3 / 2;
+  const int64_t dense = (48 * attn + 2 * V * h) / 4 + (h + 48 * (2 * h + h * E)), routed = 48 * experts / 16;
+  EXPECT_EQ(dense + routed, 2206926848);
+  // --qk_layernorm: 48 x 2 x 128 q/k norm weights (replicated) that Megatron's formula leaves out;
+  // their 9 x 12288 bytes do not move its GiB at two decimals.
+  EXPECT_NE(r.out.find("parameters on this device                  " + std::to_string(dense + routed + 48 * 2 * 128)),
+            std::string::npos)
+      << r.out;
+  const double formula = 9.0 * dense + 18.0 * routed;
+  EXPECT_EQ(formula, 36169795584.0);
+  char gib[96];
+  std::snprintf(gib, sizeof gib, "weights+grads+optimizer %.2f GiB, theoretical_memory_usage %.2f GiB",
+                formula / (1 << 30), formula / (1 << 30));
   EXPECT_NE(r.out.find(gib), std::string::npos) << gib << "\n" << r.out;
   EXPECT_NE(r.out.find("The plan FITS on every device."), std::string::npos) << r.out;
 }

@@ -3,8 +3,10 @@
 // device for 20 iterations (loss, grad norm and the logged router losses
 // within 1e-5, the bound and the lr of ParallelEquivalence in
 // test_mtrain_parallel.cc), alone, with PP, with the distributed optimizer,
-// with capacity dropping and under TP + SP; a checkpoint saved at EP 2 resumes
-// at TP 2 (experts are named tensors by global index).
+// with capacity dropping and under TP + SP (experts whole or split over TP),
+// with either token dispatcher; checkpoints saved at EP 2 resume at TP 2,
+// saved at (EP 2, ETP 2) on one device and back (experts are named tensors
+// by global index, their ETP slices sharded tensors).
 //
 // EP ranks are data-parallel ranks of the dense model, each routing its own
 // micro-batch (the router's token group is the micro-batch's tokens on the
@@ -40,68 +42,16 @@ void expect_equal_runs(const fs::path& ref, const fs::path& par, const std::stri
           << what << " iteration " << i + 1 << ": " << key << " " << a[i].at(key) << " vs " << b[i].at(key);
 }
 
-struct Layout {
-  std::string name;
-  int ranks;
-  std::string flags;
-};
-
-// Micro-batches of 2 rows: 4 per step on one device, 1 per rank at EP 4.
-TEST_F(MoeExpertParallel, AllToAllLayoutsEqualTheSingleDevice) {
-  const std::string mbs = "--micro_batch_size 2";
-  const RunResult ref = run(job(tmp_ / "ref", mbs), "ref");
-  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
-  // (Plain EP 2: CapacityDroppingEqualsTheSingleDevice and the distributed optimizer's run.)
-  for (const Layout& l : {Layout{"ep4", 4, "--expert_model_parallel_size 4 --moe_grouped_gemm false"},
-                          Layout{"ep2_pp2", 4, "--expert_model_parallel_size 2 --pipeline_model_parallel_size 2"},
-                          Layout{"ep2_distopt", 2, "--expert_model_parallel_size 2 --use_distributed_optimizer"}}) {
-    const RunResult par = run(job(tmp_ / l.name, mbs + " " + l.flags), l.name, launch_ranks(l.ranks));
-    ASSERT_EQ(par.exit_code, 0) << par.describe();
-    expect_equal_runs(tmp_ / "ref", tmp_ / l.name, l.name);
-  }
+// resumed/ starts from straight/'s iteration-10 checkpoint.
+void seed_resume_dir(const fs::path& straight, const fs::path& resumed) {
+  fs::create_directories(resumed);
+  fs::copy(straight / "iter_0000010", resumed / "iter_0000010", fs::copy_options::recursive);
+  write_text(resumed / "latest_checkpointed_iteration.txt", "10");
 }
 
-// Capacity 1.0 drops tokens: Megatron's router decides what each expert
-// keeps over the tokens of the rank that routes them (before dispatch), so
-// an EP rank keeps exactly what one device keeps on the same micro-batch
-// (token for token: tests/model/test_model_expert_parallel.cc); the runs agree.
-TEST_F(MoeExpertParallel, CapacityDroppingEqualsTheSingleDevice) {
-  const std::string cap = "--micro_batch_size 2 --moe_expert_capacity_factor 1.0";
-  const RunResult ref = run(job(tmp_ / "ref", cap), "ref");
-  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
-  const RunResult par = run(job(tmp_ / "ep2", cap + " --expert_model_parallel_size 2"), "ep2", launch_ranks(2));
-  ASSERT_EQ(par.exit_code, 0) << par.describe();
-  expect_equal_runs(tmp_ / "ref", tmp_ / "ep2", "ep2 capacity 1.0");
-}
-
-// EP 2 x TP 2 with SP (ETP 1): each TP rank routes its token shard and
-// dispatches it over its EP group; micro-batches of 4 rows, the router's
-// token group the TP group as on one device's micro-batch of 4.
-TEST_F(MoeExpertParallel, ExpertTimesTensorParallelEqualsTheSingleDevice) {
-  const RunResult ref = run(job(tmp_ / "ref", ""), "ref");
-  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
-  const RunResult par = run(job(tmp_ / "ep2tp2",
-                                "--expert_model_parallel_size 2 --tensor_model_parallel_size 2 "
-                                "--sequence_parallel --expert_tensor_parallel_size 1"),
-                            "ep2tp2", launch_ranks(4));
-  ASSERT_EQ(par.exit_code, 0) << par.describe();
-  expect_equal_runs(tmp_ / "ref", tmp_ / "ep2tp2", "ep2 tp2 sp");
-}
-
-// Saved at (EP 2, TP 1), resumed at (EP 1, TP 2 + SP): iterations 11..20
-// continue the uninterrupted EP 2 run.
-TEST_F(MoeExpertParallel, CheckpointSavedAtEp2ResumesAtTp2) {
-  const RunResult straight =
-      run(job(tmp_ / "straight", "--save_interval 10 --expert_model_parallel_size 2"), "straight", launch_ranks(2));
-  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
-  fs::create_directories(tmp_ / "resumed");
-  fs::copy(tmp_ / "straight" / "iter_0000010", tmp_ / "resumed" / "iter_0000010", fs::copy_options::recursive);
-  write_text(tmp_ / "resumed" / "latest_checkpointed_iteration.txt", "10");
-  const RunResult resumed = run(concat(job(tmp_ / "resumed", "--tensor_model_parallel_size 2 --sequence_parallel"),
-                                       {"--load", (tmp_ / "resumed").string()}),
-                                "resumed", launch_ranks(2));
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
-  const auto a = train_rows(tmp_ / "straight"), b = train_rows(tmp_ / "resumed");
+// The resumed run (from iteration 10) logs iterations 11..20 of the straight one.
+void expect_resumed_continues(const fs::path& straight, const fs::path& resumed) {
+  const auto a = train_rows(straight), b = train_rows(resumed);
   ASSERT_EQ(a.size(), 20u);
   ASSERT_EQ(b.size(), 10u) << "the resumed run logs iterations 11..20 only";
   for (size_t i = 0; i < b.size(); ++i)
@@ -110,11 +60,112 @@ TEST_F(MoeExpertParallel, CheckpointSavedAtEp2ResumesAtTp2) {
           << "iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
 }
 
+struct Layout {
+  std::string name;
+  int ranks;
+  std::string flags;
+};
+
+// Micro-batches of 2 rows: 4 per step on one device, 1 per rank at EP 4.
+TEST_F(MoeExpertParallel, DispatcherLayoutsEqualTheSingleDevice) {
+  const std::string mbs = "--micro_batch_size 2";
+  const RunResult ref = run(job(tmp_ / "ref", mbs), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  // (Plain EP 2: CapacityDroppingEqualsTheSingleDevice and the distributed optimizer's run.)
+  for (const Layout& l :
+       {Layout{"ep4", 4, "--expert_model_parallel_size 4 --moe_grouped_gemm false"},
+        Layout{"ep2_pp2", 4, "--expert_model_parallel_size 2 --pipeline_model_parallel_size 2"},
+        Layout{"ep2_distopt", 2, "--expert_model_parallel_size 2 --use_distributed_optimizer"},
+        Layout{"ep2_allgather", 2, "--expert_model_parallel_size 2 --moe_token_dispatcher_type allgather"}}) {
+    const RunResult par = run(job(tmp_ / l.name, mbs + " " + l.flags), l.name, launch_ranks(l.ranks));
+    ASSERT_EQ(par.exit_code, 0) << par.describe();
+    expect_equal_runs(tmp_ / "ref", tmp_ / l.name, l.name);
+  }
+}
+
+// Capacity 1.0 drops tokens: Megatron's router decides what each expert
+// keeps over the tokens of the rank that routes them, before either
+// dispatcher moves them (the allgather dispatcher gathers the routing map
+// after dropping), so an EP rank keeps exactly what one device keeps on the
+// same micro-batch (token for token: tests/model/test_model_expert_parallel.cc,
+// test_model_expert_grid.cc); the runs agree.
+TEST_F(MoeExpertParallel, CapacityDroppingEqualsTheSingleDevice) {
+  const std::string cap = "--micro_batch_size 2 --moe_expert_capacity_factor 1.0";
+  const RunResult ref = run(job(tmp_ / "ref", cap), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  for (const std::string dispatcher : {"alltoall", "allgather"}) {
+    const fs::path out = tmp_ / dispatcher;
+    const RunResult par =
+        run(job(out, cap + " --expert_model_parallel_size 2 --moe_token_dispatcher_type " + dispatcher), dispatcher,
+            launch_ranks(2));
+    ASSERT_EQ(par.exit_code, 0) << par.describe();
+    expect_equal_runs(tmp_ / "ref", out, "ep2 capacity 1.0 " + dispatcher);
+  }
+}
+
+// EP 2 x TP 2 with SP: each TP rank routes its token shard; micro-batches
+// of 4 rows, the router's token group the TP group as on one device's
+// micro-batch of 4. ETP 1 with the alltoall dispatcher (whole experts, the
+// shard dispatched over its EP group) and ETP 2 with the allgather one
+// (each rank gathers the 4 ranks' tokens and runs its F/2 slice of its
+// experts); alltoall at ETP 2: EtpCheckpointReloadsOnOneDeviceAndBack.
+TEST_F(MoeExpertParallel, ExpertTimesTensorParallelEqualsTheSingleDevice) {
+  const RunResult ref = run(job(tmp_ / "ref", ""), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  const std::string grid = "--expert_model_parallel_size 2 --tensor_model_parallel_size 2 --sequence_parallel ";
+  for (const Layout& l :
+       {Layout{"etp1_alltoall", 4, grid + "--expert_tensor_parallel_size 1"},
+        Layout{"etp2_allgather", 4, grid + "--expert_tensor_parallel_size 2 --moe_token_dispatcher_type allgather"}}) {
+    const RunResult par = run(job(tmp_ / l.name, l.flags), l.name, launch_ranks(l.ranks));
+    ASSERT_EQ(par.exit_code, 0) << par.describe();
+    expect_equal_runs(tmp_ / "ref", tmp_ / l.name, "ep2 tp2 sp " + l.name);
+  }
+}
+
+// Saved at (EP 2, TP 1), resumed at (EP 1, TP 2 + SP): iterations 11..20
+// continue the uninterrupted EP 2 run.
+TEST_F(MoeExpertParallel, CheckpointSavedAtEp2ResumesAtTp2) {
+  const RunResult straight =
+      run(job(tmp_ / "straight", "--save_interval 10 --expert_model_parallel_size 2"), "straight", launch_ranks(2));
+  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
+  seed_resume_dir(tmp_ / "straight", tmp_ / "resumed");
+  const RunResult resumed = run(concat(job(tmp_ / "resumed", "--tensor_model_parallel_size 2 --sequence_parallel"),
+                                       {"--load", (tmp_ / "resumed").string()}),
+                                "resumed", launch_ranks(2));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  expect_resumed_continues(tmp_ / "straight", tmp_ / "resumed");
+}
+
+// EP 2 x TP 2 + SP with ETP 2 (alltoall: the all-to-all over EP, then the
+// all-gather over the TP group) equals the single device; its checkpoint at
+// iteration 10 (each expert's F/2 slices as sharded tensors) resumes on one
+// device (EP 1, TP 1), and the single device's resumes at EP 2 x ETP 2:
+// iterations 11..20 continue each.
+TEST_F(MoeExpertParallel, EtpCheckpointReloadsOnOneDeviceAndBack) {
+  const std::string grid =
+      "--expert_model_parallel_size 2 --tensor_model_parallel_size 2 --sequence_parallel "
+      "--expert_tensor_parallel_size 2";
+  const RunResult ref = run(job(tmp_ / "ref", "--save_interval 10"), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  const RunResult straight = run(job(tmp_ / "straight", "--save_interval 10 " + grid), "straight", launch_ranks(4));
+  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
+  expect_equal_runs(tmp_ / "ref", tmp_ / "straight", "ep2 tp2 sp etp2 alltoall");
+  seed_resume_dir(tmp_ / "straight", tmp_ / "on_one");
+  const RunResult on_one = run(concat(job(tmp_ / "on_one", ""), {"--load", (tmp_ / "on_one").string()}), "on_one");
+  ASSERT_EQ(on_one.exit_code, 0) << on_one.describe();
+  expect_resumed_continues(tmp_ / "straight", tmp_ / "on_one");
+  seed_resume_dir(tmp_ / "ref", tmp_ / "on_grid");
+  const RunResult on_grid =
+      run(concat(job(tmp_ / "on_grid", grid), {"--load", (tmp_ / "on_grid").string()}), "on_grid", launch_ranks(4));
+  ASSERT_EQ(on_grid.exit_code, 0) << on_grid.describe();
+  expect_resumed_continues(tmp_ / "ref", tmp_ / "on_grid");
+}
+
 // --dry_run at EP 2 (world 2): the simulated rank holds its 4 of the 8
 // experts (estimator formula as in test_mtrain_moe.cc with E/EP experts:
 // per layer attn + router h E + (E/EP) 3 h f + norms 2 h), and the token
-// dispatch's all-to-alls are priced in the micro-batch phases (TP 1: no
-// other collective runs there).
+// dispatch's all-to-alls are priced in the micro-batch phases, on the
+// report's EP line (TP 1: no other collective runs there).
 TEST_F(MoeExpertParallel, DryRunDividesTheExpertsOverEp) {
   RunOptions two;
   two.env = {{"NPROC_PER_NODE", "2"}};
@@ -134,9 +185,39 @@ TEST_F(MoeExpertParallel, DryRunDividesTheExpertsOverEp) {
   EXPECT_NE(r.out.find("parameters on this device                     " + std::to_string(total)), std::string::npos)
       << "expected " << total << "\n"
       << r.out;
-  EXPECT_NE(r.out.find("TP communication"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("TP communication 0.0 ms"), std::string::npos) << "no all-to-all priced\n" << r.out;
-  EXPECT_NE(one.out.find("TP communication 0.0 ms"), std::string::npos) << one.out;
+  // The all-to-alls on the EP line (their formula: tests/plan/test_comm_split.cc), none at EP 1.
+  EXPECT_NE(r.out.find("TP communication 0.0 ms, EP communication (expert dispatch)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("EP communication (expert dispatch) 0.0 ms"), std::string::npos) << "no all-to-all priced\n"
+                                                                                        << r.out;
+  EXPECT_NE(one.out.find("TP communication 0.0 ms, EP communication (expert dispatch) 0.0 ms"), std::string::npos)
+      << one.out;
+}
+
+// --dry_run of EP 2 x TP 2 + SP with ETP 2 (world 4) under each dispatcher:
+// the simulated rank holds its 4 experts' F/2 slices (per layer attn / 2 +
+// router h E + (E/EP) 3 h f / ETP + norms 2 h; the vocabulary split over TP),
+// and the plan prices its dispatch (ModelExpertParallelDryRun checks the
+// buffers and the collectives' bytes).
+TEST_F(MoeExpertParallel, DryRunSplitsTheExpertsOverEpAndEtp) {
+  RunOptions four;
+  four.env = {{"NPROC_PER_NODE", "4"}};
+  const int64_t h = 256, attn = 2 * h * h * 3 / 2 + 512;
+  const int64_t layer = attn / 2 + h * 8 + 4 * 3 * h * 128 / 2 + 2 * h;
+  const int64_t total = 4 * layer + h + 1024 * h;
+  for (const std::string dispatcher : {"alltoall", "allgather"}) {
+    const RunResult r =
+        run(concat(words("sft configs/sft_demo.yaml --dry_run --num_experts 8 --moe_ffn_hidden_size 128 "
+                         "--tensor_model_parallel_size 2 --sequence_parallel --expert_model_parallel_size 2 "
+                         "--expert_tensor_parallel_size 2 --moe_token_dispatcher_type " +
+                         dispatcher),
+                   {"--output_dir", (tmp_ / dispatcher).string()}),
+            dispatcher, four);
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_NE(r.out.find("parameters on this device                     " + std::to_string(total)), std::string::npos)
+        << dispatcher << ": expected " << total << "\n"
+        << r.out;
+    EXPECT_NE(r.out.find("The plan FITS on every device."), std::string::npos) << r.out;
+  }
 }
 
 }  // namespace

@@ -125,6 +125,15 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"cp2_ulysses", 2, "--context_parallel_size 2 --context_parallel_algo ulysses_cp_algo"},
         Layout{"cp4_ulysses", 4, "--context_parallel_size 4 --context_parallel_algo ulysses_cp_algo",
                "--num_query_groups 4"},
+        // Dropout under CP draws the single device's masks: hidden and attention
+        // dropout through the ring (recomputed layers redraw them), and LoRA's
+        // adapter dropout with both through Ulysses.
+        Layout{"cp2_dropout_recompute", 2,
+               "--context_parallel_size 2 --recompute_granularity full --recompute_method uniform "
+               "--recompute_num_layers 1",
+               "--hidden_dropout 0.1 --attention_dropout 0.1"},
+        Layout{"cp2_ulysses_lora_dropout", 2, "--context_parallel_size 2 --context_parallel_algo ulysses_cp_algo",
+               "--train_type lora --lora_dropout 0.05 --hidden_dropout 0.1 --attention_dropout 0.1"},
         // MoE (every other layer, 4 experts, top-2, aux and z losses in the gradient): PP and DP see
         // ordinary parameters. (TP + SP: test_mtrain_moe.cc, on full-length pt rows.)
         Layout{"moe_pp2", 2, "--pipeline_model_parallel_size 2", kMoe}, Layout{"moe_dp2", 2, "", kMoe},

@@ -105,18 +105,10 @@ void expect_painted(const Page& page, const fs::path& html, const fs::path& dir)
 }
 
 // The runs are made on first use (ctest runs each case in its own process).
-class Report : public ::testing::Test {
+class Report : public SuiteTest {
  protected:
-  static void SetUpTestSuite() { dir_ = new fs::path(make_temp_dir("report")); }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    if (::testing::UnitTest::GetInstance()->Failed())
-      std::fprintf(stderr, "[ kept ] captured runs in %s\n", dir_->c_str());
-    else
-      fs::remove_all(*dir_, ec);
-    delete dir_;
-  }
-  static fs::path dir() { return *dir_; }
+  static void SetUpTestSuite() { make_suite_dir("report"); }
+  static fs::path dir() { return suite_dir(); }
   // a: fp32, clipped at 0.5 (the demo's first grad norms are above it); the training writes the report.
   static void train_a() {
     const RunResult r =
@@ -138,10 +130,8 @@ class Report : public ::testing::Test {
     EXPECT_FALSE(fs::exists(dir() / "b" / "report.html")) << "--report false wrote a report";
   }
 
-  static fs::path* dir_;
   static int64_t params_a_;  // run a's parameter count, as it printed it
 };
-fs::path* Report::dir_ = nullptr;
 int64_t Report::params_a_ = 0;
 
 TEST_F(Report, TrainingWritesItsReportAndTheBrowserRendersAndPaintsEveryPlot) {

@@ -26,7 +26,7 @@ std::vector<std::string> tb_job(const fs::path& out, int iters) {
   return concat(words("sft configs/sft_demo.yaml --lr_decay_iters 2400 --log_interval 1 --num_threads 1 "
                       "--num_generate_samples 0 --eval_interval 2 --eval_iters 1 --log_timers_to_tensorboard "
                       "--log_memory_to_tensorboard --log_validation_ppl_to_tensorboard "
-                      "--log_world_size_to_tensorboard --log_params_norm --log_num_zeros_in_grad"),
+                      "--log_world_size_to_tensorboard --log_params_norm --log_num_zeros_in_grad --log_throughput"),
                 {"--train_iters", std::to_string(iters), "--output_dir", out.string()});
 }
 
@@ -54,42 +54,36 @@ std::vector<Point> curve(const std::vector<Point>& pts, const std::string& tag) 
   return out;
 }
 
-class TensorBoard : public ::testing::Test {
+class TensorBoard : public SuiteTest {
  protected:
   // A 6-iteration job whose rank crashes at the start of iteration 5 (after
   // evaluating at 2 and 4 and saving at 4), then the same job resumed.
   static void SetUpTestSuite() {
-    dir_ = new fs::path(make_temp_dir("tensorboard"));
+    make_suite_dir("tensorboard");
     RunOptions crash;
     crash.env = {{"MTRAIN_FAULT", "exit@5"}};
-    first_ = new RunResult(
-        run_mtrain(concat(tb_job(out(), kTotal), {"--save_interval", std::to_string(kFirst)}), *dir_, "first", crash));
+    first_ = new RunResult(run_mtrain(concat(tb_job(out(), kTotal), {"--save_interval", std::to_string(kFirst)}),
+                                      suite_dir(), "first", crash));
     first_runs_ = new std::vector<std::vector<Point>>();
     if (fs::exists(out() / "runs")) *first_runs_ = read_runs(out() / "runs");
-    resumed_ = new RunResult(run_mtrain(concat(tb_job(out(), kTotal), {"--load", out().string()}), *dir_, "resumed"));
+    resumed_ =
+        new RunResult(run_mtrain(concat(tb_job(out(), kTotal), {"--load", out().string()}), suite_dir(), "resumed"));
   }
   static void TearDownTestSuite() {
-    std::error_code ec;
-    if (::testing::UnitTest::GetInstance()->Failed())
-      std::fprintf(stderr, "[ kept ] captured runs in %s\n", dir_->c_str());
-    else
-      fs::remove_all(*dir_, ec);
+    SuiteTest::TearDownTestSuite();
     delete first_;
     delete resumed_;
     delete first_runs_;
-    delete dir_;
   }
   void SetUp() override {
     ASSERT_EQ(first_->exit_code, 1) << first_->describe();  // fault_injection.h's crash
     ASSERT_EQ(resumed_->exit_code, 0) << resumed_->describe();
   }
-  static fs::path out() { return *dir_ / "out"; }
+  static fs::path out() { return suite_dir() / "out"; }
 
-  static fs::path* dir_;
   static RunResult *first_, *resumed_;
   static std::vector<std::vector<Point>>* first_runs_;
 };
-fs::path* TensorBoard::dir_ = nullptr;
 RunResult* TensorBoard::first_ = nullptr;
 RunResult* TensorBoard::resumed_ = nullptr;
 std::vector<std::vector<Point>>* TensorBoard::first_runs_ = nullptr;
@@ -99,8 +93,9 @@ TEST_F(TensorBoard, FirstRunWritesMegatronsTagsWithLoggingJsonlsValues) {
   const std::vector<Point>& pts = (*first_runs_)[0];
   std::set<std::string> tags;
   for (const Point& p : pts) tags.insert(p.tag);
-  std::set<std::string> want = {"iteration-time", "mem-reserved-bytes", "mem-allocated-bytes",
-                                "mem-max-allocated-bytes", "lm loss validation ppl"};
+  std::set<std::string> want = {"iteration-time",        "throughput",          "simulated-iteration-time",
+                                "mem-reserved-bytes",    "mem-allocated-bytes", "mem-max-allocated-bytes",
+                                "lm loss validation ppl"};
   for (const char* t : {"learning-rate", "batch-size", "lm loss", "loss-scale", "world-size", "grad-norm", "num-zeros",
                         "params-norm", "lm loss validation", "lm loss validation ppl"}) {
     want.insert(t);
@@ -151,6 +146,27 @@ TEST_F(TensorBoard, FirstRunWritesMegatronsTagsWithLoggingJsonlsValues) {
   }
 }
 
+// --log_throughput: the writer's throughput and simulated step time are the
+// log line's (logging.jsonl's), i.e. the same Megatron FLOPs per iteration
+// and the same simulated device clock reach both hooks. TensorBoard stores
+// a float (one rounding, 2^-24 relative) of a value computed in another
+// order of the same operations (a few double ulps).
+TEST_F(TensorBoard, ThroughputTagsAreTheLogLinesNumbers) {
+  const std::vector<Point>& pts = (*first_runs_).at(0);
+  const auto rows = train_rows(out());
+  const auto tflops = curve(pts, "throughput"), simulated = curve(pts, "simulated-iteration-time");
+  ASSERT_EQ(tflops.size(), static_cast<size_t>(kFirst));
+  ASSERT_EQ(simulated.size(), tflops.size());
+  for (int i = 0; i < kFirst; ++i) {
+    const double want = rows[i].at("throughput_tflops_per_gpu").get<double>();
+    EXPECT_GT(want, 0);
+    EXPECT_NEAR(tflops[i].value, want, 1e-7 * want) << "iteration " << i + 1;
+    const double sim_s = rows[i].at("simulated_device_time_per_iteration_ms").get<double>() / 1000;
+    EXPECT_GT(sim_s, 0);
+    EXPECT_NEAR(simulated[i].value, sim_s, 1e-7 * sim_s) << "iteration " << i + 1;
+  }
+}
+
 // The categories add up to the allocated bytes (each value is a float:
 // one rounding each, bounded by the total's ulp times the count).
 TEST_F(TensorBoard, MemoryByCategoryAddsUpToAllocated) {
@@ -184,7 +200,7 @@ TEST_F(TensorBoard, ResumedRunAddsASecondFileWhoseStepsContinue) {
 
 // The second reader, in Python, over both files.
 TEST_F(TensorBoard, PythonReaderAgreesWithLoggingJsonl) {
-  const fs::path expect = *dir_ / "expect.json", log = *dir_ / "check_events.log";
+  const fs::path expect = suite_dir() / "expect.json", log = suite_dir() / "check_events.log";
   write_text(expect, R"({"files": 2, "per_iteration": {"lm loss": "loss", "learning-rate": "learning_rate",
     "grad-norm": "grad_norm", "params-norm": "params_norm", "num-zeros": "num_zeros",
     "loss-scale": "loss_scale", "batch-size": "global_batch_size"}})");

@@ -115,11 +115,18 @@ TEST(Validate, ContextParallelMessages) {
   unfused.attention_backend = "unfused";
   EXPECT_EQ(fails(unfused, 2),
             "--attention_backend unfused with --context_parallel_size 2: context parallelism needs flash attention");
-  Args dropout = cp_args(2, "megatron_cp_algo");
+  Args dropout = cp_args(2, "megatron_cp_algo");  // hidden and LoRA dropout follow the whole-sequence position
+  dropout.hidden_dropout = 0.1, dropout.train_type = "lora", dropout.lora_dropout = 0.05;
+  validate(dropout, 2);
   dropout.attention_dropout = 0.1;
-  EXPECT_EQ(fails(dropout, 2),
-            "--attention_dropout 0.1 with --context_parallel_size 2: dropout under context parallelism is not "
-            "implemented");
+  validate(dropout, 2);
+  Args uly_dropout = cp_args(2, "ulysses_cp_algo");
+  uly_dropout.attention_dropout = 0.1, uly_dropout.seq_length = 126;  // a multiple of 2, not of 4
+  EXPECT_EQ(fails(uly_dropout, 2),
+            "--attention_dropout 0.1 with --context_parallel_algo ulysses_cp_algo needs --seq_length a multiple of 2 x "
+            "context_parallel_size (4)");
+  uly_dropout.attention_dropout = 0;
+  validate(uly_dropout, 2);
   Args sp = cp_args(2, "megatron_cp_algo");
   sp.tensor_model_parallel_size = 2, sp.sequence_parallel = true, sp.seq_length = 36;
   EXPECT_EQ(fails(sp, 4),

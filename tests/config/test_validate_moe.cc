@@ -101,16 +101,15 @@ TEST(ValidateMoe, Messages) {
   Args etp = moe_demo();
   etp.expert_tensor_parallel_size = 2;
   EXPECT_EQ(fails(etp),
-            "--expert_tensor_parallel_size 2 with tensor_model_parallel_size 1: without expert parallelism the "
-            "experts run on the TP group");
+            "--expert_tensor_parallel_size 2 with tensor_model_parallel_size 1: the experts run whole (ETP 1) or on "
+            "the TP group (ETP = TP)");
   Args etp_tp = moe_demo();  // ETP = TP: experts split like the dense MLP
   etp_tp.tensor_model_parallel_size = 2;
   etp_tp.sequence_parallel = true;
   etp_tp.expert_tensor_parallel_size = 2;
   validate(etp_tp, 2);
-  etp_tp.moe_token_dispatcher_type = "allgather";
-  EXPECT_EQ(fails(etp_tp, 2),
-            "--moe_token_dispatcher_type allgather with expert tensor or expert parallelism is not implemented yet");
+  etp_tp.moe_token_dispatcher_type = "allgather";  // Megatron's MoEAllGatherTokenDispatcher over the TP group
+  validate(etp_tp, 2);
   Args dense_etp = moe_demo();
   dense_etp.num_experts.reset();
   dense_etp.expert_tensor_parallel_size = 2;
@@ -130,14 +129,18 @@ TEST(ValidateMoe, ExpertParallelMessages) {
   Args ok = moe_demo();  // 4 experts over EP 2 at world 2 (the dense model's DP 2)
   ok.expert_model_parallel_size = 2;
   EXPECT_NO_THROW(validate(ok, 2));
-  Args etp = moe_demo();  // EP with experts split over TP is not implemented: refused by name
+  Args etp = moe_demo();  // EP x ETP: experts split over the TP group of each EP rank
   etp.tensor_model_parallel_size = 2;
   etp.sequence_parallel = true;
   etp.expert_model_parallel_size = 2;
   etp.expert_tensor_parallel_size = 2;
-  EXPECT_EQ(fails(etp, 4),
-            "--expert_tensor_parallel_size 2 with --expert_model_parallel_size 2 is not implemented yet: expert "
-            "parallelism runs whole experts (ETP 1)");
+  EXPECT_NO_THROW(validate(etp, 4));
+  Args own = moe_demo();  // an expert-TP group of its own (ETP 2 at TP 1) is refused by name
+  own.expert_model_parallel_size = 2;
+  own.expert_tensor_parallel_size = 2;
+  EXPECT_EQ(fails(own, 4),
+            "--expert_tensor_parallel_size 2 with tensor_model_parallel_size 1: the experts run whole (ETP 1) or on "
+            "the TP group (ETP = TP)");
 }
 
 TEST(ValidateMoe, ContextParallelIsRefusedByName) {

@@ -37,7 +37,7 @@ std::vector<float> mask_of(const DropoutSite& d, int64_t N, int64_t IN) {
 TEST(LoraKernels, MatchAnFp64ReferenceWithDropout) {
   const int64_t N = 12, IN = 20, r = 3, OUT = 7;
   const float s = 2.5f;
-  const DropoutSite d{0.3f, 99, 0, IN, 0, 0, 0};
+  const DropoutSite d{0.3f, 99, IN, 0, {}};
   const auto x = random(N * IN, 1), A = random(r * IN, 2), B = random(OUT * r, 3), dy = random(N * OUT, 4);
   const std::vector<float> m = mask_of(d, N, IN);
   const double ks = 1.0 / (1 - d.p);
@@ -113,18 +113,37 @@ TEST(LoraKernels, MatchAnFp64ReferenceWithDropout) {
 TEST(LoraKernels, MaskOfATokenIgnoresPaddingAndShards) {
   const int64_t IN = 8, pitch = 16;
   // Two sequences of 5 tokens, and the same padded to 6 (sequence parallelism at TP 2 or 3).
-  const auto a = mask_of({0.5f, 7, 0, IN, 0, 5, pitch}, 10, IN);
-  const auto b = mask_of({0.5f, 7, 0, IN, 0, 6, pitch}, 12, IN);
+  const auto a = mask_of({0.5f, 7, IN, 0, {0, 5, pitch}}, 10, IN);
+  const auto b = mask_of({0.5f, 7, IN, 0, {0, 6, pitch}}, 12, IN);
   for (int64_t seq = 0; seq < 2; ++seq)
     for (int64_t t = 0; t < 5; ++t)
       for (int64_t j = 0; j < IN; ++j)
         ASSERT_EQ(a[(seq * 5 + t) * IN + j], b[(seq * 6 + t) * IN + j]) << "sequence " << seq << " token " << t;
   // Tokens 6.. of the padded batch as a token shard (row0 = 6), and input columns 4.. as a column shard.
-  const auto rows = mask_of({0.5f, 7, 6, IN, 0, 6, pitch}, 6, IN);
+  const auto rows = mask_of({0.5f, 7, IN, 0, {6, 6, pitch}}, 6, IN);
   for (int64_t e = 0; e < 6 * IN; ++e) ASSERT_EQ(rows[e], b[6 * IN + e]);
-  const auto cols = mask_of({0.5f, 7, 0, IN, 4, 6, pitch}, 12, IN / 2);
+  const auto cols = mask_of({0.5f, 7, IN, 4, {0, 6, pitch}}, 12, IN / 2);
   for (int64_t n = 0; n < 12; ++n)
     for (int64_t j = 0; j < IN / 2; ++j) ASSERT_EQ(cols[n * (IN / 2) + j], b[n * IN + 4 + j]);
+}
+
+// Context parallelism: CP rank r of 2 holds chunks r and 3-r (2 tokens each)
+// of every 8-token sequence; its rows draw those tokens' masks of the whole
+// batch, also as a column shard (a row-parallel adapter's input).
+TEST(LoraKernels, MaskOfAContextParallelRankIsItsSliceOfTheWholeMask) {
+  const int64_t IN = 8, T = 8, B = 2, P = 2, c = T / (2 * P);
+  const auto whole = mask_of({0.5f, 7, IN, 0, {0, T, T}}, B * T, IN);
+  for (int64_t r = 0; r < P; ++r) {
+    const auto mine = mask_of({0.5f, 7, IN, 0, {0, T / P, T, P, r}}, B * T / P, IN);
+    const auto cols = mask_of({0.5f, 7, IN, 4, {0, T / P, T, P, r}}, B * T / P, IN / 2);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T / P; ++t) {
+        const int64_t pos = (t < c ? r : 2 * P - 1 - r) * c + t % c, n = b * T / P + t;
+        for (int64_t j = 0; j < IN; ++j)
+          ASSERT_EQ(mine[n * IN + j], whole[(b * T + pos) * IN + j]) << "rank " << r << " b " << b << " t " << t;
+        for (int64_t j = 0; j < IN / 2; ++j) ASSERT_EQ(cols[n * (IN / 2) + j], whole[(b * T + pos) * IN + 4 + j]);
+      }
+  }
 }
 
 }  // namespace

@@ -4,12 +4,20 @@
 // log-sum-exp and the gradients of L = sum(w * out) must equal the
 // reference's rows of those chunks. GQA (H = 8 query heads on G = 4 groups),
 // chunks that are not multiples of the 64-row tiles, and documents that cross
-// chunk (and rank) boundaries.
+// chunk (and rank) boundaries. With attention dropout, the reference drops
+// score (b, h, tq, tk) by the counter definition of the single device's mask
+// (common/rng.h: keep iff uniform01(seed, index) >= p at index ((b * heads +
+// h) * pitch + tq) * pitch + tk over global heads and whole-sequence
+// positions), here for the heads [8, 16) of 16 (a TP rank's) and a pitch
+// (--seq_length) longer than the batch: a CP rank must draw exactly its
+// slice of that mask, in the ring (blocks from other ranks at their chunks'
+// positions) and in Ulysses (whole rows of a rank's heads).
 //
 // Bound (test_util/fp32_bounds.h): per element, fp32 rounding in any order of
 // the same sums. A score q.k/sqrt(D) is off by gamma_{D+2} of its terms; a
 // probability by twice that plus gamma_T (the row sum) and a few u, plus
-// 4u per merge of block results (at most 2P per row); each gradient element
+// 4u per merge of block results (at most 2P per row), and with dropout 4u
+// for the rounded keep scale and its product; each gradient element
 // is a sum of at most T products of those with dout, v, q or k, whose
 // absolute terms the reference adds up alongside the value.
 #include <gtest/gtest.h>
@@ -18,6 +26,7 @@
 #include <vector>
 
 #include "../tensor/kernel_test_util.h"
+#include "common/rng.h"
 #include "parallel/ring_attention.h"
 #include "parallel/sim_comm.h"
 #include "parallel/ulysses_attention.h"
@@ -36,6 +45,20 @@ struct Shape {
   int64_t B, H, G, T, D;
 };
 
+// Attention dropout of the tests: the local heads are heads [8, 8 + H) of 16,
+// positions pitched past the batch's length.
+struct Dropout {
+  float p = 0.0f;
+  uint64_t seed = 77;
+  int64_t head_offset = 8, total_heads = 16, pitch = 0;
+  // The multiplier of score (b, h, tq, tk) of the whole-sequence call: 0 or 1/(1-p).
+  double z(int64_t b, int64_t h, int64_t tq, int64_t tk) const {
+    if (p == 0.0f) return 1.0;
+    const auto index = static_cast<uint64_t>(((b * total_heads + head_offset + h) * pitch + tq) * pitch + tk);
+    return uniform01(seed, index) >= p ? 1.0 / (1.0 - p) : 0.0;
+  }
+};
+
 // The reference in double: out, lse and the gradients, each with the sum of
 // the absolute values of its terms (the scale its rounding error is bounded by).
 struct Reference {
@@ -45,7 +68,7 @@ struct Reference {
 };
 
 Reference reference(const Vec& q, const Vec& k, const Vec& v, const Vec& w, const std::vector<int32_t>& doc,
-                    const Shape& s, int merges) {
+                    const Shape& s, int merges, const Dropout& dr) {
   const auto [B, H, G, T, D] = s;
   const int64_t R = H / G;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
@@ -75,12 +98,14 @@ Reference reference(const Vec& q, const Vec& k, const Vec& v, const Vec& w, cons
         for (int64_t j = 0; j < T; ++j) sum += vis(j) ? std::exp(p[j] - m) : 0.0;
         for (int64_t j = 0; j < T; ++j) p[j] = vis(j) ? std::exp(p[j] - m) / sum : 0.0;
         r.lse[pq + i] = m + std::log(sum);
-        // out, then D_i = dout . out, dP = dout . v, dS = P (dP - D_i).
+        // out = (P o Z) v, then D_i = dout . out, dP = dout . v, dS = P (Z dP - D_i).
+        std::vector<double> z(T);
+        for (int64_t j = 0; j < T; ++j) z[j] = dr.z(b, h, i, j);
         double Di = 0, Di_mag = 0;
         for (int64_t c = 0; c < D; ++c) {
           for (int64_t j = 0; j < T; ++j) {
-            r.out[(pq + i) * D + c] += p[j] * v[(pk + j) * D + c];
-            r.out_mag[(pq + i) * D + c] += p[j] * std::fabs(v[(pk + j) * D + c]);
+            r.out[(pq + i) * D + c] += p[j] * z[j] * v[(pk + j) * D + c];
+            r.out_mag[(pq + i) * D + c] += p[j] * z[j] * std::fabs(v[(pk + j) * D + c]);
           }
         }
         for (int64_t c = 0; c < D; ++c) {
@@ -94,10 +119,11 @@ Reference reference(const Vec& q, const Vec& k, const Vec& v, const Vec& w, cons
             dP += w[(pq + i) * D + c] * v[(pk + j) * D + c];
             dP_mag += std::fabs(w[(pq + i) * D + c] * v[(pk + j) * D + c]);
           }
-          const double dS = p[j] * (dP - Di), dS_mag = p[j] * (std::fabs(dP - Di) + dP_mag + Di_mag);
+          const double dS = p[j] * (z[j] * dP - Di),
+                       dS_mag = p[j] * (std::fabs(z[j] * dP - Di) + z[j] * dP_mag + Di_mag);
           for (int64_t c = 0; c < D; ++c) {
-            r.dv[(pk + j) * D + c] += p[j] * w[(pq + i) * D + c];
-            r.dv_mag[(pk + j) * D + c] += p[j] * std::fabs(w[(pq + i) * D + c]);
+            r.dv[(pk + j) * D + c] += p[j] * z[j] * w[(pq + i) * D + c];
+            r.dv_mag[(pk + j) * D + c] += p[j] * z[j] * std::fabs(w[(pq + i) * D + c]);
             r.dq[(pq + i) * D + c] += scale * dS * k[(pk + j) * D + c];
             r.dq_mag[(pq + i) * D + c] += scale * dS_mag * std::fabs(k[(pk + j) * D + c]);
             r.dk[(pk + j) * D + c] += scale * dS * q[(pq + i) * D + c];
@@ -106,7 +132,8 @@ Reference reference(const Vec& q, const Vec& k, const Vec& v, const Vec& w, cons
         }
       }
     }
-  r.row_err = 2 * score_err + 2 * fp32_gamma(T) + 8 * kFp32Unit + 4 * merges * kFp32Unit;
+  r.row_err =
+      2 * score_err + 2 * fp32_gamma(T) + 8 * kFp32Unit + 4 * merges * kFp32Unit + (dr.p > 0 ? 4 * kFp32Unit : 0.0);
   return r;
 }
 
@@ -149,6 +176,7 @@ struct Case {
   int P;
   bool docs;
   bool ulysses;
+  float dropout = 0.0f;
 };
 
 // One rank's call of either algorithm, with buffers of its own.
@@ -182,29 +210,30 @@ struct RankAttention {
                          scratch.data()};
     }
   }
-  void forward(Comm& cp, Vec& o, Vec& l, const Vec& q, const Vec& k, const Vec& v, const int32_t* d) {
+  void forward(Comm& cp, Vec& o, Vec& l, const Vec& q, const Vec& k, const Vec& v, const int32_t* d,
+               const CpDropout& dr) {
     const auto [B, H, G, T, D] = s;
     if (ulysses)
-      ulysses_attention_forward(cp, o.data(), l.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, uly);
+      ulysses_attention_forward(cp, o.data(), l.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, dr, uly);
     else
-      ring_attention_forward(cp, o.data(), l.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, ring);
+      ring_attention_forward(cp, o.data(), l.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, dr, ring);
   }
   void backward(Comm& cp, Vec& gq, Vec& gk, Vec& gv, const Vec& w, const Vec& q, const Vec& k, const Vec& v,
-                const Vec& o, const Vec& l, const int32_t* d) {
+                const Vec& o, const Vec& l, const int32_t* d, const CpDropout& dr) {
     const auto [B, H, G, T, D] = s;
     if (ulysses)
       ulysses_attention_backward(cp, gq.data(), gk.data(), gv.data(), w.data(), q.data(), k.data(), v.data(), o.data(),
-                                 l.data(), d, B, H, G, T, D, uly);
+                                 l.data(), d, B, H, G, T, D, dr, uly);
     else
       ring_attention_backward(cp, gq.data(), gk.data(), gv.data(), w.data(), q.data(), k.data(), v.data(), o.data(),
-                              l.data(), d, B, H, G, T, D, ring);
+                              l.data(), d, B, H, G, T, D, dr, ring);
   }
 };
 
 class ContextParallelAttention : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ContextParallelAttention, EqualsWholeAttention) {
-  const auto [P, docs, ulysses] = GetParam();
+  const auto [P, docs, ulysses, p] = GetParam();
   const Shape s{2, 8, 4, 2 * P * 9, 8};  // chunks of 9 rows
   const auto [B, H, G, T, D] = s;
   std::vector<int32_t> doc;
@@ -214,7 +243,10 @@ TEST_P(ContextParallelAttention, EqualsWholeAttention) {
   }
   const Vec q = randn(B * H * T * D, 60), k = randn(B * G * T * D, 61), v = randn(B * G * T * D, 62),
             w = randn(B * H * T * D, 63);
-  const Reference ref = reference(q, k, v, w, doc, s, 2 * P);
+  Dropout dropout;
+  dropout.p = p, dropout.pitch = T + 6;  // --seq_length past the batch's rows
+  const Reference ref = reference(q, k, v, w, doc, s, 2 * P, dropout);
+  const CpDropout cp_dropout{p, dropout.seed, dropout.head_offset, dropout.total_heads, dropout.pitch};
   Vec out(q.size()), lse(B * H * T), dq(q.size()), dk(k.size()), dv(v.size());
   SimWorld world(P);
   std::vector<Vec> results(P);
@@ -234,8 +266,8 @@ TEST_P(ContextParallelAttention, EqualsWholeAttention) {
     RankAttention att(Shape{B, H, G, Tl, D}, P, ulysses);
     Vec o(lq.size()), l(B * H * Tl), gq(lq.size()), gk(lk.size()), gv(lv.size());
     const int32_t* d = docs ? ldoc.data() : nullptr;
-    att.forward(*cp, o, l, lq, lk, lv, d);
-    att.backward(*cp, gq, gk, gv, lw, lq, lk, lv, o, l, d);
+    att.forward(*cp, o, l, lq, lk, lv, d, cp_dropout);
+    att.backward(*cp, gq, gk, gv, lw, lq, lk, lv, o, l, d, cp_dropout);
     // Ranks write disjoint rows of the global results.
     put_rows(out, o, B * H, T, D, rank, P);
     if (!ulysses) put_rows(lse, l, B * H, T, 1, rank, P);  // Ulysses keeps a head-split lse of its own
@@ -257,10 +289,13 @@ TEST_P(ContextParallelAttention, EqualsWholeAttention) {
 INSTANTIATE_TEST_SUITE_P(Cp, ContextParallelAttention,
                          ::testing::Values(Case{2, false, false}, Case{2, true, false}, Case{4, false, false},
                                            Case{4, true, false}, Case{2, false, true}, Case{2, true, true},
-                                           Case{4, false, true}, Case{4, true, true}),
+                                           Case{4, false, true}, Case{4, true, true}, Case{2, true, false, 0.3f},
+                                           Case{4, false, false, 0.3f}, Case{2, true, true, 0.3f},
+                                           Case{4, false, true, 0.3f}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            return std::string(i.param.ulysses ? "ulysses" : "ring") + "_cp" +
-                                  std::to_string(i.param.P) + (i.param.docs ? "_documents" : "");
+                                  std::to_string(i.param.P) + (i.param.docs ? "_documents" : "") +
+                                  (i.param.dropout > 0 ? "_dropout" : "");
                          });
 
 }  // namespace

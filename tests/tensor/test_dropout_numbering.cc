@@ -76,6 +76,42 @@ TEST(DropoutNumbering, FullLengthRowsKeepTheFlatNumbering) {
   EXPECT_TRUE(bit_equal(flat, numbered));
 }
 
+// Context parallelism: CP rank r of P holds chunks r and 2P-1-r (T_pad / 2P
+// positions each) of every sequence. Its rows, alone or as a sequence-
+// parallel shard of them, draw the masks of those positions in the whole
+// batch, for P = 2 and 4 and both dropout kernels.
+TEST(DropoutNumbering, HiddenMaskOfAContextParallelRankIsItsSliceOfTheWholeMask) {
+  for (int64_t P : {2, 4})
+    for (bool bda : {false, true})
+      for (int64_t r = 0; r < P; ++r) {
+        const int64_t T_loc = T_pad / P, c = T_loc / 2, N_loc = B * T_loc;
+        const Vec ones(N_loc * C, 1.0f), zeros(N_loc * C, 0.0f);
+        auto mask = [&](int64_t row0, int64_t rows) {  // rows [row0, row0 + rows) of this rank's N_loc
+          Vec out(rows * C);
+          const TokenNumbering numbering{row0, T_loc, T_pad, P, r};
+          if (bda)
+            bias_dropout_add_forward(out.data(), ones.data(), nullptr, zeros.data(), rows, C, kP, kSeed, true, nullptr,
+                                     numbering);
+          else
+            dropout_forward(out.data(), ones.data(), rows, C, kP, kSeed, numbering);
+          return out;
+        };
+        const Vec mine = mask(0, N_loc), second_sp_shard = mask(N_loc / 2, N_loc / 2);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < T_loc; ++t) {
+            const int64_t chunk = t < c ? r : 2 * P - 1 - r, pos = chunk * c + t % c;
+            for (int64_t j = 0; j < C; ++j) {
+              const float want = want_multiplier(b, pos, j);
+              const int64_t row = b * T_loc + t;
+              ASSERT_EQ(mine[row * C + j], want) << "CP " << P << " rank " << r << " b=" << b << " t=" << t;
+              if (row >= N_loc / 2) {
+                ASSERT_EQ(second_sp_shard[(row - N_loc / 2) * C + j], want) << "SP shard, CP rank " << r;
+              }
+            }
+          }
+      }
+}
+
 // Attention outputs of the real positions, (B, H, T, D), from a batch padded
 // to T_rows (the padding keys sit after every real query: causally invisible).
 struct AttnRun {

@@ -280,7 +280,10 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionGrad, ::testing::ValuesIn(attention_gra
 // a fully visible block and a causal diagonal, rows strided inside a longer
 // local sequence (pitch), with documents so that some query rows of the full
 // block see no key at all (their out is 0: no gradient). The block's own
-// softmax is differentiated: backward takes its out and lse.
+// softmax is differentiated: backward takes its out and lse. With attention
+// dropout at the block's place in a whole sequence (queries of chunk 3, keys
+// of chunk 1 or the same chunk, heads [2, 6) of 8), backward regenerates the
+// forward's mask.
 TEST(AttentionBlockGrad, FullAndCausalBlocks) {
   const int64_t B = 2, H = 4, G = 2, D = 4, c = 5, pitch = 2 * c;
   std::vector<int32_t> qdoc(B * pitch), kdoc(B * pitch);
@@ -288,33 +291,36 @@ TEST(AttentionBlockGrad, FullAndCausalBlocks) {
     qdoc[t] = static_cast<int32_t>(t % pitch % c < 3 ? 1 : 2);  // block rows 0-2: document 1, the rest: 2
     kdoc[t] = static_cast<int32_t>(t % pitch % c < 4 ? 0 : 2);  // keys of documents 0 and 2 only
   }
-  for (bool causal : {false, true})
-    for (bool docs : {false, true}) {
-      // The block sits in the second half of each pitch (rows [c, 2c)).
-      Vec q = randn(B * H * pitch * D, 50), k = randn(B * G * pitch * D, 51), v = randn(B * G * pitch * D, 52);
-      Vec w = randn(B * H * pitch * D, 53), out(w.size(), 0.0f), lse(B * H * pitch, 0.0f);
-      Vec dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
-      Vec scratch(attention_flash_block_scratch_floats(B, H, G, c, D));
-      const int32_t* qd = docs ? qdoc.data() + c : nullptr;
-      const int32_t* kd = docs ? (causal ? qdoc.data() : kdoc.data()) + c : nullptr;
-      const int64_t o = c * D;
-      auto loss = [&] {
-        attention_flash_block_forward(out.data() + o, lse.data() + c, q.data() + o, k.data() + o, v.data() + o, qd, kd,
-                                      B, H, G, c, c, D, pitch, pitch, causal, scratch.data());
-        return dot(out, w);
-      };
-      loss();
-      attention_flash_block_backward(dq.data() + o, dk.data() + o, dv.data() + o, w.data() + o, q.data() + o,
-                                     k.data() + o, v.data() + o, out.data() + o, lse.data() + c, qd, kd, B, H, G, c, c,
-                                     D, pitch, pitch, causal, scratch.data());
-      const std::string what = std::string(causal ? "causal" : "full") + (docs ? " with documents" : "");
-      EXPECT_TRUE(fd_check("dq " + what, q, dq, loss));
-      EXPECT_TRUE(fd_check("dk " + what, k, dk, loss));
-      EXPECT_TRUE(fd_check("dv " + what, v, dv, loss));
-      if (docs && !causal) {
-        EXPECT_EQ(out[o + 1 * D], 0.0f) << "a row of document 1 sees no key";
+  for (float p : {0.0f, 0.3f})
+    for (bool causal : {false, true})
+      for (bool docs : {false, true}) {
+        // The block sits in the second half of each pitch (rows [c, 2c)).
+        Vec q = randn(B * H * pitch * D, 50), k = randn(B * G * pitch * D, 51), v = randn(B * G * pitch * D, 52);
+        Vec w = randn(B * H * pitch * D, 53), out(w.size(), 0.0f), lse(B * H * pitch, 0.0f);
+        Vec dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+        Vec scratch(attention_flash_block_scratch_floats(B, H, G, c, D));
+        const int32_t* qd = docs ? qdoc.data() + c : nullptr;
+        const int32_t* kd = docs ? (causal ? qdoc.data() : kdoc.data()) + c : nullptr;
+        const int64_t o = c * D;
+        const BlockDropout dr{p, 9, 2, 8, 8 * c, 3 * c, causal ? 3 * c : c};
+        auto loss = [&] {
+          attention_flash_block_forward(out.data() + o, lse.data() + c, q.data() + o, k.data() + o, v.data() + o, qd,
+                                        kd, B, H, G, c, c, D, pitch, pitch, causal, scratch.data(), dr);
+          return dot(out, w);
+        };
+        loss();
+        attention_flash_block_backward(dq.data() + o, dk.data() + o, dv.data() + o, w.data() + o, q.data() + o,
+                                       k.data() + o, v.data() + o, out.data() + o, lse.data() + c, qd, kd, B, H, G, c,
+                                       c, D, pitch, pitch, causal, scratch.data(), dr);
+        const std::string what =
+            std::string(causal ? "causal" : "full") + (docs ? " with documents" : "") + (p > 0 ? " with dropout" : "");
+        EXPECT_TRUE(fd_check("dq " + what, q, dq, loss));
+        EXPECT_TRUE(fd_check("dk " + what, k, dk, loss));
+        EXPECT_TRUE(fd_check("dv " + what, v, dv, loss));
+        if (docs && !causal) {
+          EXPECT_EQ(out[o + 1 * D], 0.0f) << "a row of document 1 sees no key";
+        }
       }
-    }
 }
 
 }  // namespace
