@@ -306,6 +306,29 @@ TEST_F(Checkpoint, MoeCheckpointReshardsOverPipelineAndRecordsTheMoeShape) {
   EXPECT_EQ(config["router_aux_loss_coef"], 1e-2);
 }
 
+// --qk_layernorm: saved under TP 2 + SP (the q/k norm weights replicated,
+// their gradients summed over TP), resumed on one device, the run continues as
+// the uninterrupted one; the checkpoint records qk_layernorm, so a resume
+// without it is refused naming the setting (Megatron's check_checkpoint_args wording).
+TEST_F(Checkpoint, QkLayernormCheckpointSavedUnderTpResumesOnOneDevice) {
+  const std::string qk = "--lr 3e-4 --save_interval 10 --qk_layernorm";
+  const RunResult straight = run(
+      concat(demo_pt_args(20, tmp_ / "straight"), words(qk + " --tensor_model_parallel_size 2 --sequence_parallel")),
+      "straight", launch_ranks(2));
+  ASSERT_EQ(straight.exit_code, 0) << straight.describe();
+  seed_with_iteration_10(tmp_ / "straight", tmp_ / "resumed");
+  const std::vector<std::string> load = {"--load", (tmp_ / "resumed").string()};
+  const RunResult resumed = run(concat(concat(demo_pt_args(20, tmp_ / "resumed"), words(qk)), load), "resumed");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  expect_continues(tmp_ / "straight", tmp_ / "resumed", 1e-5);
+  const RunResult other =
+      run(concat(concat(demo_pt_args(20, tmp_ / "other"), words("--lr 3e-4 --save_interval 10")), load), "other");
+  EXPECT_EQ(other.exit_code, 5) << other.describe();
+  EXPECT_TRUE(
+      contains(other.err, "qk_layernorm value from checkpoint (true) is not equal to the input argument value (false)"))
+      << other.err;
+}
+
 // --- (2, 2, 2): exact resume and resharding --------------------------------------
 
 class ParallelCheckpoint : public MtrainTest {

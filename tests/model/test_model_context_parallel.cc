@@ -123,19 +123,19 @@ TEST_P(ModelContextParallel, RanksMatchTheWholeModel) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, ModelContextParallel,
-                         ::testing::Values(Case{"ring_cp2", 2, false, false},
-                                           Case{"ring_cp2_documents", 2, false, true},
-                                           Case{"ring_cp4_documents", 4, false, true},
-                                           Case{"ulysses_cp2_documents", 2, true, true},
-                                           Case{"ring_cp2_dropout", 2, false, true, 0.2f, 0.2f},
-                                           Case{"ulysses_cp2_dropout", 2, true, true, 0.2f, 0.2f},
-                                           Case{"ring_cp4_lora_dropout", 4, false, true, 0.f, 0.2f, true},
-                                           Case{"ulysses_cp2_lora_dropout", 2, true, false, 0.1f, 0.1f, true},
-                                           Case{"ring_cp2_tp2_sp_dropout", 2, false, true, 0.2f, 0.2f, false, 2},
-                                           Case{"ring_cp2_qk_layernorm", 2, false, true, 0.f, 0.f, false, 1, true},
-                                           Case{"ulysses_cp2_qk_layernorm", 2, true, true, 0.f, 0.f, false, 1, true}),
-                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Variants, ModelContextParallel,
+    ::testing::Values(Case{"ring_cp2", 2, false, false}, Case{"ring_cp2_documents", 2, false, true},
+                      Case{"ring_cp4_documents", 4, false, true}, Case{"ulysses_cp2_documents", 2, true, true},
+                      Case{"ring_cp2_dropout", 2, false, true, 0.2f, 0.2f},
+                      Case{"ulysses_cp2_dropout", 2, true, true, 0.2f, 0.2f},
+                      Case{"ring_cp4_lora_dropout", 4, false, true, 0.f, 0.2f, true},
+                      Case{"ulysses_cp2_lora_dropout", 2, true, false, 0.1f, 0.1f, true},
+                      Case{"ring_cp2_tp2_sp_dropout", 2, false, true, 0.2f, 0.2f, false, 2},
+                      Case{"ring_cp2_qk_layernorm", 2, false, true, 0.f, 0.f, false, 1, true},
+                      Case{"ulysses_cp2_qk_layernorm_dropout", 2, true, true, 0.1f, 0.1f, false, 1, true},
+                      Case{"ring_cp2_tp2_sp_qk_layernorm", 2, false, true, 0.f, 0.f, false, 2, true}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 }  // namespace
 }  // namespace mtrain::model
