@@ -106,7 +106,8 @@ TEST(PlanExamples, Llama2SevenBillionAt32kOnEightNpus) {
 // 1bcb3b9e): h 2048, 32 heads of 128 over 4 query groups, E 128 experts of
 // ffn 768 (SwiGLU) in all 48 layers, V 151936 padded to 128 x TP.
 //   attn = 2 h^2 (1 + g/a) r_q with r_q = 128 x 32 / 2048 = 2; / TP
-//   per layer replicated: 2 h (norms) + h E (router); experts 3 h 768 E / (ETP x EP)
+//   per layer replicated: 2 h (norms) + h E (router) + 2 x 128 (Qwen3's q/k RMSNorm over a head,
+//   --qk_layernorm: Megatron's formula leaves these out); experts 3 h 768 E / (ETP x EP)
 //   stage 0: its layers, the embedding V_pad h / TP (and at PP 1 the output layer and final norm).
 TEST(PlanExamples, Qwen3MoeOnSixteenNpusWithExpertParallelism) {
   const std::vector<std::string> job = {"--model_preset",
@@ -133,7 +134,7 @@ TEST(PlanExamples, Qwen3MoeOnSixteenNpusWithExpertParallelism) {
   const int64_t h = 2048, E = 128, t = l.tp, v_pad = (151936 + 128 * t - 1) / (128 * t) * 128 * t;
   const int64_t attn = 2 * h * h * 9 / 8 * 2, experts = 3 * h * 768 * E;
   const int64_t layers = l.first_stage_layers ? l.first_stage_layers : 48 / l.pp;
-  int64_t params = v_pad * h / t + layers * (attn / t + 2 * h + h * E + experts / (l.etp * l.ep));
+  int64_t params = v_pad * h / t + layers * (attn / t + 2 * h + 2 * 128 + h * E + experts / (l.etp * l.ep));
   if (l.pp == 1) params += v_pad * h / t + h;
   EXPECT_EQ(stage0.parameters, params) << ep->flags;
   // The same layout at EP 1 holds all 128 experts: the difference is the
