@@ -61,6 +61,12 @@ void activation_backward(const MoeLayerConfig& c, int64_t F, float* dfc1, float*
 
 float* at(float* p, int64_t off) { return p ? p + off : nullptr; }
 
+// Half k (0: fc1, 1: fc2) of a (2, rows, r) LoRA activation buffer.
+float* lora_half(Tensor& h, int k) { return at(h.data(), k * (h.numel() / 2)); }
+lora::AdapterBuffers shared_lora_buffers(MoeActs& a, MoeWorkspace& w, int k) {
+  return {lora_half(a.shared_lora_h, k), w.lora_dh.data(), w.lora_scratch.data()};
+}
+
 // The local experts on in (sum rows, C), `rows` (E_local) per expert -> out
 // (sum rows, C) without the fc2 bias; a.fc1 / a.act keep what backward needs.
 void experts_forward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, MoeWorkspace& w, float* out,
@@ -70,12 +76,19 @@ void experts_forward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, 
   for (int64_t e = 0; e < c.num_local; ++e) M += rows[e];
   std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
   grouped_linear_forward(a.fc1.data(), in, w1.data(), rows, c.num_local, C, FC1, c.grouped_gemm);
+  const ExpertAdapters& ad = wt.lora;
+  if (ad.fc1.any())
+    expert_adapter_forward(a.fc1.data(), lora_half(a.lora_h, 0), in, ad.fc1, ad.rank, ad.scale, rows, c.num_local, C,
+                           FC1);
   round_act(c, a.fc1.data(), M * FC1);
   for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
     activation_forward(c, F, at(a.act.data(), off * F), at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e],
                        w.scratch.data());
   round_act(c, a.act.data(), M * F);
   grouped_linear_forward(out, a.act.data(), w2.data(), rows, c.num_local, F, C, c.grouped_gemm);
+  if (ad.fc2.any())
+    expert_adapter_forward(out, lora_half(a.lora_h, 1), a.act.data(), ad.fc2, ad.rank, ad.scale, rows, c.num_local, F,
+                           C);
 }
 
 // din (sum rows, C) OVERWRITTEN from dout (may alias din); weight gradients ACCUMULATED.
@@ -87,6 +100,10 @@ void experts_backward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a,
   std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
   grouped_linear_backward(w.d_act.data(), wt.fc2_grad.data(), dout, a.act.data(), w2.data(), rows, c.num_local, F, C,
                           c.grouped_gemm);
+  const ExpertAdapters& ad = wt.lora;
+  if (ad.fc2.any())  // before din (which may alias dout) is written
+    expert_adapter_backward(w.d_act.data(), w.lora_dh.data(), dout, a.act.data(), lora_half(a.lora_h, 1), ad.fc2,
+                            ad.rank, ad.scale, rows, c.num_local, F, C);
   round_act(c, w.d_act.data(), M * F);
   for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
     activation_backward(c, F, at(w.d_fc1.data(), off * FC1), wt.fc1_bias_grad[e], at(w.d_act.data(), off * F),
@@ -94,6 +111,9 @@ void experts_backward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a,
   round_act(c, w.d_fc1.data(), M * FC1);
   grouped_linear_backward(din, wt.fc1_grad.data(), w.d_fc1.data(), in, w1.data(), rows, c.num_local, C, FC1,
                           c.grouped_gemm);
+  if (ad.fc1.any())
+    expert_adapter_backward(din, w.lora_dh.data(), w.d_fc1.data(), in, lora_half(a.lora_h, 0), ad.fc1, ad.rank,
+                            ad.scale, rows, c.num_local, C, FC1);
   round_act(c, din, M * C);
 }
 
@@ -103,10 +123,15 @@ void shared_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const
   const int64_t C = c.hidden, Fs = c.shared_local(), FC1s = c.shared_fc1_local(), Nl = tokens_local(c, N);
   float* x_full = c.sequence_parallel ? sp.full_in : const_cast<float*>(x);
   parallel::column_parallel_linear_forward(tp, a.shared_fc1.data(), x_full, x, wt.shared_fc1, nullptr, N, C, FC1s);
+  if (wt.shared_fc1_lora.A)
+    lora::column_adapter_forward(tp, a.shared_fc1.data(), shared_lora_buffers(a, w, 0), x_full, wt.shared_fc1_lora, N,
+                                 C, FC1s);
   round_act(c, a.shared_fc1.data(), N * FC1s);
   activation_forward(c, Fs, a.shared_act.data(), a.shared_fc1.data(), nullptr, N, w.scratch.data());
   round_act(c, a.shared_act.data(), N * Fs);
   parallel::row_parallel_linear_forward(tp, out, sp.full_out, a.shared_act.data(), wt.shared_fc2, N, Fs, C);
+  if (wt.shared_fc2_lora.A)
+    lora::row_adapter_forward(tp, out, shared_lora_buffers(a, w, 1), a.shared_act.data(), wt.shared_fc2_lora, N, Fs, C);
   round_act(c, out, Nl * C);
   if (!c.shared_gate || profiler::shape_only()) return;
   // Qwen2-MoE: out_t *= sigmoid(x_t . gate_weight) on this rank's tokens.
@@ -144,6 +169,10 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
   parallel::row_parallel_linear_backward(tp, w.shared_d_act.data(), wt.shared_fc2_grad, sp.full_out, d_out,
                                          a.shared_act.data(), wt.shared_fc2, N, Fs, C, c.grad_accumulation,
                                          w.scratch.data());
+  if (wt.shared_fc2_lora.A)  // dy of every token: the base's gathered buffer under SP
+    lora::row_adapter_backward(tp, w.shared_d_act.data(), shared_lora_buffers(a, w, 1),
+                               c.sequence_parallel ? sp.full_out : d_out, a.shared_act.data(), wt.shared_fc2_lora, N,
+                               Fs, C);
   round_act(c, w.shared_d_act.data(), N * Fs);
   activation_backward(c, Fs, w.shared_d_fc1.data(), nullptr, w.shared_d_act.data(), a.shared_fc1.data(), nullptr, N,
                       w.scratch.data());
@@ -152,6 +181,9 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
   const float* x_full = c.sequence_parallel ? sp.full_in : x;
   parallel::column_parallel_linear_backward(tp, dx, sp.full_out, wt.shared_fc1_grad, nullptr, w.shared_d_fc1.data(),
                                             x_full, wt.shared_fc1, N, C, FC1s, c.grad_accumulation, w.scratch.data());
+  if (wt.shared_fc1_lora.A)
+    lora::column_adapter_backward(tp, dx, shared_lora_buffers(a, w, 0), w.shared_d_fc1.data(), x_full,
+                                  wt.shared_fc1_lora, N, C, FC1s);
   if (!c.shared_gate || profiler::shape_only()) return;
   const float* dpre = w.dprobs.data();
   for (int64_t t = 0; t < Nl; ++t)
@@ -211,6 +243,11 @@ void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T
       a.gate = act_tensor(dev, {Nl}, DType::kF32, p + "shared expert gate", meta);
     }
   }
+  if (c.lora_rank > 0) {  // adapters stay fp32 (lib/model/lora_layer.h)
+    a.lora_h = act_tensor(dev, {2, Mg, c.lora_rank}, DType::kF32, p + "moe expert LoRA activations", meta);
+    if (c.shared_ffn > 0)
+      a.shared_lora_h = act_tensor(dev, {2, N, c.lora_rank}, DType::kF32, p + "shared expert LoRA activations", meta);
+  }
 }
 
 void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev,
@@ -242,6 +279,11 @@ void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B,
     if (!c.grad_accumulation) scratch = std::max(scratch, c.shared_fc1_local() * C);
   }
   w.scratch = act_tensor(dev, {std::max<int64_t>(scratch, 1)}, DType::kF32, "moe kernel scratch", meta);
+  if (c.lora_rank > 0) {
+    w.lora_dh = act_tensor(dev, {std::max(Mg, N), c.lora_rank}, DType::kF32, "moe LoRA grad", meta);
+    if (c.shared_ffn > 0)
+      w.lora_scratch = act_tensor(dev, {N, std::max(C, c.shared_local())}, DType::kF32, "moe LoRA scratch", meta);
+  }
 }
 
 void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,

@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "lora/lora_linear.h"
+#include "moe/expert_lora.h"
 #include "moe/router.h"
 #include "parallel/tensor_parallel.h"
 #include "tensor/tensor.h"
@@ -48,6 +50,7 @@ struct MoeLayerConfig {
   // Expert parallel size: this rank holds E / ep experts and dispatches its
   // rows over TpConfig::ep (moe/expert_dispatch.h); only with etp = 1.
   int64_t ep = 1;
+  int64_t lora_rank = 0;  // r of the experts' and shared expert's LoRA adapters (0: none)
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
   int64_t ffn_local() const { return ffn / etp; }
   int64_t fc1_local() const { return fc1_width() / etp; }
@@ -74,6 +77,9 @@ struct MoeWeights {
   float* shared_fc1_grad = nullptr;
   float* shared_fc2_grad = nullptr;
   float* shared_gate_grad = nullptr;
+  ExpertAdapters lora;  // the routed experts' LoRA adapters (moe/expert_lora.h)
+  // The shared expert's adapters, split over TP as the dense MLP's (A null: none).
+  lora::AdapterWeights shared_fc1_lora, shared_fc2_lora;
 };
 
 // What one layer keeps from forward to backward (activations on the device).
@@ -97,6 +103,8 @@ struct MoeActs {
   Tensor shared_act;              // (N, Fs_local)
   Tensor shared_out;              // gate: (N_loc, C) the shared output before the gate
   Tensor gate;                    // gate: (N_loc) sigmoid scores
+  Tensor lora_h;                  // LoRA: (2, Mg, r) the experts' fc1 | fc2 adapter activations
+  Tensor shared_lora_h;           // LoRA: (2, N, r) the shared expert's fc1 | fc2 adapter activations
 };
 
 // Temporaries shared by all MoE layers.
@@ -114,6 +122,8 @@ struct MoeWorkspace {
   Tensor shared_d_fc1;  // (N, FC1s_local)
   Tensor shared_d_act;  // (N, Fs_local)
   Tensor scratch;       // unfused activation / unpermute / weight-gradient scratch
+  Tensor lora_dh;       // LoRA: (max(Mg, N), r) adapter gradient
+  Tensor lora_scratch;  // LoRA: (N, max(C, Fs_local)) the shared adapters' dropout(x) / d(x)
 };
 
 // The dense layer's sequence-parallel buffers, shared with the MoE layer (N, C) each.

@@ -57,6 +57,14 @@ std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointRe
   }
   const config::Args args = config::args_from_json(state.at("args").dump());
   if (args.train_type != "lora") return std::nullopt;
+  if (args.num_experts.value_or(0) > 0)
+    throw CheckpointError(
+        fmt::format("{}: the LoRA checkpoint's model is a mixture of experts (num_experts {}); reading MoE "
+                    "adapters outside training (export --to_peft with PEFT's per-expert names, a merge into a "
+                    "Hugging Face MoE layout, --adapter_load, infer) is not implemented yet",
+                    source, *args.num_experts),
+        "keep training and resuming from the mtrain LoRA checkpoint (--load); it reloads under "
+        "any TP/PP/DP/EP layout");
   ExportAdapters a;
   a.config.r = args.lora_rank;
   a.config.lora_alpha = args.lora_alpha;

@@ -4,7 +4,8 @@
 // within 1e-5, the bound and the lr of ParallelEquivalence in
 // test_mtrain_parallel.cc), alone, with PP, with the distributed optimizer,
 // with capacity dropping and under TP + SP; a checkpoint saved at EP 2 resumes
-// at TP 2 (experts are named tensors by global index).
+// at TP 2 (experts are named tensors by global index); the same for LoRA on
+// the experts.
 //
 // EP ranks are data-parallel ranks of the dense model, each routing its own
 // micro-batch (the router's token group is the micro-batch's tokens on the
@@ -103,6 +104,51 @@ TEST_F(MoeExpertParallel, CheckpointSavedAtEp2ResumesAtTp2) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
   const auto a = train_rows(tmp_ / "straight"), b = train_rows(tmp_ / "resumed");
   ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 10u) << "the resumed run logs iterations 11..20 only";
+  for (size_t i = 0; i < b.size(); ++i)
+    for (const char* key : {"loss", "grad_norm"})
+      EXPECT_LE(rel(a[i + 10].at(key).get<double>(), b[i].at(key).get<double>()), 1e-5)
+          << "iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
+}
+
+// LoRA on the MoE model (rank-4 adapters on attention, on each routed
+// expert's fc1/fc2 and on the shared expert's; base and router frozen):
+// EP 2, and TP 2 + SP with ETP 1 and ETP 2, equal the single device for 20
+// iterations; the EP 2 run's adapter checkpoint of iteration 10 (experts'
+// adapters named by global index) resumes at TP 2 + SP with ETP 2 and
+// continues it. Micro-batches of 2 rows everywhere (the router's token group).
+TEST_F(MoeExpertParallel, LoraLayoutsAndAdapterCheckpointEqualTheSingleDevice) {
+  const std::string lora =
+      "--micro_batch_size 2 --lr 2e-3 --train_type lora --lora_rank 4 --lora_alpha 8 --lora_dropout 0 "
+      "--moe_shared_expert_intermediate_size 64 --moe_shared_expert_gate";
+  const RunResult ref = run(job(tmp_ / "ref", lora), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  // Trainable: r (in + out) per adapted linear (PEFT's count). The demo decoder: h 256, qkv 512,
+  // dense FFN 688 (SwiGLU fc1 2 x 688); layers 0 and 2 MoE: 4 experts of 128, shared expert 64.
+  const int64_t r = 4, attention = (256 + 512) + (256 + 256), dense = (256 + 2 * 688) + (688 + 256);
+  const int64_t expert = (256 + 2 * 128) + (128 + 256), shared = (256 + 2 * 64) + (64 + 256);
+  const int64_t trainable = r * (4 * attention + 2 * dense + 2 * (4 * expert + shared));
+  const std::string line = " > of which trainable on (tensor, pipeline) model parallel rank (0, 0): ";
+  EXPECT_NE(ref.out.find(line + std::to_string(trainable) + " ("), std::string::npos) << trainable << "\n" << ref.out;
+  const std::string tp2 = " --tensor_model_parallel_size 2 --sequence_parallel --expert_tensor_parallel_size ";
+  for (const Layout& l : {Layout{"ep2", 2, "--expert_model_parallel_size 2 --save_interval 10"},
+                          Layout{"tp2_etp1", 2, tp2 + "1"}, Layout{"tp2_etp2", 2, tp2 + "2"}}) {
+    const RunResult par = run(job(tmp_ / l.name, lora + " " + l.flags), l.name, launch_ranks(l.ranks));
+    ASSERT_EQ(par.exit_code, 0) << par.describe();
+    expect_equal_runs(tmp_ / "ref", tmp_ / l.name, l.name);
+    if (l.name == "ep2") {  // EP rank 0 holds experts 0 and 1 of each MoE layer, and their adapters
+      EXPECT_NE(par.out.find(line + std::to_string(trainable - r * 2 * 2 * expert) + " ("), std::string::npos)
+          << par.out;
+    }
+  }
+  fs::create_directories(tmp_ / "resumed");
+  fs::copy(tmp_ / "ep2" / "iter_0000010", tmp_ / "resumed" / "iter_0000010", fs::copy_options::recursive);
+  write_text(tmp_ / "resumed" / "latest_checkpointed_iteration.txt", "10");
+  const RunResult resumed =
+      run(concat(job(tmp_ / "resumed", lora + tp2 + "2"), {"--load", (tmp_ / "resumed").string()}), "resumed",
+          launch_ranks(2));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  const auto a = train_rows(tmp_ / "ep2"), b = train_rows(tmp_ / "resumed");
   ASSERT_EQ(b.size(), 10u) << "the resumed run logs iterations 11..20 only";
   for (size_t i = 0; i < b.size(); ++i)
     for (const char* key : {"loss", "grad_norm"})
