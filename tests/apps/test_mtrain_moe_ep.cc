@@ -154,6 +154,12 @@ TEST_F(MoeExpertParallel, LoraLayoutsAndAdapterCheckpointEqualTheSingleDevice) {
     for (const char* key : {"loss", "grad_norm"})
       EXPECT_LE(rel(a[i + 10].at(key).get<double>(), b[i].at(key).get<double>()), 1e-5)
           << "iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
+  // PEFT's per-expert names need the Hugging Face MoE layouts: the export is refused by name (exit 5).
+  const RunResult peft =
+      run({"export", "--to_peft", "--load", (tmp_ / "ep2").string(), "--output_dir", (tmp_ / "peft").string()}, "peft");
+  EXPECT_EQ(peft.exit_code, 5) << peft.describe();
+  EXPECT_NE(peft.err.find("mixture of experts (num_experts 4)"), std::string::npos) << peft.err;
+  EXPECT_FALSE(fs::exists(tmp_ / "peft" / "adapter_model.safetensors"));
 }
 
 // --dry_run at EP 2 (world 2): the simulated rank holds its 4 of the 8
