@@ -19,8 +19,7 @@ std::vector<FlagSpec> lora_flags() {
       {.name = "lora_dropout",
        .field = &Args::lora_dropout,
        .group = T,
-       .help = "Dropout on the adapter's input (training only); not implemented on an MoE model's routed "
-               "experts (use 0 there)."},
+       .help = "Dropout on the adapter's input (training only)."},
       {.name = "lora_bias",
        .field = &Args::lora_bias,
        .group = T,

@@ -1,7 +1,5 @@
 #include "model/lora_layer.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 
 #include "common/errors.h"
@@ -40,9 +38,6 @@ int64_t out_features(const ModelConfig& c, LinearSite s) {
 
 // The module a parameter belongs to: its name without ".weight" / ".bias".
 std::string module_of(const std::string& name) { return name.substr(0, name.rfind('.')); }
-
-// Adapter dropout streams, apart from the layer's other dropout sites.
-constexpr uint64_t kSiteLoraDropout = 16;
 
 }  // namespace
 
@@ -116,13 +111,6 @@ int64_t count_adapted_linears(const ModelConfig& c) {
   for (const std::string& m : adaptable_linears(c)) {
     if (!c.lora.targets(m)) continue;
     ++n;
-    if (c.lora.dropout > 0.f && m.find(".mlp.experts.") != std::string::npos)
-      throw ConfigError(fmt::format("--lora_dropout {} on a routed expert's adapter ({}) is not implemented yet: a "
-                                    "mask that is the same under every expert-parallel layout needs each permuted "
-                                    "row's token id",
-                                    c.lora.dropout, m),
-                        "use --lora_dropout 0, or leave the routed experts out of --target_modules / --target_regex "
-                        "(attention and the shared expert take dropout)");
   }
   if (n == 0)
     throw ConfigError(c.lora.target_regex.empty()

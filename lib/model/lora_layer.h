@@ -18,6 +18,11 @@
 
 namespace mtrain::model {
 
+// Adapter dropout streams, apart from the layer's other dropout sites:
+// + LinearSite for a layer's four linears (an MoE layer's shared expert
+// takes fc1's and fc2's), + 4 and + 5 for its routed experts' fc1 and fc2.
+inline constexpr uint64_t kSiteLoraDropout = 16;
+
 // Registers the adapters of layer `prefix` ("decoder.layers.N.") for the
 // linears c.lora targets, into lp.lora_a / lora_b (an MoE layer: attention
 // only). A is Kaiming-uniform and B zero (PEFT), so the adapted model starts

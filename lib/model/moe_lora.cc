@@ -2,6 +2,9 @@
 // their parameters and TP/EP flags, and the addresses handed to the layer.
 // The math is moe/expert_lora.h (routed experts) and lora/lora_linear.h (the
 // shared expert, split over TP like the dense MLP).
+#include <algorithm>
+
+#include "common/rng.h"
 #include "model/lora_layer.h"
 
 namespace mtrain::model {
@@ -65,6 +68,12 @@ void add_moe_adapter_weights(moe::MoeWeights& w, const ModelConfig& c, ParamStor
                              int64_t T, uint64_t seed, bool training) {
   w.lora.rank = c.lora.rank;
   w.lora.scale = c.lora.scaling();
+  w.lora.dropout = training ? c.lora.dropout : 0.f;
+  w.lora.seed_fc1 = stream_seed(seed, kSiteLoraDropout + 4);
+  w.lora.seed_fc2 = stream_seed(seed, kSiteLoraDropout + 5);
+  w.lora.seq_pitch = std::max(T, c.seq_length);  // as the dense adapters' (lora_layer.cc)
+  w.lora.ffn = c.moe.ffn;
+  w.lora.fc2_col0 = c.expert_tp() > 1 ? c.tp_rank * (c.moe.ffn / c.expert_tp()) : 0;
   add_expert_site(w.lora.fc1, ps, mp.fc1_lora);
   add_expert_site(w.lora.fc2, ps, mp.fc2_lora);
   // The shared expert takes the dense MLP's place, and its dropout streams.

@@ -50,7 +50,8 @@ struct MoeLayerConfig {
   // Expert parallel size: this rank holds E / ep experts and dispatches its
   // rows over TpConfig::ep (moe/expert_dispatch.h); only with etp = 1.
   int64_t ep = 1;
-  int64_t lora_rank = 0;  // r of the experts' and shared expert's LoRA adapters (0: none)
+  int64_t lora_rank = 0;     // r of the experts' and shared expert's LoRA adapters (0: none)
+  float lora_dropout = 0.f;  // their --lora_dropout
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
   int64_t ffn_local() const { return ffn / etp; }
   int64_t fc1_local() const { return fc1_width() / etp; }
@@ -93,18 +94,20 @@ struct MoeActs {
   Tensor probs_perm;          // (M) their combine weights
   // etp > 1 / ep > 1: every TP / EP rank's rows for the local experts, grouped
   // by expert (Mg = max_expert_rows at most)
-  std::vector<int64_t> counts;    // (etp or ep, E_local) rows of each rank per local expert
-  std::vector<int64_t> rows_grp;  // (E_local)
-  Tensor x_grp;                   // (Mg, C)
-  Tensor fc1;                     // (Mg, FC1/etp) pre-activation (Mg = M without ETP)
-  Tensor act;                     // (Mg, F/etp)
-  Tensor y_perm;                  // (M, C) expert outputs (with fc2 bias), before the combine weights
-  Tensor shared_fc1;              // (N, FC1s_local)
-  Tensor shared_act;              // (N, Fs_local)
-  Tensor shared_out;              // gate: (N_loc, C) the shared output before the gate
-  Tensor gate;                    // gate: (N_loc) sigmoid scores
-  Tensor lora_h;                  // LoRA: (2, Mg, r) the experts' fc1 | fc2 adapter activations
-  Tensor shared_lora_h;           // LoRA: (2, N, r) the shared expert's fc1 | fc2 adapter activations
+  std::vector<int64_t> counts;       // (etp or ep, E_local) rows of each rank per local expert
+  std::vector<int64_t> rows_grp;     // (E_local)
+  Tensor x_grp;                      // (Mg, C)
+  Tensor fc1;                        // (Mg, FC1/etp) pre-activation (Mg = M without ETP)
+  Tensor act;                        // (Mg, F/etp)
+  Tensor y_perm;                     // (M, C) expert outputs (with fc2 bias), before the combine weights
+  Tensor shared_fc1;                 // (N, FC1s_local)
+  Tensor shared_act;                 // (N, Fs_local)
+  Tensor shared_out;                 // gate: (N_loc, C) the shared output before the gate
+  Tensor gate;                       // gate: (N_loc) sigmoid scores
+  Tensor lora_h;                     // LoRA: (2, Mg, r) the experts' fc1 | fc2 adapter activations
+  Tensor shared_lora_h;              // LoRA: (2, N, r) the shared expert's fc1 | fc2 adapter activations
+  std::vector<int64_t> lora_ids;     // LoRA dropout: (Mg) the expert rows' mask ids (moe/expert_lora.h)
+  std::vector<uint64_t> lora_seeds;  // ... and under EP (2, Mg) their fc1 | fc2 mask streams
 };
 
 // Temporaries shared by all MoE layers.
@@ -123,7 +126,7 @@ struct MoeWorkspace {
   Tensor shared_d_act;  // (N, Fs_local)
   Tensor scratch;       // unfused activation / unpermute / weight-gradient scratch
   Tensor lora_dh;       // LoRA: (max(Mg, N), r) adapter gradient
-  Tensor lora_scratch;  // LoRA: (N, max(C, Fs_local)) the shared adapters' dropout(x) / d(x)
+  Tensor lora_scratch;  // LoRA: (max(N, Mg), max(C, Fs_local, F_local)) the adapters' dropout(x) / d(x)
 };
 
 // The dense layer's sequence-parallel buffers, shared with the MoE layer (N, C) each.

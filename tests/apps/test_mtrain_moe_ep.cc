@@ -111,15 +111,16 @@ TEST_F(MoeExpertParallel, CheckpointSavedAtEp2ResumesAtTp2) {
           << "iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
 }
 
-// LoRA on the MoE model (rank-4 adapters on attention, on each routed
-// expert's fc1/fc2 and on the shared expert's; base and router frozen):
+// LoRA on the MoE model (rank-4 adapters with dropout 0.1 on attention, on
+// each routed expert's fc1/fc2 and on the shared expert's; base and router
+// frozen):
 // EP 2, and TP 2 + SP with ETP 1 and ETP 2, equal the single device for 20
 // iterations; the EP 2 run's adapter checkpoint of iteration 10 (experts'
 // adapters named by global index) resumes at TP 2 + SP with ETP 2 and
 // continues it. Micro-batches of 2 rows everywhere (the router's token group).
 TEST_F(MoeExpertParallel, LoraLayoutsAndAdapterCheckpointEqualTheSingleDevice) {
   const std::string lora =
-      "--micro_batch_size 2 --lr 2e-3 --train_type lora --lora_rank 4 --lora_alpha 8 --lora_dropout 0 "
+      "--micro_batch_size 2 --lr 2e-3 --train_type lora --lora_rank 4 --lora_alpha 8 --lora_dropout 0.1 "
       "--moe_shared_expert_intermediate_size 64 --moe_shared_expert_gate";
   const RunResult ref = run(job(tmp_ / "ref", lora), "ref");
   ASSERT_EQ(ref.exit_code, 0) << ref.describe();

@@ -3,7 +3,8 @@
 // each routed expert's fc1/fc2, the shared expert's) against central finite
 // differences with grouped and looped expert GEMMs; the base (and the router,
 // unless --modules_to_save router) frozen; step 0 the base model exactly;
-// adapter names and shapes; and the refusal of routed-expert adapter dropout.
+// adapter names and shapes; the dropout masks of expert rows follow their
+// (token, expert) ids.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,8 +54,10 @@ TEST(ExpertAdapters, MatchAnFp64ReferenceExpertByExpert) {
     site.b_grad.push_back(on ? dB[e].data() : nullptr);
   }
   std::vector<float> y(M * OUT, 0.5f), h(M * r, 0.f), dh(M * r), dx(M * IN, 0.25f);
-  moe::expert_adapter_forward(y.data(), h.data(), x.data(), site, r, s, rows, E, IN, OUT);
-  moe::expert_adapter_backward(dx.data(), dh.data(), dy.data(), x.data(), h.data(), site, r, s, rows, E, IN, OUT);
+  const lora::DropoutSite none{};
+  moe::expert_adapter_forward(y.data(), h.data(), nullptr, x.data(), site, r, s, rows, E, IN, OUT, none);
+  moe::expert_adapter_backward(dx.data(), dh.data(), nullptr, dy.data(), x.data(), h.data(), site, r, s, rows, E, IN,
+                               OUT, none);
 
   // fp64 reference, bounds as tests/lora/test_lora_kernels.cc: a chain of
   // two dot products of k1 and k2 terms is within gamma(k1 + k2 + 2) of the
@@ -128,7 +131,9 @@ std::vector<Case> cases() {
   ModelConfig grouped = tiny_moe_lora(), looped = tiny_moe_lora(), router = tiny_moe_lora();
   looped.moe.grouped_gemm = false;
   router.lora.modules_to_save = {"router"};
-  return {{"grouped", grouped}, {"looped", looped}, {"router_saved", router}};
+  ModelConfig drop = tiny_moe_lora();
+  drop.lora.dropout = 0.3f;  // the masks must be the same in forward, backward and every FD evaluation
+  return {{"grouped", grouped}, {"looped", looped}, {"router_saved", router}, {"dropout", drop}};
 }
 
 class LoraMoeGrad : public ::testing::TestWithParam<Case> {};
@@ -225,23 +230,50 @@ TEST(LoraMoe, AdapterNamesAndShapes) {
   EXPECT_LT(ps.find("decoder.layers.0.mlp.router.lora_A.weight"), 0) << "all-linear leaves the router alone";
 }
 
-// A routed expert's adapter takes no dropout (its mask would depend on the
-// layout); attention's and the shared expert's do.
-TEST(LoraMoe, DropoutOnARoutedExpertsAdapterIsRefusedByName) {
-  ModelConfig c = tiny_moe_lora();
-  c.lora.dropout = 0.05f;
-  device::Device dev(device::DeviceProfile{}, 0);
-  try {
-    GptModel m(c, dev);
-    FAIL() << "dropout on an expert adapter was accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("decoder.layers.0.mlp.experts.local_experts.0.linear_fc1"), std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("--lora_dropout"), std::string::npos) << e.what();
+// The dropout mask of a row follows its id, not its place: the same rows in
+// another order (another layout's dispatch) with their ids draw the same
+// masks; and the ids survive the dispatch's fp32 packing exactly.
+TEST(ExpertAdapters, DropoutMaskFollowsTheRowIds) {
+  const int64_t M = 6, IN = 16, r = 2, OUT = 3;
+  const auto x = random(M * IN, 5), A = random(r * IN, 6), B = random(OUT * r, 7);
+  const std::vector<int64_t> ids = {int64_t{1} << 40, 7, 3 * 128 + 5, 0, 999999, (int64_t{1} << 33) + 17};
+  moe::ExpertAdapterSite site{{A.data()}, {B.data()}, {nullptr}, {nullptr}};
+  const int64_t rows[1] = {M};
+  auto run = [&](const std::vector<float>& xs, const std::vector<int64_t>& is) {
+    std::vector<float> y(M * OUT, 0.f), h(M * r), scratch(M * IN);
+    const lora::DropoutSite d{0.5f, 42, 0, IN, 0, 0, 0, is.data()};
+    moe::expert_adapter_forward(y.data(), h.data(), scratch.data(), xs.data(), site, r, 1.f, rows, 1, IN, OUT, d);
+    return h;
+  };
+  std::vector<float> xr(M * IN);
+  std::vector<int64_t> ir(M);
+  for (int64_t n = 0; n < M; ++n) {  // reversed
+    std::copy(x.begin() + n * IN, x.begin() + (n + 1) * IN, xr.begin() + (M - 1 - n) * IN);
+    ir[M - 1 - n] = ids[n];
   }
-  c.lora.target_regex = ".*(linear_qkv|linear_proj|shared_experts\\.linear_fc[12])";
-  GptModel ok(c, dev);
-  EXPECT_GE(ok.params().find("decoder.layers.0.mlp.shared_experts.linear_fc1.lora_A.weight"), 0);
+  const auto h = run(x, ids), hr = run(xr, ir);
+  for (int64_t n = 0; n < M; ++n)
+    for (int64_t k = 0; k < r; ++k) EXPECT_EQ(h[n * r + k], hr[(M - 1 - n) * r + k]) << "row " << n;
+  std::vector<int64_t> swapped = ids;
+  std::swap(swapped[0], swapped[1]);
+  EXPECT_NE(run(x, swapped), h) << "another id, another mask";
+  std::vector<float> packed(2 * M);
+  std::vector<int64_t> back(M);
+  moe::pack_row_ids(packed.data(), ids.data(), M);
+  moe::unpack_row_ids(back.data(), packed.data(), M);
+  EXPECT_EQ(back, ids);
+}
+
+// A row's id is (token numbered by sequence and position) * E + expert.
+TEST(ExpertAdapters, RowIdsNumberTokenAndExpert) {
+  // 3 experts, rows 2, 0, 3; tokens of this rank start at 5 of sequences of T = 4 (pitch 8); -1: padding.
+  const int32_t row_token[5] = {0, 2, 1, -1, 3};
+  const int64_t rows_all[3] = {2, 0, 3};
+  int64_t ids[5];
+  moe::expert_row_ids(ids, row_token, rows_all, 3, 5, 4, 8);
+  // token 5 = (1, 1) -> 9; 7 = (1, 3) -> 11; 6 -> 10; 8 = (2, 0) -> 16.
+  const int64_t want[5] = {9 * 3 + 0, 11 * 3 + 0, 10 * 3 + 2, 0, 16 * 3 + 2};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(ids[i], want[i]) << "row " << i;
 }
 
 }  // namespace
