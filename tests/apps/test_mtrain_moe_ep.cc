@@ -5,7 +5,7 @@
 // test_mtrain_parallel.cc), alone, with PP, with the distributed optimizer,
 // with capacity dropping and under TP + SP; a checkpoint saved at EP 2 resumes
 // at TP 2 (experts are named tensors by global index); the same for LoRA on
-// the experts.
+// the experts, whose adapters export to PEFT's per-expert names.
 //
 // EP ranks are data-parallel ranks of the dense model, each routing its own
 // micro-batch (the router's token group is the micro-batch's tokens on the
@@ -13,7 +13,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/file_system.h"
 #include "mtrain_runner.h"
+#include "raw_safetensors.h"
 
 namespace mtrain::functional {
 namespace {
@@ -111,6 +114,40 @@ TEST_F(MoeExpertParallel, CheckpointSavedAtEp2ResumesAtTp2) {
           << "iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
 }
 
+// `mtrain export --to_peft` of an MoE LoRA checkpoint: PEFT's per-expert
+// names on the Hugging Face MoE layout (Qwen2-MoE: a gated shared expert),
+// each expert's fused fc1 adapter split into gate_proj / up_proj (A shared, B
+// by rows) exactly, and target_modules the projection names.
+void expect_peft_export_of_experts(const fs::path& run, const fs::path& peft) {
+  const RunResult r = run_mtrain({"export", "--to_peft", "--load", run.string(), "--output_dir", peft.string()},
+                                 peft.parent_path(), "peft");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const RawSafetensors st = read_raw(peft / "adapter_model.safetensors");
+  PosixFileSystem pfs;
+  const auto ckpt = checkpoint::CheckpointReader::open(pfs, run.string());
+  auto whole = [&](const std::string& name) {
+    const Shape g = ckpt.global_shape(name);
+    std::vector<float> v(static_cast<size_t>(shape_numel(g)));
+    ckpt.read_block(name, std::vector<int64_t>(g.size(), 0), g, v.data());
+    return v;
+  };
+  const std::string hf = "base_model.model.model.layers.2.mlp.";
+  const std::string mc = "decoder.layers.2.mlp.experts.local_experts.3.linear_fc1.";
+  const std::vector<float> A = whole(mc + "lora_A.weight"), B = whole(mc + "lora_B.weight");  // (4, 256), (256, 4)
+  EXPECT_EQ(st.header[hf + "experts.3.gate_proj.lora_A.weight"]["shape"], nlohmann::json({4, 256}));
+  EXPECT_EQ(st.header[hf + "experts.3.up_proj.lora_B.weight"]["shape"], nlohmann::json({128, 4}));
+  EXPECT_EQ(st.f32(hf + "experts.3.gate_proj.lora_A.weight"), A);
+  EXPECT_EQ(st.f32(hf + "experts.3.up_proj.lora_A.weight"), A);
+  EXPECT_EQ(st.f32(hf + "experts.3.gate_proj.lora_B.weight"), std::vector<float>(B.begin(), B.begin() + 128 * 4));
+  EXPECT_EQ(st.f32(hf + "experts.3.up_proj.lora_B.weight"), std::vector<float>(B.begin() + 128 * 4, B.end()));
+  EXPECT_TRUE(st.header.contains(hf + "experts.0.down_proj.lora_B.weight"));
+  EXPECT_TRUE(st.header.contains(hf + "shared_expert.down_proj.lora_A.weight"));
+  EXPECT_FALSE(st.header.contains(hf + "gate.lora_A.weight")) << "the router is no target";
+  const auto cfg = nlohmann::json::parse(file_bytes(peft / "adapter_config.json"));
+  EXPECT_EQ(cfg["target_modules"],
+            nlohmann::json({"down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"}));
+}
+
 // LoRA on the MoE model (rank-4 adapters with dropout 0.1 on attention, on
 // each routed expert's fc1/fc2 and on the shared expert's; base and router
 // frozen):
@@ -155,12 +192,7 @@ TEST_F(MoeExpertParallel, LoraLayoutsAndAdapterCheckpointEqualTheSingleDevice) {
     for (const char* key : {"loss", "grad_norm"})
       EXPECT_LE(rel(a[i + 10].at(key).get<double>(), b[i].at(key).get<double>()), 1e-5)
           << "iteration " << i + 11 << ": " << key << " " << a[i + 10].at(key) << " vs " << b[i].at(key);
-  // PEFT's per-expert names need the Hugging Face MoE layouts: the export is refused by name (exit 5).
-  const RunResult peft =
-      run({"export", "--to_peft", "--load", (tmp_ / "ep2").string(), "--output_dir", (tmp_ / "peft").string()}, "peft");
-  EXPECT_EQ(peft.exit_code, 5) << peft.describe();
-  EXPECT_NE(peft.err.find("mixture of experts (num_experts 4)"), std::string::npos) << peft.err;
-  EXPECT_FALSE(fs::exists(tmp_ / "peft" / "adapter_model.safetensors"));
+  expect_peft_export_of_experts(tmp_ / "ep2", tmp_ / "peft");
 }
 
 // --dry_run at EP 2 (world 2): the simulated rank holds its 4 of the 8
