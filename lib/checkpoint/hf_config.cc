@@ -1,4 +1,4 @@
-// config.json writing for Llama / Qwen2 (nlohmann-json); parsing and the
+// config.json writing for Llama / Qwen2 / Qwen2-MoE / Mixtral (nlohmann-json); parsing and the
 // field rules are lib/config's (config/hf_model_config.h), with their
 // ConfigError turned into CheckpointError here.
 #include "checkpoint/hf_config.h"
@@ -33,6 +33,7 @@ void copy_fields(To& to, const From& from) {
   to.tie_word_embeddings = from.tie_word_embeddings;
   to.bos_token_id = from.bos_token_id;
   to.eos_token_id = from.eos_token_id;
+  to.moe = from.moe;
 }
 
 // Runs f; a ConfigError from lib/config's rules becomes a CheckpointError (exit 5) with the same text.
@@ -43,6 +44,30 @@ auto as_checkpoint_error(F&& f) {
   } catch (const ConfigError& e) {
     throw CheckpointError(e.what(), e.hint());
   }
+}
+
+// Qwen2MoeConfig's / MixtralConfig's expert fields. output_router_logits is
+// written false: it asks the forward for the router logits (and HF's own aux
+// loss), not part of the model.
+void add_moe_fields(Json& j, const HfModelShape& s) {
+  const HfMoeFields& m = s.moe;
+  if (s.arch == HfArch::kMixtral) {
+    j["intermediate_size"] = m.ffn;
+    j["num_local_experts"] = m.num_experts;
+    j["router_jitter_noise"] = 0.0;
+  } else {
+    const config::HfSparseLayers sparse = config::hf_sparse_layers(m.layers);
+    j["num_experts"] = m.num_experts;
+    j["moe_intermediate_size"] = m.ffn;
+    j["shared_expert_intermediate_size"] = m.shared_ffn;
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["decoder_sparse_step"] = sparse.decoder_sparse_step;
+    j["mlp_only_layers"] = sparse.mlp_only_layers;
+    j["qkv_bias"] = m.qkv_bias;
+  }
+  j["num_experts_per_tok"] = m.topk;
+  j["output_router_logits"] = false;
+  j["router_aux_loss_coef"] = m.aux_loss_coef;
 }
 
 }  // namespace
@@ -82,11 +107,14 @@ std::string hf_config_json(const HfModelShape& s) {
   if (s.arch == HfArch::kLlama) {
     j["attention_bias"] = false;
     j["mlp_bias"] = false;
+  } else if (s.arch == HfArch::kMixtral) {
+    j["sliding_window"] = nullptr;
   } else {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = s.num_layers;
   }
+  if (hf_arch_is_moe(s.arch)) add_moe_fields(j, s);
   if (s.bos_token_id) j["bos_token_id"] = *s.bos_token_id;
   if (s.eos_token_id) j["eos_token_id"] = *s.eos_token_id;
   return j.dump(2) + "\n";

@@ -1,4 +1,4 @@
-// Hugging Face config.json for the Llama and Qwen2 causal-LM architectures:
+// Hugging Face config.json for the Llama, Qwen2, Qwen2-MoE and Mixtral causal-LM architectures:
 // HfModelShape, the few numbers mtrain's HF import/export works from (no
 // lib/model dependency: the exporter fills it from a checkpoint's ModelMeta,
 // the importer from a config.json), the config.json text for a shape, and the
@@ -26,9 +26,11 @@ namespace mtrain::checkpoint {
 
 // The architectures and their names (lib/config).
 using config::hf_arch_class;
+using config::hf_arch_is_moe;
 using config::hf_model_type;
 using config::hf_supported_architectures;
 using config::HfArch;
+using config::HfMoeFields;
 
 struct HfModelShape {
   HfArch arch = HfArch::kLlama;  // architectures[0]; Qwen2 = Llama + q/k/v biases
@@ -47,8 +49,12 @@ struct HfModelShape {
   DType dtype = DType::kF32;  // torch_dtype: the dtype of the tensors in the HF files
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
+  HfMoeFields moe;  // Qwen2-MoE, Mixtral: experts, top-k, MoE layers (num_experts 0: dense)
 
-  bool qkv_bias() const { return arch == HfArch::kQwen2; }
+  bool qkv_bias() const { return arch == HfArch::kQwen2 || (arch == HfArch::kQwen2Moe && moe.qkv_bias); }
+  bool is_moe_layer(int64_t layer) const {
+    return moe.num_experts > 0 && layer >= 0 && layer < static_cast<int64_t>(moe.layers.size()) && moe.layers[layer];
+  }
   int64_t mcore_vocab() const { return padded_vocab > 0 ? padded_vocab : vocab_size; }
   int64_t q_rows() const { return heads * head_dim; }            // q_proj / o_proj^T rows
   int64_t kv_rows() const { return groups * head_dim; }          // k_proj, v_proj rows

@@ -62,7 +62,11 @@ constexpr LayerTensor kLayerTensors[] = {
     {LayerKind::kFc2, "mlp.linear_fc2.weight", HfTransform::kCopy, {"mlp.down_proj.weight"}, 1},
 };
 
-bool present(const LayerTensor& t, const HfModelShape& s) { return t.kind != LayerKind::kQkvBias || s.qkv_bias(); }
+// In an MoE layer the experts (hf_moe_layer_maps) replace the dense MLP's fc1 / fc2.
+bool present(const LayerTensor& t, int64_t layer, const HfModelShape& s) {
+  if (t.kind == LayerKind::kFc1 || t.kind == LayerKind::kFc2) return !s.is_moe_layer(layer);
+  return t.kind != LayerKind::kQkvBias || s.qkv_bias();
+}
 
 // (mcore shape, hf shapes) of a per-layer tensor.
 void layer_shapes(const LayerTensor& t, const HfModelShape& s, Shape& mcore, std::vector<Shape>& hf) {
@@ -146,9 +150,12 @@ int64_t columns(const Shape& shape) { return shape.size() == 2 ? shape[1] : 1; }
 
 std::vector<HfTensorMap> hf_tensor_maps(const HfModelShape& s) {
   std::vector<HfTensorMap> maps{vocab_map(kEmbedding, kHfEmbedding, s)};
-  for (int64_t layer = 0; layer < s.num_layers; ++layer)
+  for (int64_t layer = 0; layer < s.num_layers; ++layer) {
     for (const LayerTensor& t : kLayerTensors)
-      if (present(t, s)) maps.push_back(layer_map(t, layer, s));
+      if (present(t, layer, s)) maps.push_back(layer_map(t, layer, s));
+    if (s.is_moe_layer(layer))
+      for (HfTensorMap& m : hf_moe_layer_maps(layer, s)) maps.push_back(std::move(m));
+  }
   maps.push_back(final_norm_map(s));
   if (!s.tie_word_embeddings) maps.push_back(vocab_map(kOutput, kHfHead, s));
   return maps;
@@ -163,13 +170,17 @@ HfTensorMap hf_map_for_mcore(const std::string& mcore_name, const HfModelShape& 
     m.tied_copy = true;
     return m;
   }
-  if (const auto layer = split_layer(mcore_name, kMcoreLayers, s))
+  if (const auto layer = split_layer(mcore_name, kMcoreLayers, s)) {
     for (const LayerTensor& t : kLayerTensors)
-      if (layer->second == t.mcore && present(t, s)) return layer_map(t, layer->first, s);
+      if (layer->second == t.mcore && present(t, layer->first, s)) return layer_map(t, layer->first, s);
+    if (s.is_moe_layer(layer->first))
+      for (HfTensorMap& m : hf_moe_layer_maps(layer->first, s))
+        if (m.mcore_name == mcore_name) return m;
+  }
   throw CheckpointError(
       fmt::format("tensor '{}' has no counterpart in a Hugging Face {} model", mcore_name, hf_arch_class(s.arch)),
       "HF export supports RMSNorm + SwiGLU + RoPE models without linear biases (q/k/v biases: "
-      "Qwen2ForCausalLM)");
+      "Qwen2ForCausalLM; experts: Qwen2MoeForCausalLM, MixtralForCausalLM)");
 }
 
 std::optional<HfSource> hf_source_for(const std::string& hf_name, const HfModelShape& s) {
@@ -182,10 +193,14 @@ std::optional<HfSource> hf_source_for(const std::string& hf_name, const HfModelS
   if (const auto layer = split_layer(hf_name, kHfLayers, s)) {
     if (layer->second == "self_attn.rotary_emb.inv_freq") return std::nullopt;  // a buffer older transformers saved
     for (const LayerTensor& t : kLayerTensors) {
-      if (!present(t, s)) continue;
+      if (!present(t, layer->first, s)) continue;
       for (int i = 0; i < t.parts; ++i)
         if (layer->second == t.hf[i]) return HfSource{kMcoreLayers + std::to_string(layer->first) + "." + t.mcore, i};
     }
+    if (s.is_moe_layer(layer->first))
+      for (const HfTensorMap& m : hf_moe_layer_maps(layer->first, s))
+        for (size_t i = 0; i < m.hf_names.size(); ++i)
+          if (m.hf_names[i] == hf_name) return HfSource{m.mcore_name, static_cast<int>(i)};
   }
   throw CheckpointError(fmt::format("unexpected tensor '{}': not a parameter of {}", hf_name, hf_arch_class(s.arch)));
 }

@@ -1,4 +1,4 @@
-// Hugging Face Llama/Qwen2 tensors <-> mtrain's Megatron-core tensors: the
+// Hugging Face Llama/Qwen2/Qwen2-MoE/Mixtral tensors <-> mtrain's Megatron-core tensors: the
 // name mapping, the layout converters and the sharded-index JSON. Pure
 // functions on full (unsharded) fp32 tensors; no file I/O (the safetensors
 // reader/writer lives in the storage layer).
@@ -60,6 +60,11 @@ struct HfTensorMap {
 // Every tensor of the model in HF order (embeddings, layers 0..L-1, final
 // norm, lm_head when untied); the tied copy is not listed.
 std::vector<HfTensorMap> hf_tensor_maps(const HfModelShape& s);
+
+// The maps of MoE layer `layer` (router, every expert, Qwen2-MoE's shared
+// expert and its gate) in place of the dense fc1 / fc2; see hf_moe_layout.cc
+// for the names.
+std::vector<HfTensorMap> hf_moe_layer_maps(int64_t layer, const HfModelShape& s);
 
 // The map of one mtrain tensor. Throws CheckpointError naming the tensor if it
 // is not a parameter of this shape (unknown name, layer out of range, a bias

@@ -1,5 +1,6 @@
 // write_hf_model and the ModelMeta <-> HfModelShape conversions (hf_model_dir.h).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -75,6 +76,58 @@ void write_weight_files(FileSystem& fs, const std::string& dir, const HfShardPla
   }
 }
 
+[[noreturn]] void refuse_moe(const std::string& setting, const std::string& hint) {
+  throw CheckpointError(fmt::format("the checkpoint's MoE model has {}, which neither Qwen2MoeForCausalLM nor "
+                                    "MixtralForCausalLM can express",
+                                    setting),
+                        hint);
+}
+
+// The MoE architecture of a checkpoint: a shared expert (with its sigmoid gate)
+// is Qwen2-MoE's; without one, no q/k/v biases and every layer MoE with the
+// top-k renormalised is Mixtral's. Router settings HF's blocks do not have are
+// refused by name.
+void moe_shape_from_meta(const ModelMeta& m, HfModelShape& s) {
+  if (!m.moe_router_topk)
+    throw CheckpointError("the checkpoint's MoE model records no router settings (moe_router_topk)",
+                          "it was saved by an mtrain version before Hugging Face MoE export; resume it and save again");
+  if (m.moe_router_score_function != "softmax")
+    refuse_moe("moe_router_score_function " + m.moe_router_score_function,
+               "their routers take a softmax over the experts");
+  if (m.moe_router_topk_scaling_factor != 0 && m.moe_router_topk_scaling_factor != 1)
+    refuse_moe(fmt::format("moe_router_topk_scaling_factor {}", m.moe_router_topk_scaling_factor),
+               "their routers do not scale the top-k weights");
+  if (m.moe_router_enable_expert_bias)
+    refuse_moe("moe_router_enable_expert_bias true", "their routers have no expert bias");
+  HfMoeFields& f = s.moe;
+  f.num_experts = m.num_experts;
+  f.topk = *m.moe_router_topk;
+  f.ffn = m.moe_ffn_hidden_size;
+  f.shared_ffn = m.moe_shared_expert_intermediate_size;
+  f.norm_topk_prob = !m.moe_router_pre_softmax;
+  f.layers = m.moe_layers;
+  f.aux_loss_coef = as_float_decimal(m.moe_aux_loss_coeff);
+  f.qkv_bias = m.add_qkv_bias;
+  if (f.shared_ffn > 0) {
+    if (!m.moe_shared_expert_gate)
+      refuse_moe("a shared expert without its gate (moe_shared_expert_gate false)",
+                 "Qwen2-MoE's shared expert is always scaled by sigmoid(shared_expert_gate . x)");
+    s.arch = HfArch::kQwen2Moe;
+    return;
+  }
+  const auto mixtral_needs = [](const std::string& setting) {
+    refuse_moe(setting,
+               "without a shared expert the model is a Mixtral, which has no q/k/v biases, "
+               "makes every layer MoE and renormalises the top-k (--moe_router_pre_softmax false)");
+  };
+  if (m.add_qkv_bias) mixtral_needs("q/k/v biases and no shared expert");
+  if (m.moe_router_pre_softmax) mixtral_needs("moe_router_pre_softmax true and no shared expert");
+  if (std::find(m.moe_layers.begin(), m.moe_layers.end(), 0) != m.moe_layers.end())
+    mixtral_needs(fmt::format("dense layers (moe_layer_freq [{}]) and no shared expert", fmt::join(m.moe_layers, ",")));
+  s.arch = HfArch::kMixtral;
+  s.ffn = f.ffn;  // Mixtral's intermediate_size is the experts' size; no dense MLP uses ffn_hidden_size
+}
+
 }  // namespace
 
 void require_new_output_dir(FileSystem& fs, const std::string& dir) {
@@ -148,12 +201,6 @@ HfModelShape hf_shape_from_meta(const ModelMeta& m) {
   if (!m.swiglu) refuse("swiglu false (a GELU MLP)");
   if (m.position_embedding_type != "rope") refuse("position_embedding_type " + m.position_embedding_type);
   if (m.add_bias_linear) refuse("add_bias_linear true (biases in every linear layer)");
-  if (m.num_experts > 0)  // Qwen2-MoE / Qwen3-MoE / Mixtral layouts are not written yet
-    throw CheckpointError(
-        fmt::format("the checkpoint's model is a mixture of experts (num_experts {}), which {} cannot express",
-                    m.num_experts, hf_supported_architectures()),
-        "Hugging Face export and import of MoE models (Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, "
-        "MixtralForCausalLM) are not implemented yet; the mtrain checkpoint itself resumes and reshards");
   HfModelShape s;
   s.arch = m.add_qkv_bias ? HfArch::kQwen2 : HfArch::kLlama;
   s.num_layers = m.num_layers;
@@ -174,6 +221,7 @@ HfModelShape hf_shape_from_meta(const ModelMeta& m) {
     throw CheckpointError(fmt::format("the checkpoint's model has params_dtype \"{}\"", m.params_dtype),
                           "expected fp32, bf16 or fp16");
   s.dtype = dt->second;
+  if (m.num_experts > 0) moe_shape_from_meta(m, s);
   validate_hf_shape(s, "the checkpoint's model");
   return s;
 }
@@ -199,6 +247,16 @@ ModelMeta meta_from_hf_shape(const HfModelShape& s) {
   m.rotary_base = s.rope_theta;
   for (const auto& [name, dtype] : kParamsDtypes)
     if (dtype == s.dtype) m.params_dtype = name;
+  if (s.moe.num_experts > 0) {
+    m.num_experts = s.moe.num_experts;
+    m.moe_ffn_hidden_size = s.moe.ffn;
+    m.moe_layers = s.moe.layers;
+    m.moe_shared_expert_intermediate_size = s.moe.shared_ffn;
+    m.moe_shared_expert_gate = s.moe.shared_ffn > 0;
+    m.moe_router_topk = s.moe.topk;
+    m.moe_router_pre_softmax = !s.moe.norm_topk_prob;
+    m.moe_aux_loss_coeff = s.moe.aux_loss_coef;
+  }
   return m;
 }
 

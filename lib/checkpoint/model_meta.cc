@@ -36,6 +36,14 @@ json model_meta_to_json(const ModelMeta& m) {
     j["moe_layers"] = m.moe_layers;
     j["moe_shared_expert_intermediate_size"] = m.moe_shared_expert_intermediate_size;
     j["moe_shared_expert_gate"] = m.moe_shared_expert_gate;
+    if (m.moe_router_topk) {
+      j["moe_router_topk"] = *m.moe_router_topk;
+      j["moe_router_pre_softmax"] = m.moe_router_pre_softmax;
+      j["moe_router_score_function"] = m.moe_router_score_function;
+      j["moe_router_topk_scaling_factor"] = m.moe_router_topk_scaling_factor;
+      j["moe_router_enable_expert_bias"] = m.moe_router_enable_expert_bias;
+      j["moe_aux_loss_coeff"] = m.moe_aux_loss_coeff;
+    }
   }
   return j;
 }
@@ -92,6 +100,16 @@ ModelMeta model_meta_from_json(const json& j, const std::string& source) {
     take(j, "moe_layers", m.moe_layers, source);
     take(j, "moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size, source);
     take(j, "moe_shared_expert_gate", m.moe_shared_expert_gate, source);
+  }
+  if (j.contains("moe_router_topk")) {  // absent: written before the router settings were recorded
+    int64_t topk = 0;
+    take(j, "moe_router_topk", topk, source);
+    m.moe_router_topk = topk;
+    take(j, "moe_router_pre_softmax", m.moe_router_pre_softmax, source);
+    take(j, "moe_router_score_function", m.moe_router_score_function, source);
+    take(j, "moe_router_topk_scaling_factor", m.moe_router_topk_scaling_factor, source);
+    take(j, "moe_router_enable_expert_bias", m.moe_router_enable_expert_bias, source);
+    take(j, "moe_aux_loss_coeff", m.moe_aux_loss_coeff, source);
   }
   return m;
 }

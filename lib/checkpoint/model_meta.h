@@ -41,6 +41,16 @@ struct ModelMeta {
   std::vector<int> moe_layers;
   int64_t moe_shared_expert_intermediate_size = 0;
   bool moe_shared_expert_gate = false;
+  // The router (what `export --to_hf` writes as num_experts_per_tok,
+  // norm_topk_prob, router_aux_loss_coef; not compared on load: Megatron
+  // resumes under other router flags). nullopt topk: a checkpoint from
+  // before they were recorded.
+  std::optional<int64_t> moe_router_topk;
+  bool moe_router_pre_softmax = false;
+  std::string moe_router_score_function = "softmax";
+  double moe_router_topk_scaling_factor = 0;  // 0: none
+  bool moe_router_enable_expert_bias = false;
+  double moe_aux_loss_coeff = 0;
 };
 
 nlohmann::json model_meta_to_json(const ModelMeta& m);

@@ -26,7 +26,10 @@ Args with_hf_model(const std::string& dir, const std::function<void(Args&)>& app
   const std::vector<HfImpliedFlag> implied = hf_implied_flags(read_hf_model_dir_config(dir));
   Args from_model;  // the model's values alone
   for (const HfImpliedFlag& f : implied) {
-    if (auto e = apply_flag(spec_of(f.flag), false, RawValue{{f.value}}, from_model); !e.empty())
+    RawValue value{{f.value}};
+    if (f.value == "None")
+      value = RawValue{.items = {}, .null = true};  // an optional flag left unset (no shared expert)
+    if (auto e = apply_flag(spec_of(f.flag), false, value, from_model); !e.empty())
       throw ConfigError(
           fmt::format("{}: field '{}' {} cannot be used as --{}: {}", config, f.hf_field, f.hf_value, f.flag, e));
   }

@@ -1,8 +1,9 @@
-// config.json parsing and validation for Llama / Qwen2 (nlohmann-json), and
-// the model flags it implies.
+// config.json parsing and validation for Llama / Qwen2 / Qwen2-MoE / Mixtral
+// (nlohmann-json), and the model flags it implies.
 #include "config/hf_model_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +20,12 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr HfArch kArchs[] = {HfArch::kLlama, HfArch::kQwen2};
+constexpr HfArch kArchs[] = {HfArch::kLlama, HfArch::kQwen2, HfArch::kQwen2Moe, HfArch::kMixtral};
+// architectures[0] and model_type of each HfArch, in enum order.
+constexpr std::pair<const char*, const char*> kArchNames[] = {{"LlamaForCausalLM", "llama"},
+                                                              {"Qwen2ForCausalLM", "qwen2"},
+                                                              {"Qwen2MoeForCausalLM", "qwen2_moe"},
+                                                              {"MixtralForCausalLM", "mixtral"}};
 constexpr const char* kDtypes[] = {"float32", "bfloat16", "float16"};
 constexpr std::uintmax_t kMaxConfigBytes = 16 << 20;  // real ones are a few KiB
 
@@ -76,18 +82,14 @@ HfArch parse_arch(const Json& j, const std::string& source) {
                                name, hf_model_type(a)));
     return a;
   }
-  // The MoE classes mtrain has presets for: say what is missing and what plans them.
-  static const std::pair<const char*, const char*> kMoe[] = {{"Qwen2MoeForCausalLM", "qwen1.5-moe-a2.7b"},
-                                                             {"Qwen3MoeForCausalLM", "qwen3-30b-a3b"},
-                                                             {"MixtralForCausalLM", "mixtral-8x7b"}};
-  for (const auto& [moe, preset] : kMoe)
-    if (name == moe)
-      fail(source,
-           fmt::format("unsupported architecture '{}' in field 'architectures': loading Hugging Face "
-                       "mixture-of-experts weights is not implemented yet",
-                       name),
-           fmt::format("supported: {}; --model_preset {} has its shape for --dry_run and mtrain plan",
-                       hf_supported_architectures(), preset));
+  // Qwen3-MoE differs from Qwen2-MoE's layout by q/k RMSNorm per head, which mtrain's attention lacks.
+  if (name == "Qwen3MoeForCausalLM")
+    fail(source,
+         fmt::format("unsupported architecture '{}' in field 'architectures': its attention normalises q and k per "
+                     "head (q_norm, k_norm: q/k RMSNorm), which mtrain's model does not have",
+                     name),
+         fmt::format("supported: {}; --model_preset qwen3-30b-a3b has its shape for --dry_run and mtrain plan",
+                     hf_supported_architectures()));
   fail(source, fmt::format("unsupported architecture '{}' in field 'architectures'", name),
        "supported: " + hf_supported_architectures());
 }
@@ -114,9 +116,50 @@ void refuse_unsupported(const Json& j, HfArch arch, const std::string& source) {
       if (bool_value(j, key, source, false))
         fail(source, fmt::format("field '{}' = true is not supported for LlamaForCausalLM", key),
              "Qwen2ForCausalLM is the supported architecture with q/k/v biases");
+  } else if (arch == HfArch::kMixtral) {
+    if (const Json* w = field(j, "sliding_window"))
+      fail(source, fmt::format("field 'sliding_window' is {}; mtrain attends to the whole sequence", w->dump()),
+           "set it to null for full attention");
+    if (number_value(j, "router_jitter_noise", source, 0.0) != 0.0)
+      fail(source, "field 'router_jitter_noise' must be 0: mtrain's router adds no jitter to its input");
   } else if (bool_value(j, "use_sliding_window", source, false)) {
     fail(source, "field 'use_sliding_window' = true is not supported (mtrain attends to the whole sequence)");
   }
+}
+
+// Layer i is MoE iff it is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0 (Qwen2-MoE's decoder layer).
+std::vector<int> sparse_layer_pattern(const Json& j, int64_t num_layers, const std::string& source) {
+  const Json* st = field(j, "decoder_sparse_step");
+  const int64_t step = st ? int_value(*st, "decoder_sparse_step", source) : 1;
+  if (step < 1) fail(source, fmt::format("field 'decoder_sparse_step' must be positive, got {}", step));
+  std::vector<int> layers(static_cast<size_t>(std::max<int64_t>(num_layers, 0)));
+  for (int64_t i = 0; i < num_layers; ++i) layers[i] = (i + 1) % step == 0;
+  const Json* only = field(j, "mlp_only_layers");
+  if (only && !only->is_array())
+    fail(source, fmt::format("field 'mlp_only_layers' must be a list of layer numbers, got {}", only->dump()));
+  for (const Json& v : only ? *only : Json::array()) {
+    const int64_t i = int_value(v, "mlp_only_layers", source);
+    if (i < 0 || i >= num_layers)
+      fail(source, fmt::format("field 'mlp_only_layers' names layer {}, but the model has {} layers", i, num_layers));
+    layers[i] = 0;
+  }
+  return layers;
+}
+
+HfMoeFields parse_moe(const Json& j, HfArch arch, const HfConfigFields& f, const std::string& source) {
+  HfMoeFields m;
+  if (!hf_arch_is_moe(arch)) return m;
+  const bool mixtral = arch == HfArch::kMixtral;
+  m.num_experts = required_int(j, mixtral ? "num_local_experts" : "num_experts", source);
+  m.topk = required_int(j, "num_experts_per_tok", source);
+  m.ffn = mixtral ? f.ffn : required_int(j, "moe_intermediate_size", source);
+  m.shared_ffn = mixtral ? 0 : required_int(j, "shared_expert_intermediate_size", source);
+  m.norm_topk_prob = mixtral || bool_value(j, "norm_topk_prob", source, false);  // Qwen2MoeConfig's default
+  m.layers = mixtral ? std::vector<int>(static_cast<size_t>(std::max<int64_t>(f.num_layers, 0)), 1)
+                     : sparse_layer_pattern(j, f.num_layers, source);
+  m.aux_loss_coef = number_value(j, "router_aux_loss_coef", source, 0.001);  // both configs' default
+  if (!mixtral) m.qkv_bias = bool_value(j, "qkv_bias", source, true);
+  return m;
 }
 
 std::optional<int64_t> token_id(const Json& j, const char* key) {
@@ -134,11 +177,85 @@ void check_positive(const std::string& source, const char* key, double v) {
   if (!(v > 0) || !std::isfinite(v)) fail(source, fmt::format("field '{}' must be a positive number, got {}", key, v));
 }
 
+void validate_moe(const HfConfigFields& s, const std::string& source) {
+  const HfMoeFields& m = s.moe;
+  const bool mixtral = s.arch == HfArch::kMixtral;
+  check_positive(source, mixtral ? "num_local_experts" : "num_experts", m.num_experts);
+  check_positive(source, "num_experts_per_tok", m.topk);
+  check_positive(source, mixtral ? "intermediate_size" : "moe_intermediate_size", m.ffn);
+  if (!mixtral) check_positive(source, "shared_expert_intermediate_size", m.shared_ffn);
+  if (m.topk > m.num_experts)
+    fail(source,
+         fmt::format("field 'num_experts_per_tok' ({}) exceeds the number of experts ({})", m.topk, m.num_experts));
+  if (static_cast<int64_t>(m.layers.size()) != s.num_layers)
+    fail(source, fmt::format("the MoE layer pattern has {} entries for {} layers", m.layers.size(), s.num_layers));
+  if (std::find(m.layers.begin(), m.layers.end(), 1) == m.layers.end())
+    fail(source, "no layer is a mixture of experts (decoder_sparse_step and mlp_only_layers leave none)");
+  if (mixtral && std::find(m.layers.begin(), m.layers.end(), 0) != m.layers.end())
+    fail(source, "every MixtralForCausalLM layer is a mixture of experts");
+  if (!(m.aux_loss_coef >= 0) || !std::isfinite(m.aux_loss_coef))
+    fail(source, fmt::format("field 'router_aux_loss_coef' must be a non-negative number, got {}", m.aux_loss_coef));
+}
+
+// The MoE flags as Megatron-SWIFT's config conversion maps them (mcore-bridge
+// config/parser.py): num_experts / num_local_experts, moe_intermediate_size,
+// shared_expert_intermediate_size (+ Qwen2-MoE's gate), num_experts_per_tok,
+// moe_router_pre_softmax = not norm_topk_prob. Beyond it: the MoE layer
+// pattern (decoder_sparse_step, mlp_only_layers) and router_aux_loss_coef as
+// the default --moe_aux_loss_coeff (as the presets take it).
+std::vector<HfImpliedFlag> hf_moe_implied_flags(const HfConfigFields& f) {
+  const auto num = [](auto v) { return fmt::format("{}", v); };
+  const auto boolean = [](bool v) -> std::string { return v ? "true" : "false"; };
+  const HfMoeFields& m = f.moe;
+  const bool mixtral = f.arch == HfArch::kMixtral;
+  const bool all_moe = std::find(m.layers.begin(), m.layers.end(), 0) == m.layers.end();
+  std::string pattern = "1";  // Megatron's int form: every layer
+  if (!all_moe) pattern = fmt::format("[{}]", fmt::join(m.layers, ","));
+  const HfSparseLayers sparse = hf_sparse_layers(m.layers);
+  const std::string sparse_text = mixtral ? "every layer"
+                                          : fmt::format("{} with mlp_only_layers [{}]", sparse.decoder_sparse_step,
+                                                        fmt::join(sparse.mlp_only_layers, ", "));
+  const std::string topk_field = mixtral ? "architectures" : "norm_topk_prob";
+  const std::string topk_value = mixtral ? hf_arch_class(f.arch) : boolean(m.norm_topk_prob);
+  return {
+      {"num_experts", num(m.num_experts), mixtral ? "num_local_experts" : "num_experts", num(m.num_experts)},
+      {"moe_ffn_hidden_size", num(m.ffn), mixtral ? "intermediate_size" : "moe_intermediate_size", num(m.ffn)},
+      {"moe_router_topk", num(m.topk), "num_experts_per_tok", num(m.topk)},
+      {"moe_layer_freq", pattern, mixtral ? "architectures" : "decoder_sparse_step", sparse_text},
+      {"moe_shared_expert_intermediate_size", mixtral ? "None" : num(m.shared_ffn),
+       mixtral ? "architectures" : "shared_expert_intermediate_size",
+       mixtral ? hf_arch_class(f.arch) : num(m.shared_ffn)},
+      {"moe_shared_expert_gate", boolean(!mixtral), "architectures", hf_arch_class(f.arch)},
+      {"moe_router_score_function", "softmax", "architectures", hf_arch_class(f.arch)},
+      {"moe_router_pre_softmax", boolean(!m.norm_topk_prob), topk_field, topk_value},
+      {"moe_aux_loss_coeff", num(m.aux_loss_coef), "router_aux_loss_coef", num(m.aux_loss_coef), false},
+  };
+}
+
 }  // namespace
 
-const char* hf_arch_class(HfArch arch) { return arch == HfArch::kQwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"; }
+const char* hf_arch_class(HfArch arch) { return kArchNames[static_cast<int>(arch)].first; }
 
-const char* hf_model_type(HfArch arch) { return arch == HfArch::kQwen2 ? "qwen2" : "llama"; }
+const char* hf_model_type(HfArch arch) { return kArchNames[static_cast<int>(arch)].second; }
+
+bool hf_arch_is_moe(HfArch arch) { return arch == HfArch::kQwen2Moe || arch == HfArch::kMixtral; }
+
+HfSparseLayers hf_sparse_layers(const std::vector<int>& moe_layers) {
+  HfSparseLayers best;
+  bool found = false;
+  const int64_t n = static_cast<int64_t>(moe_layers.size());
+  for (int64_t step = 1; step <= std::max<int64_t>(n, 1); ++step) {
+    HfSparseLayers c{step, {}};
+    bool valid = true;
+    for (int64_t i = 0; i < n && valid; ++i) {
+      const bool on_step = (i + 1) % step == 0;
+      valid = on_step || !moe_layers[i];
+      if (on_step && !moe_layers[i]) c.mlp_only_layers.push_back(i);
+    }
+    if (valid && (!found || c.mlp_only_layers.size() < best.mlp_only_layers.size())) best = c, found = true;
+  }
+  return best;
+}
 
 std::string hf_supported_architectures() {
   std::string out;
@@ -161,11 +278,12 @@ void validate_hf_config(const HfConfigFields& s, const std::string& source) {
     fail(source,
          fmt::format("field 'num_key_value_heads' ({}) must divide num_attention_heads ({})", s.groups, s.heads));
   if (s.head_dim % 2 != 0) fail(source, fmt::format("field 'head_dim' must be even for RoPE, got {}", s.head_dim));
-  if (s.arch == HfArch::kQwen2 && s.heads * s.head_dim != s.hidden)
+  if ((s.arch == HfArch::kQwen2 || s.arch == HfArch::kQwen2Moe) && s.heads * s.head_dim != s.hidden)
     fail(source, fmt::format("field 'head_dim' ({}) must equal hidden_size / num_attention_heads ({} / {}) for {}",
                              s.head_dim, s.hidden, s.heads, hf_arch_class(s.arch)));
   if (std::find(std::begin(kDtypes), std::end(kDtypes), s.torch_dtype) == std::end(kDtypes))
     fail(source, fmt::format("unsupported torch_dtype \"{}\"", s.torch_dtype), "supported: float32, bfloat16, float16");
+  if (hf_arch_is_moe(s.arch)) validate_moe(s, source);
 }
 
 HfConfigFields parse_hf_config_fields(const std::string& json_text, const std::string& source) {
@@ -203,6 +321,7 @@ HfConfigFields parse_hf_config_fields(const std::string& json_text, const std::s
   s.bos_token_id = token_id(j, "bos_token_id");
   s.eos_token_id = token_id(j, "eos_token_id");
   refuse_unsupported(j, s.arch, source);
+  s.moe = parse_moe(j, s.arch, s, source);
   validate_hf_config(s, source);
   return s;
 }
@@ -231,7 +350,7 @@ std::vector<HfImpliedFlag> hf_implied_flags(const HfConfigFields& f) {
   const auto boolean = [](bool v) -> std::string { return v ? "true" : "false"; };
   const std::string arch = hf_arch_class(f.arch);
   const bool gqa = f.groups < f.heads;
-  return {
+  std::vector<HfImpliedFlag> flags{
       {"num_layers", num(f.num_layers), "num_hidden_layers", num(f.num_layers)},
       {"hidden_size", num(f.hidden), "hidden_size", num(f.hidden)},
       {"ffn_hidden_size", num(f.ffn), "intermediate_size", num(f.ffn)},
@@ -246,11 +365,17 @@ std::vector<HfImpliedFlag> hf_implied_flags(const HfConfigFields& f) {
       {"untie_embeddings_and_output_weights", boolean(!f.tie_word_embeddings), "tie_word_embeddings",
        boolean(f.tie_word_embeddings)},
       {"add_bias_linear", "false", "architectures", arch},
-      {"add_qkv_bias", boolean(f.arch == HfArch::kQwen2), "architectures", arch},
+      {"add_qkv_bias", boolean(f.qkv_bias()), f.arch == HfArch::kQwen2Moe ? "qkv_bias" : "architectures",
+       f.arch == HfArch::kQwen2Moe ? boolean(f.qkv_bias()) : arch},
       {"max_position_embeddings", num(f.max_positions), "max_position_embeddings", num(f.max_positions), false},
       {"norm_epsilon", num(f.rms_norm_eps), "rms_norm_eps", num(f.rms_norm_eps), false},
       {"rotary_base", num(f.rope_theta), "rope_theta", num(f.rope_theta), false},
   };
+  if (hf_arch_is_moe(f.arch)) {
+    const std::vector<HfImpliedFlag> moe = hf_moe_implied_flags(f);
+    flags.insert(flags.end(), moe.begin(), moe.end());
+  }
+  return flags;
 }
 
 }  // namespace mtrain::config

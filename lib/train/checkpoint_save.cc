@@ -59,6 +59,13 @@ checkpoint::ModelMeta model_meta(const model::ModelConfig& c) {
     m.moe_layers = c.moe.layers;
     m.moe_shared_expert_intermediate_size = c.moe.shared_ffn;
     m.moe_shared_expert_gate = c.moe.shared_gate;
+    const moe::RouterConfig& r = c.moe.router;
+    m.moe_router_topk = r.topk;
+    m.moe_router_pre_softmax = r.pre_softmax;
+    m.moe_router_score_function = r.score_function == moe::ScoreFunction::kSigmoid ? "sigmoid" : "softmax";
+    m.moe_router_topk_scaling_factor = r.topk_scaling_factor.value_or(0.0);
+    m.moe_router_enable_expert_bias = r.enable_expert_bias;
+    m.moe_aux_loss_coeff = r.aux_loss_coeff;
   }
   return m;
 }

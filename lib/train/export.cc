@@ -32,11 +32,16 @@ const char* torch_dtype_name(checkpoint::StDType t) {
 std::string plural(int64_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
 
 std::string describe(const HfModelShape& s) {
-  return fmt::format("{}, {} layers, hidden {}, ffn {}, {} heads, {} query groups, head dim {}, vocab {}{}, {}{}",
+  std::string moe;
+  if (s.moe.num_experts > 0)
+    moe = fmt::format(", {} experts of {}, top-{}{}{}", s.moe.num_experts, s.moe.ffn, s.moe.topk,
+                      s.moe.norm_topk_prob ? " renormalised" : "",
+                      s.moe.shared_ffn > 0 ? fmt::format(", gated shared expert {}", s.moe.shared_ffn) : "");
+  return fmt::format("{}, {} layers, hidden {}, ffn {}, {} heads, {} query groups, head dim {}, vocab {}{}, {}{}{}",
                      checkpoint::hf_arch_class(s.arch), s.num_layers, s.hidden, s.ffn, s.heads, s.groups, s.head_dim,
                      s.vocab_size, s.mcore_vocab() != s.vocab_size ? fmt::format(" (padded {})", s.mcore_vocab()) : "",
                      s.tie_word_embeddings ? "tied embeddings" : "untied output layer",
-                     s.qkv_bias() ? ", q/k/v biases" : "");
+                     s.qkv_bias() ? ", q/k/v biases" : "", moe);
 }
 
 // The model shape the checkpoint's state JSON records under "model".

@@ -40,6 +40,29 @@ inline HfModelShape tiny_hf_shape(HfArch arch, bool tied, int64_t heads = 4, int
   return s;
 }
 
+// A tiny mixture of experts: 4 experts of 8, top-2. Qwen2-MoE: a shared
+// expert of 12 with its gate, q/k/v biases, layer 1 dense (mlp_only_layers
+// [1], its MLP of ffn 24), norm_topk_prob false. Mixtral: every layer MoE,
+// intermediate_size = the experts' 8, top-2 renormalised.
+inline HfModelShape tiny_moe_hf_shape(HfArch arch, int64_t vocab = 50) {
+  HfModelShape s = tiny_hf_shape(arch, false);
+  s.vocab_size = vocab;
+  s.moe.num_experts = 4;
+  s.moe.topk = 2;
+  s.moe.ffn = 8;
+  if (arch == HfArch::kMixtral) {
+    s.ffn = 8;
+    s.moe.layers = {1, 1};
+    s.moe.aux_loss_coef = 0.02;
+  } else {
+    s.moe.shared_ffn = 12;
+    s.moe.layers = {1, 0};
+    s.moe.norm_topk_prob = false;
+    s.moe.aux_loss_coef = 0.001;
+  }
+  return s;
+}
+
 // One tensor of a test HF file: values are fp32, stored as `dtype`.
 struct HfTestTensor {
   std::string name;

@@ -174,13 +174,13 @@ TEST(HfModelArgs, BadDirectoriesNameTheFile) {
   const std::string arch = error_of([&] { parse(with_model(dir.path())); }, ExitCode::kConfig);
   EXPECT_NE(arch.find(dir.path() + "/config.json: unsupported architecture 'MistralForCausalLM'"), std::string::npos)
       << arch;
-  nlohmann::json moe = llama_config();  // Qwen1.5-MoE-A2.7B's class: refused naming what is missing
-  moe["architectures"] = {"Qwen2MoeForCausalLM"};
-  moe["model_type"] = "qwen2_moe";
+  nlohmann::json moe = llama_config();  // Qwen3-30B-A3B's class: refused naming what mtrain's attention lacks
+  moe["architectures"] = {"Qwen3MoeForCausalLM"};
+  moe["model_type"] = "qwen3_moe";
   dir.write("config.json", moe.dump());
   const std::string moe_arch = error_of([&] { parse(with_model(dir.path())); }, ExitCode::kConfig);
-  EXPECT_NE(moe_arch.find("unsupported architecture 'Qwen2MoeForCausalLM' in field 'architectures': loading Hugging "
-                          "Face mixture-of-experts weights is not implemented yet"),
+  EXPECT_NE(moe_arch.find("unsupported architecture 'Qwen3MoeForCausalLM' in field 'architectures': its attention "
+                          "normalises q and k per head (q_norm, k_norm: q/k RMSNorm)"),
             std::string::npos)
       << moe_arch;
   nlohmann::json gelu = llama_config();
