@@ -18,29 +18,46 @@ namespace {
 
 constexpr const char* kShapeHint = "the adapter was trained on another base model or with another rank";
 
-// PEFT name of a lora_A part -> (layer, projection): "...model.layers.3.self_attn.q_proj.lora_A.weight".
-std::pair<int64_t, std::string> layer_projection(const std::string& peft_name) {
-  static const std::regex re(R"(.*\.layers\.(\d+)\.[a-z_]+\.([a-z_]+)\.lora_A\.weight)");
+// PEFT name of a lora_A part -> (layer, module path in the layer): "...model.layers.3.self_attn.q_proj.lora_A.weight"
+// -> (3, "self_attn.q_proj"); an expert's "...layers.3.mlp.experts.7.gate_proj..." -> (3, "mlp.experts.7.gate_proj").
+std::pair<int64_t, std::string> layer_module(const std::string& peft_name) {
+  static const std::regex re(R"(.*\.layers\.(\d+)\.(.+)\.lora_A\.weight)");
   std::smatch m;
   if (!std::regex_match(peft_name, m, re)) return {-1, ""};
   return {std::stoll(m[1].str()), m[2].str()};
 }
 
-// PEFT's target_modules: the projection names when every layer adapts the same ones, else a
-// whole-name regex of exactly the adapted modules (PEFT fullmatches a string against module names).
-void set_targets(PeftLoraConfig& c, const std::vector<std::string>& a_names, int64_t layers) {
-  std::vector<std::set<std::string>> per_layer(static_cast<size_t>(layers));
+std::string last_component(const std::string& path) { return path.substr(path.rfind('.') + 1); }
+
+// Per layer, the module paths of the model's linears whose last name is in `names` (PEFT's suffix match).
+std::vector<std::set<std::string>> modules_named(const HfModelShape& s, const std::set<std::string>& names) {
+  std::vector<std::set<std::string>> out(static_cast<size_t>(s.num_layers));
+  for (const HfTensorMap& t : hf_tensor_maps(s))
+    for (const std::string& hf : t.hf_names) {
+      const auto [layer, path] = layer_module(kPeftPrefix + hf.substr(0, hf.size() - 7) + ".lora_A.weight");
+      if (layer >= 0 && names.count(last_component(path)) > 0) out[static_cast<size_t>(layer)].insert(path);
+    }
+  return out;
+}
+
+// PEFT's target_modules: the projection names when they select exactly the
+// adapted modules (every layer's, every expert's), else a whole-name regex of
+// exactly the adapted modules (PEFT fullmatches a string against module names).
+void set_targets(PeftLoraConfig& c, const std::vector<std::string>& a_names, const HfModelShape& s) {
+  std::vector<std::set<std::string>> per_layer(static_cast<size_t>(s.num_layers));
+  std::set<std::string> projections;
   std::vector<std::string> modules;
   for (const std::string& n : a_names) {
-    const auto [layer, proj] = layer_projection(n);
+    const auto [layer, path] = layer_module(n);
     if (layer < 0) continue;
-    per_layer[static_cast<size_t>(layer)].insert(proj);
+    per_layer[static_cast<size_t>(layer)].insert(path);
+    projections.insert(last_component(path));
     modules.push_back(n.substr(std::strlen(kPeftPrefix), n.size() - std::strlen(kPeftPrefix) - 14));
   }
   c.target_modules.clear();
   c.target_regex.clear();
-  if (std::all_of(per_layer.begin(), per_layer.end(), [&](const auto& p) { return p == per_layer.front(); })) {
-    c.target_modules.assign(per_layer.front().begin(), per_layer.front().end());
+  if (per_layer == modules_named(s, projections)) {
+    c.target_modules.assign(projections.begin(), projections.end());
     return;
   }
   std::sort(modules.begin(), modules.end());
@@ -155,7 +172,7 @@ int64_t write_peft_adapter(FileSystem& fs, const std::string& dir, const HfModel
       values.push_back(std::move(parts[i]));
     }
   }
-  set_targets(config, a_names, s.num_layers);
+  set_targets(config, a_names, s);
   std::vector<TensorToWrite> out;
   for (size_t i = 0; i < names.size(); ++i)
     out.push_back(TensorToWrite::from_f32(names[i], shapes[i], values[i].data()));

@@ -34,7 +34,8 @@ std::vector<FlagSpec> lora_flags() {
        .group = T,
        .help = "Linears that get an adapter: all-linear, Megatron names (linear_qkv linear_proj linear_fc1 "
                "linear_fc2) or Hugging Face names (q_proj k_proj v_proj -> linear_qkv, o_proj -> linear_proj, "
-               "gate_proj up_proj -> linear_fc1, down_proj -> linear_fc2; the whole fused layer is adapted)."},
+               "gate_proj up_proj -> linear_fc1, down_proj -> linear_fc2; the whole fused layer is adapted). On an MoE "
+               "model linear_fc1/linear_fc2 are every expert's and the shared expert's; the router is no target."},
       {.name = "target_regex",
        .field = &Args::target_regex,
        .group = T,
@@ -44,7 +45,7 @@ std::vector<FlagSpec> lora_flags() {
        .field = &Args::modules_to_save,
        .group = T,
        .help = "Modules trained in full next to the adapters: word_embeddings, output_layer, position_embeddings, "
-               "all-embedding."},
+               "all-embedding, router (an MoE model's routers)."},
       {.name = "adapter_load",
        .field = &Args::adapter_load,
        .group = T,

@@ -82,12 +82,12 @@ std::vector<std::string> resolve_modules_to_save(const std::vector<std::string>&
   for (const std::string& n : names) {
     if (n == "all-embedding") {
       out.insert(out.end(), {"word_embeddings", "position_embeddings"});
-    } else if (n == "word_embeddings" || n == "output_layer" || n == "position_embeddings") {
+    } else if (n == "word_embeddings" || n == "output_layer" || n == "position_embeddings" || n == "router") {
       out.push_back(n);
     } else {
       throw ConfigError(fmt::format("--modules_to_save {}: not supported", n),
-                        "mtrain trains word_embeddings, output_layer, position_embeddings (or all-embedding) in "
-                        "full; adapt linears with --target_modules");
+                        "mtrain trains word_embeddings, output_layer, position_embeddings (or all-embedding) and an "
+                        "MoE model's router in full; adapt linears with --target_modules");
     }
   }
   sort_unique(out);

@@ -49,7 +49,9 @@ inline const std::vector<std::string>& linear_layer_names() {
 std::vector<std::string> resolve_target_modules(const std::vector<std::string>& names);
 
 // --modules_to_save as typed -> module names trained in full: word_embeddings,
-// output_layer, position_embeddings, or all-embedding (the embeddings).
+// output_layer, position_embeddings, all-embedding (the embeddings), or
+// router (every MoE layer's router weight; PEFT's ModulesToSaveWrapper on
+// mcore's TopKRouter, which swift's all-linear does not adapt).
 // Throws ConfigError for anything else.
 std::vector<std::string> resolve_modules_to_save(const std::vector<std::string>& names);
 

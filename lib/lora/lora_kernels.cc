@@ -17,14 +17,14 @@ int ld(int64_t n) { return static_cast<int>(std::max<int64_t>(1, n)); }
 
 // The counter of element (n, 0) of the block.
 inline uint64_t row_index(const DropoutSite& d, int64_t n) {
-  const int64_t token = numbered_token(d.tokens, n);
+  const int64_t token = d.row_ids ? d.row_ids[n] : numbered_token(d.tokens, n);
   return static_cast<uint64_t>(token * d.row_stride + d.col0);
 }
 
 // The dropout multiplier of the element at counter `index`: 0 if dropped,
 // 1/(1-p) if kept (the rule of the other dropouts, tensor/kernel_util.h).
-inline float keep(const DropoutSite& d, uint64_t index, float keep_scale) {
-  return uniform01(d.seed, index) >= d.p ? keep_scale : 0.0f;
+inline float keep(const DropoutSite& d, int64_t n, uint64_t index, float keep_scale) {
+  return uniform01(d.row_seeds ? d.row_seeds[n] : d.seed, index) >= d.p ? keep_scale : 0.0f;
 }
 
 float keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
@@ -35,7 +35,7 @@ void apply_mask(float* out, const float* x, int64_t N, int64_t IN, const Dropout
 #pragma omp parallel for schedule(static) if (N * IN > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const uint64_t base = row_index(d, n);
-    for (int64_t j = 0; j < IN; ++j) out[n * IN + j] = x[n * IN + j] * keep(d, base + j, ks);
+    for (int64_t j = 0; j < IN; ++j) out[n * IN + j] = x[n * IN + j] * keep(d, n, base + j, ks);
   }
 }
 
@@ -100,7 +100,7 @@ void lora_down_backward(float* dx, float* dA, const float* dh, const float* x, c
 #pragma omp parallel for schedule(static) if (N * IN > kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const uint64_t base = row_index(d, n);
-    for (int64_t j = 0; j < IN; ++j) dx[n * IN + j] += scratch[n * IN + j] * keep(d, base + j, ks);
+    for (int64_t j = 0; j < IN; ++j) dx[n * IN + j] += scratch[n * IN + j] * keep(d, n, base + j, ks);
   }
 }
 

@@ -27,6 +27,12 @@ struct DropoutSite {
   int64_t row_stride = 0;  // in-features of the unsharded input
   int64_t col0 = 0;        // first in-feature of the block
   TokenNumbering tokens;   // the block's rows: first token (row0), sequences, CP chunks
+  // Per row of the block, its number in place of the token numbering above
+  // (an MoE expert's permuted rows: token and expert, moe/expert_lora.h); null: unused.
+  const int64_t* row_ids = nullptr;
+  // Per row, its mask stream in place of seed (expert rows of several
+  // micro-batches under expert parallelism); null: unused.
+  const uint64_t* row_seeds = nullptr;
 };
 
 // h (N, r) OVERWRITTEN = dropout(x) · A^T. scratch (N, IN) holds dropout(x)

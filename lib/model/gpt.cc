@@ -106,6 +106,7 @@ void GptModel::build_params() {
       if (c.is_moe_layer(ch.spec.first_layer + i)) {
         auto mp = std::make_shared<MoeLayerParams>();
         add_moe_params(params_, c, p, *mp);
+        if (c.lora.enabled) add_moe_adapters(params_, c, p, *mp);
         lp.moe = std::move(mp);
       } else {
         lp.fc1_w = params_.add(p + "mlp.linear_fc1.weight", {c.fc1_width(), C}, true, Init::kNormal, gate_up);

@@ -39,30 +39,37 @@ int64_t out_features(const ModelConfig& c, LinearSite s) {
 // The module a parameter belongs to: its name without ".weight" / ".bias".
 std::string module_of(const std::string& name) { return name.substr(0, name.rfind('.')); }
 
-// Adapter dropout streams, apart from the layer's other dropout sites.
-constexpr uint64_t kSiteLoraDropout = 16;
-
 }  // namespace
 
+AdapterParams add_adapter(ParamStore& ps, const ModelConfig& c, const std::string& module, int64_t in, int64_t out,
+                          bool column, int parts, int64_t tp) {
+  // Column-parallel: A replicated, B split like W's rows (fc1 per gate/up half);
+  // row-parallel: A split like W's columns, B replicated.
+  const int64_t rank = tp > 1 ? c.tp_rank : 0;  // expert adapters under ETP 1: whole on every TP rank
+  const TpShard a_shard = column ? TpShard{} : TpShard{TpSplit::kCols, 1, tp, rank};
+  const TpShard b_shard = column ? TpShard{TpSplit::kRows, parts, tp, rank} : TpShard{};
+  AdapterParams ap;
+  ap.a = ps.add(module + ".lora_A.weight", {c.lora.rank, in}, true, Init::kKaimingUniform, a_shard);
+  ap.b = ps.add(module + ".lora_B.weight", {out, c.lora.rank}, true, Init::kZeros, b_shard);
+  for (int p : {ap.a, ap.b}) {
+    ParamInfo& info = ps.mutable_info(p);
+    info.in_base = false;
+    if (info.shard.split == TpSplit::kReplicated) info.counts_in_norm = c.tp_rank == 0;
+  }
+  return ap;
+}
+
 void add_layer_adapters(ParamStore& ps, const ModelConfig& c, const std::string& prefix, LayerParams& lp) {
-  const int64_t r = c.lora.rank;
   for (int i = 0; i < kNumLinearSites; ++i) {
     const auto site = static_cast<LinearSite>(i);
     const std::string module = prefix + kModule[i];
-    if (!c.lora.targets(module)) continue;
-    const int64_t in = in_features(c, site), out = out_features(c, site);
-    // Column-parallel: A replicated, B split like W's rows (fc1 per gate/up half);
-    // row-parallel: A split like W's columns, B replicated.
+    // An MoE layer's MLP has no dense fc1/fc2: its adapters are the experts' (add_moe_adapters).
+    if ((lp.moe && (site == kSiteFc1 || site == kSiteFc2)) || !c.lora.targets(module)) continue;
     const int parts = site == kSiteFc1 && c.swiglu ? 2 : 1;
-    const TpShard a_shard = column_parallel(site) ? TpShard{} : TpShard{TpSplit::kCols, 1, c.tp, c.tp_rank};
-    const TpShard b_shard = column_parallel(site) ? TpShard{TpSplit::kRows, parts, c.tp, c.tp_rank} : TpShard{};
-    lp.lora_a[i] = ps.add(module + ".lora_A.weight", {r, in}, true, Init::kKaimingUniform, a_shard);
-    lp.lora_b[i] = ps.add(module + ".lora_B.weight", {out, r}, true, Init::kZeros, b_shard);
-    for (int p : {lp.lora_a[i], lp.lora_b[i]}) {
-      ParamInfo& info = ps.mutable_info(p);
-      info.in_base = false;
-      if (info.shard.split == TpSplit::kReplicated) info.counts_in_norm = c.tp_rank == 0;
-    }
+    const AdapterParams ap =
+        add_adapter(ps, c, module, in_features(c, site), out_features(c, site), column_parallel(site), parts, c.tp);
+    lp.lora_a[i] = ap.a;
+    lp.lora_b[i] = ap.b;
   }
 }
 
@@ -77,15 +84,35 @@ void mark_trainable(ParamStore& ps, const ModelConfig& c) {
     const bool tied = !c.untie && (p.name == "embedding.word_embeddings.weight" || p.name == "output_layer.weight");
     const bool saved = tied ? c.lora.saves("embedding.word_embeddings") || c.lora.saves("output_layer")
                             : c.lora.saves(module_of(p.name));
-    p.trainable = !p.in_base || (bias && c.lora.bias_all) || saved;
+    // The aux-loss-free expert bias is moved by the router, never by the optimizer.
+    p.trainable = !p.name.ends_with(".expert_bias") && (!p.in_base || (bias && c.lora.bias_all) || saved);
   }
+}
+
+std::vector<std::string> adaptable_linears(const ModelConfig& c) {
+  std::vector<std::string> out;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "decoder.layers." + std::to_string(l) + ".";
+    const bool moe = c.is_moe_layer(l);
+    for (int i = 0; i < kNumLinearSites; ++i)
+      if (!moe || i == kSiteQkv || i == kSiteProj) out.push_back(p + kModule[i]);
+    if (!moe) continue;
+    for (int64_t e = 0; e < c.moe.num_experts; ++e)
+      for (const char* fc : {"linear_fc1", "linear_fc2"})
+        out.push_back(p + "mlp.experts.local_experts." + std::to_string(e) + "." + fc);
+    if (c.moe.shared_ffn > 0)
+      for (const char* fc : {"linear_fc1", "linear_fc2"}) out.push_back(p + "mlp.shared_experts." + fc);
+  }
+  return out;
 }
 
 int64_t count_adapted_linears(const ModelConfig& c) {
   if (!c.lora.enabled) return 0;
   int64_t n = 0;
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    for (const char* m : kModule) n += c.lora.targets("decoder.layers." + std::to_string(l) + "." + m);
+  for (const std::string& m : adaptable_linears(c)) {
+    if (!c.lora.targets(m)) continue;
+    ++n;
+  }
   if (n == 0)
     throw ConfigError(c.lora.target_regex.empty()
                           ? "--target_modules matches no linear layer of this model"
@@ -115,11 +142,23 @@ namespace {
 
 lora::AdapterWeights weights(const ModelConfig& c, ParamStore& ps, const LayerParams& lp, LinearSite s, int64_t T,
                              uint64_t seed, bool training) {
+  return adapter_weights(c, ps, {lp.lora_a[s], lp.lora_b[s]}, s, T, seed, training);
+}
+
+lora::AdapterBuffers buffers(LayerActs& a, Workspace& w, LinearSite s) {
+  return {a.lora_h[s].data(), w.lora_dh.data(), w.lora_scratch.data()};
+}
+
+}  // namespace
+
+lora::AdapterWeights adapter_weights(const ModelConfig& c, ParamStore& ps, AdapterParams ap, LinearSite s, int64_t T,
+                                     uint64_t seed, bool training) {
   lora::AdapterWeights a;
-  a.A = ps.param(lp.lora_a[s]);
-  a.B = ps.param(lp.lora_b[s]);
-  a.dA = ps.grad(lp.lora_a[s]);
-  a.dB = ps.grad(lp.lora_b[s]);
+  if (ap.a < 0) return a;
+  a.A = ps.param(ap.a);
+  a.B = ps.param(ap.b);
+  a.dA = ps.grad(ap.a);
+  a.dB = ps.grad(ap.b);
   a.rank = c.lora.rank;
   a.scale = c.lora.scaling();
   a.dropout = training ? c.lora.dropout : 0.f;
@@ -129,12 +168,6 @@ lora::AdapterWeights weights(const ModelConfig& c, ParamStore& ps, const LayerPa
   a.tokens.row0 = 0;
   return a;
 }
-
-lora::AdapterBuffers buffers(LayerActs& a, Workspace& w, LinearSite s) {
-  return {a.lora_h[s].data(), w.lora_dh.data(), w.lora_scratch.data()};
-}
-
-}  // namespace
 
 void adapter_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStore& ps, const LayerParams& lp,
                      LayerActs& a, Workspace& w, LinearSite site, float* y, const float* x, int64_t N, int64_t T,

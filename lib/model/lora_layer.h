@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "lora/lora_linear.h"
 #include "model/model_config.h"
 #include "model/params.h"
 #include "model/transformer_layer.h"
@@ -16,10 +18,42 @@
 
 namespace mtrain::model {
 
+// Adapter dropout streams, apart from the layer's other dropout sites:
+// + LinearSite for a layer's four linears (an MoE layer's shared expert
+// takes fc1's and fc2's), + 4 and + 5 for its routed experts' fc1 and fc2.
+inline constexpr uint64_t kSiteLoraDropout = 16;
+
 // Registers the adapters of layer `prefix` ("decoder.layers.N.") for the
-// linears c.lora targets, into lp.lora_a / lora_b. A is Kaiming-uniform and B
-// zero (PEFT), so the adapted model starts equal to the base.
+// linears c.lora targets, into lp.lora_a / lora_b (an MoE layer: attention
+// only). A is Kaiming-uniform and B zero (PEFT), so the adapted model starts
+// equal to the base.
 void add_layer_adapters(ParamStore& ps, const ModelConfig& c, const std::string& prefix, LayerParams& lp);
+
+// Registers `module`.lora_A / lora_B of a linear with full input width `in`
+// and output width `out`, split over `tp` ranks as a column-parallel
+// (A replicated, B by rows in `parts` blocks) or row-parallel (A by
+// columns, B replicated) base. Not in the base; replicated halves count in
+// the norm on TP rank 0.
+AdapterParams add_adapter(ParamStore& ps, const ModelConfig& c, const std::string& module, int64_t in, int64_t out,
+                          bool column, int parts, int64_t tp);
+
+// The adapters of MoE layer `prefix`: each routed expert's fc1 and fc2 (named
+// by global expert index, split over EP and ETP like the expert weights, see
+// moe/expert_lora.h) and the shared expert's (split over TP like the dense
+// MLP's), for the linears c.lora targets (moe_lora.cc).
+void add_moe_adapters(ParamStore& ps, const ModelConfig& c, const std::string& prefix, MoeLayerParams& mp);
+// Fills w's adapter addresses (moe_block.h, moe_weights).
+void add_moe_adapter_weights(moe::MoeWeights& w, const ModelConfig& c, ParamStore& ps, const MoeLayerParams& mp,
+                             int64_t T, uint64_t seed, bool training);
+
+// The adapter of site s (its dropout stream; a.A null when ap has none).
+lora::AdapterWeights adapter_weights(const ModelConfig& c, ParamStore& ps, AdapterParams ap, LinearSite s, int64_t T,
+                                     uint64_t seed, bool training);
+
+// Every linear of the model LoRA could adapt (all layers), by module name:
+// a dense layer's four, an MoE layer's attention pair, each expert's
+// linear_fc1 / linear_fc2 and the shared expert's.
+std::vector<std::string> adaptable_linears(const ModelConfig& c);
 
 // Under LoRA, freezes every parameter but the adapters, modules_to_save and
 // (--lora_bias all) the biases. No-op for full training.

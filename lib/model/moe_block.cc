@@ -1,5 +1,7 @@
 #include "model/moe_block.h"
 
+#include "model/lora_layer.h"
+
 namespace mtrain::model {
 
 moe::MoeLayerConfig moe_layer_config(const ModelConfig& c) {
@@ -21,6 +23,8 @@ moe::MoeLayerConfig moe_layer_config(const ModelConfig& c) {
   m.etp = c.expert_tp();
   m.ep = c.moe.ep;
   m.allgather = c.moe.allgather;
+  m.lora_rank = c.lora.enabled ? c.lora.rank : 0;
+  m.lora_dropout = c.lora.enabled ? c.lora.dropout : 0.f;
   return m;
 }
 
@@ -88,7 +92,8 @@ void add_moe_params(ParamStore& ps, const ModelConfig& c, const std::string& pre
   }
 }
 
-moe::MoeWeights moe_weights(ParamStore& ps, const MoeLayerParams& mp) {
+moe::MoeWeights moe_weights(const ModelConfig& c, ParamStore& ps, const MoeLayerParams& mp, int64_t T, uint64_t seed,
+                            bool training) {
   auto param = [&](int i) -> const float* { return i < 0 ? nullptr : ps.param(i); };
   auto grad = [&](int i) -> float* { return i < 0 ? nullptr : ps.grad(i); };
   moe::MoeWeights w;
@@ -111,6 +116,7 @@ moe::MoeWeights moe_weights(ParamStore& ps, const MoeLayerParams& mp) {
   w.shared_fc1_grad = grad(mp.shared_fc1);
   w.shared_fc2_grad = grad(mp.shared_fc2);
   w.shared_gate_grad = grad(mp.shared_gate);
+  if (c.lora.enabled) add_moe_adapter_weights(w, c, ps, mp, T, seed, training);
   return w;
 }
 

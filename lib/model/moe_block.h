@@ -21,6 +21,9 @@ struct MoeLayerParams {
   int router_w = -1, expert_bias = -1;
   std::vector<int> fc1_w, fc1_b, fc2_w, fc2_b;  // per local expert, in expert order
   int shared_fc1 = -1, shared_fc2 = -1, shared_gate = -1;
+  // LoRA (lora_layer.h, add_moe_adapters): per local expert, and the shared expert's fc1, fc2.
+  std::vector<AdapterParams> fc1_lora, fc2_lora;
+  AdapterParams shared_lora[2];
 };
 
 // The MoE layer's settings on this rank.
@@ -30,8 +33,10 @@ moe::MoeLayerConfig moe_layer_config(const ModelConfig& c);
 // of a layer's experts back to back (one block of the flat buffer).
 void add_moe_params(ParamStore& ps, const ModelConfig& c, const std::string& prefix, MoeLayerParams& mp);
 
-// The addresses the MoE layer reads and accumulates into.
-moe::MoeWeights moe_weights(ParamStore& ps, const MoeLayerParams& mp);
+// The addresses the MoE layer reads and accumulates into; T, seed and
+// training set up the shared expert's adapter dropout (lora_layer.h).
+moe::MoeWeights moe_weights(const ModelConfig& c, ParamStore& ps, const MoeLayerParams& mp, int64_t T, uint64_t seed,
+                            bool training);
 
 // The routers' auxiliary losses of one forward, summed over MoE layers (the
 // logged values are moe::RouterLossTracker's, GptModel::take_aux_log).

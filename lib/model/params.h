@@ -84,6 +84,11 @@ struct ParamInfo {
   bool buffer = false;
 };
 
+// The parameter indices of one LoRA adapter's A and B (-1: no adapter).
+struct AdapterParams {
+  int a = -1, b = -1;
+};
+
 class ParamStore {
  public:
   // Registers a parameter of full (unsharded) shape `full_shape`, of which

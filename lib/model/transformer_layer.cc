@@ -326,7 +326,7 @@ void layer_forward(const ModelConfig& c, const parallel::TpConfig& tp, ParamStor
   }
   pf::Scope mlp(pr.module("mlp"), {pr.tokens("input", a.ln2.data())});
   if (lp.moe) {
-    moe::moe_forward(moe_layer_config(c), tp, moe_weights(ps, *lp.moe), *a.moe, *w.moe,
+    moe::moe_forward(moe_layer_config(c), tp, moe_weights(c, ps, *lp.moe, d.T, seed, training), *a.moe, *w.moe,
                      moe::SpBuffers{w.full_in.data(), w.full_out.data()}, w.d_proj.data(), a.ln2.data(), d.B, d.T,
                      training);
   } else {
@@ -399,7 +399,7 @@ static void mlp_backward(const ModelConfig& c, const parallel::TpConfig& tp, Par
   }
   pf::Scope mlp(pr.module("mlp"), {pr.tokens("grad_output", w.d_proj.data())});
   if (lp.moe) {
-    moe::moe_backward(moe_layer_config(c), tp, moe_weights(ps, *lp.moe), *a.moe, *w.moe,
+    moe::moe_backward(moe_layer_config(c), tp, moe_weights(c, ps, *lp.moe, d.T, seed, training), *a.moe, *w.moe,
                       moe::SpBuffers{w.full_in.data(), w.full_out.data()}, w.d_ln.data(), w.d_proj.data(), a.ln2.data(),
                       d.B, d.T, aux_loss_scale);
   } else {

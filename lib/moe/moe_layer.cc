@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "moe/allgather_dispatch.h"
 #include "moe/expert_dispatch.h"
@@ -61,6 +62,15 @@ float* at(float* p, int64_t off) { return p ? p + off : nullptr; }
 // The router's token group (Megatron's tp_cp_group): the ranks holding the
 // micro-batch's disjoint token shards, TP x CP under context parallelism.
 parallel::Comm& token_group(const parallel::TpConfig& tp) { return tp.tp_cp ? *tp.tp_cp : *tp.tp; }
+// Half k (0: fc1, 1: fc2) of a (2, rows, r) LoRA activation buffer.
+float* lora_half(Tensor& h, int k) { return at(h.data(), k * (h.numel() / 2)); }
+// EP: site k's (0: fc1, 1: fc2) per-row mask streams; else null (one stream).
+const uint64_t* row_seeds(const MoeActs& a, int k) {
+  return a.lora_seeds.empty() ? nullptr : a.lora_seeds.data() + k * (a.lora_seeds.size() / 2);
+}
+lora::AdapterBuffers shared_lora_buffers(MoeActs& a, MoeWorkspace& w, int k) {
+  return {lora_half(a.shared_lora_h, k), w.lora_dh.data(), w.lora_scratch.data()};
+}
 
 // The local experts on in (sum rows, C), `rows` (E_local) per expert -> out
 // (sum rows, C) without the fc2 bias; a.fc1 / a.act keep what backward needs.
@@ -71,12 +81,21 @@ void experts_forward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, 
   for (int64_t e = 0; e < c.num_local; ++e) M += rows[e];
   std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
   grouped_linear_forward(a.fc1.data(), in, w1.data(), rows, c.num_local, C, FC1, c.grouped_gemm);
+  const ExpertAdapters& ad = wt.lora;
+  const int64_t* ids = a.lora_ids.empty() ? nullptr : a.lora_ids.data();
+  if (ad.fc1.any())
+    expert_adapter_forward(a.fc1.data(), lora_half(a.lora_h, 0), w.lora_scratch.data(), in, ad.fc1, ad.rank, ad.scale,
+                           rows, c.num_local, C, FC1, expert_dropout(ad, ad.seed_fc1, C, 0, ids, row_seeds(a, 0)));
   round_act(c, a.fc1.data(), M * FC1);
   for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
     activation_forward(c, F, at(a.act.data(), off * F), at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e],
                        w.scratch.data());
   round_act(c, a.act.data(), M * F);
   grouped_linear_forward(out, a.act.data(), w2.data(), rows, c.num_local, F, C, c.grouped_gemm);
+  if (ad.fc2.any())
+    expert_adapter_forward(out, lora_half(a.lora_h, 1), w.lora_scratch.data(), a.act.data(), ad.fc2, ad.rank, ad.scale,
+                           rows, c.num_local, F, C,
+                           expert_dropout(ad, ad.seed_fc2, ad.ffn, ad.fc2_col0, ids, row_seeds(a, 1)));
 }
 
 // din (sum rows, C) OVERWRITTEN from dout (may alias din); weight gradients ACCUMULATED.
@@ -88,6 +107,12 @@ void experts_backward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a,
   std::vector<const float*> w1(wt.fc1.begin(), wt.fc1.end()), w2(wt.fc2.begin(), wt.fc2.end());
   grouped_linear_backward(w.d_act.data(), wt.fc2_grad.data(), dout, a.act.data(), w2.data(), rows, c.num_local, F, C,
                           c.grouped_gemm);
+  const ExpertAdapters& ad = wt.lora;
+  const int64_t* ids = a.lora_ids.empty() ? nullptr : a.lora_ids.data();
+  if (ad.fc2.any())  // before din (which may alias dout) is written
+    expert_adapter_backward(w.d_act.data(), w.lora_dh.data(), w.lora_scratch.data(), dout, a.act.data(),
+                            lora_half(a.lora_h, 1), ad.fc2, ad.rank, ad.scale, rows, c.num_local, F, C,
+                            expert_dropout(ad, ad.seed_fc2, ad.ffn, ad.fc2_col0, ids, row_seeds(a, 1)));
   round_act(c, w.d_act.data(), M * F);
   for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
     activation_backward(c, F, at(w.d_fc1.data(), off * FC1), wt.fc1_bias_grad[e], at(w.d_act.data(), off * F),
@@ -95,6 +120,10 @@ void experts_backward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a,
   round_act(c, w.d_fc1.data(), M * FC1);
   grouped_linear_backward(din, wt.fc1_grad.data(), w.d_fc1.data(), in, w1.data(), rows, c.num_local, C, FC1,
                           c.grouped_gemm);
+  if (ad.fc1.any())
+    expert_adapter_backward(din, w.lora_dh.data(), w.lora_scratch.data(), w.d_fc1.data(), in, lora_half(a.lora_h, 0),
+                            ad.fc1, ad.rank, ad.scale, rows, c.num_local, C, FC1,
+                            expert_dropout(ad, ad.seed_fc1, C, 0, ids, row_seeds(a, 0)));
   round_act(c, din, M * C);
 }
 
@@ -104,10 +133,15 @@ void shared_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const
   const int64_t C = c.hidden, Fs = c.shared_local(), FC1s = c.shared_fc1_local(), Nl = tokens_local(c, N);
   float* x_full = c.sequence_parallel ? sp.full_in : const_cast<float*>(x);
   parallel::column_parallel_linear_forward(tp, a.shared_fc1.data(), x_full, x, wt.shared_fc1, nullptr, N, C, FC1s);
+  if (wt.shared_fc1_lora.A)
+    lora::column_adapter_forward(tp, a.shared_fc1.data(), shared_lora_buffers(a, w, 0), x_full, wt.shared_fc1_lora, N,
+                                 C, FC1s);
   round_act(c, a.shared_fc1.data(), N * FC1s);
   activation_forward(c, Fs, a.shared_act.data(), a.shared_fc1.data(), nullptr, N, w.scratch.data());
   round_act(c, a.shared_act.data(), N * Fs);
   parallel::row_parallel_linear_forward(tp, out, sp.full_out, a.shared_act.data(), wt.shared_fc2, N, Fs, C);
+  if (wt.shared_fc2_lora.A)
+    lora::row_adapter_forward(tp, out, shared_lora_buffers(a, w, 1), a.shared_act.data(), wt.shared_fc2_lora, N, Fs, C);
   round_act(c, out, Nl * C);
   if (!c.shared_gate || profiler::shape_only()) return;
   // Qwen2-MoE: out_t *= sigmoid(x_t . gate_weight) on this rank's tokens.
@@ -145,6 +179,10 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
   parallel::row_parallel_linear_backward(tp, w.shared_d_act.data(), wt.shared_fc2_grad, sp.full_out, d_out,
                                          a.shared_act.data(), wt.shared_fc2, N, Fs, C, c.grad_accumulation,
                                          w.scratch.data());
+  if (wt.shared_fc2_lora.A)  // dy of every token: the base's gathered buffer under SP
+    lora::row_adapter_backward(tp, w.shared_d_act.data(), shared_lora_buffers(a, w, 1),
+                               c.sequence_parallel ? sp.full_out : d_out, a.shared_act.data(), wt.shared_fc2_lora, N,
+                               Fs, C);
   round_act(c, w.shared_d_act.data(), N * Fs);
   activation_backward(c, Fs, w.shared_d_fc1.data(), nullptr, w.shared_d_act.data(), a.shared_fc1.data(), nullptr, N,
                       w.scratch.data());
@@ -153,6 +191,9 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
   const float* x_full = c.sequence_parallel ? sp.full_in : x;
   parallel::column_parallel_linear_backward(tp, dx, sp.full_out, wt.shared_fc1_grad, nullptr, w.shared_d_fc1.data(),
                                             x_full, wt.shared_fc1, N, C, FC1s, c.grad_accumulation, w.scratch.data());
+  if (wt.shared_fc1_lora.A)
+    lora::column_adapter_backward(tp, dx, shared_lora_buffers(a, w, 0), w.shared_d_fc1.data(), x_full,
+                                  wt.shared_fc1_lora, N, C, FC1s);
   if (!c.shared_gate || profiler::shape_only()) return;
   const float* dpre = w.dprobs.data();
   for (int64_t t = 0; t < Nl; ++t)
@@ -160,6 +201,57 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
       dx[t * C + j] += dpre[t] * wt.shared_gate[j];
       if (wt.shared_gate_grad) wt.shared_gate_grad[j] += dpre[t] * x[t * C + j];
     }
+}
+
+// EP ranks are data-parallel ranks with micro-batches (mask streams) of their
+// own: each grouped row (local expert, then source rank) gets its source's.
+void ep_row_seeds(parallel::Comm& ep, const ExpertAdapters& ad, MoeActs& a, int64_t E_local) {
+  const int64_t n = ep.size(), rows = static_cast<int64_t>(a.lora_ids.size());
+  const int64_t mine[2] = {static_cast<int64_t>(ad.seed_fc1), static_cast<int64_t>(ad.seed_fc2)};
+  std::vector<int64_t> all(2 * n);
+  ep.all_gather(mine, all.data(), 2);
+  a.lora_seeds.resize(2 * rows);
+  int64_t g = 0;
+  for (int64_t e = 0; e < E_local; ++e)
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t i = 0; i < a.counts[s * E_local + e]; ++i, ++g) {
+        a.lora_seeds[g] = static_cast<uint64_t>(all[2 * s]);
+        a.lora_seeds[rows + g] = static_cast<uint64_t>(all[2 * s + 1]);
+      }
+}
+
+// LoRA dropout on the experts: the mask ids of the rows experts_forward sees
+// (a.lora_ids), computed where the rows are permuted and, under ETP / EP,
+// sent with them (after the rows' own dispatch, whose counts they reuse).
+void dispatch_row_ids(const MoeLayerConfig& c, const parallel::TpConfig& tp, const ExpertAdapters& ad, MoeActs& a,
+                      MoeWorkspace& w, int64_t B, int64_t T) {
+  a.lora_ids.clear();
+  a.lora_seeds.clear();
+  if (ad.dropout <= 0.f || profiler::shape_only()) return;
+  const int64_t Nl = tokens_local(c, B * T), m_max = c.max_rows(Nl), E = c.router.num_experts;
+  const int64_t token0 = c.sequence_parallel ? tp.tp->rank() * Nl : 0;
+  std::vector<int64_t> local(m_max, 0);
+  expert_row_ids(local.data(), routing_of(a, m_max).row_token, a.rows.data(), E, token0, T, ad.seq_pitch);
+  if (c.etp == 1 && c.ep == 1) {
+    a.lora_ids = std::move(local);
+    return;
+  }
+  // EP x ETP and the allgather dispatcher: refused for LoRA by config (validate_moe.cc).
+  if (c.etp > 1 && c.ep > 1) throw std::logic_error("LoRA dropout ids under EP x ETP are not dispatched");
+  std::vector<float> send(2 * m_max, 0.f), grouped(2 * c.max_expert_rows(Nl));
+  std::vector<int64_t> rows_grp(c.num_local);
+  pack_row_ids(send.data(), local.data(), a.M);
+  if (c.etp > 1)
+    etp_dispatch(*tp.tp, a.counts.data(), rows_grp.data(), grouped.data(), w.gathered.data(), send.data(),
+                 a.rows.data(), false, m_max, c.num_local, 2, tp.wire);
+  else
+    ep_dispatch(*tp.ep, a.counts.data(), rows_grp.data(), grouped.data(), w.gathered.data(), send.data(), a.rows.data(),
+                false, c.num_local, 2, tp.wire);
+  int64_t rows = 0;
+  for (int64_t n : rows_grp) rows += n;
+  a.lora_ids.resize(rows);
+  unpack_row_ids(a.lora_ids.data(), grouped.data(), rows);
+  if (c.ep > 1) ep_row_seeds(*tp.ep, ad, a, c.num_local);
 }
 
 // The fc2 biases of the local experts on rows grouped by `rows` (E_local) per expert.
@@ -216,6 +308,8 @@ void routed_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
 // tokens to out (N_loc, C) += the routed output.
 void allgather_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
                        MoeWorkspace& w, float* out, const float* x, int64_t Nl) {
+  // LoRA on these experts: refused by config (validate_moe.cc); its dropout ids are not gathered.
+  if (wt.lora.dropout > 0.f) throw std::logic_error("LoRA dropout ids under the allgather dispatcher");
   const AgShape s = ag_shape(c, tp.ep ? tp.ep->rank() : 0, Nl);
   const AgPermutation perm = routing_of(a, c.perm_rows(Nl));
   a.M = ag_dispatch(ag_group(tp), perm, a.rows_grp.data(), a.x_perm.data(), a.probs_perm.data(), w.gathered.data(),
@@ -286,6 +380,11 @@ void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T
       a.gate = act_tensor(dev, {Nl}, DType::kF32, p + "shared expert gate", meta);
     }
   }
+  if (c.lora_rank > 0) {  // adapters stay fp32 (lib/model/lora_layer.h)
+    a.lora_h = act_tensor(dev, {2, Mg, c.lora_rank}, DType::kF32, p + "moe expert LoRA activations", meta);
+    if (c.shared_ffn > 0)
+      a.shared_lora_h = act_tensor(dev, {2, N, c.lora_rank}, DType::kF32, p + "shared expert LoRA activations", meta);
+  }
 }
 
 void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev,
@@ -321,6 +420,12 @@ void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B,
     if (!c.grad_accumulation) scratch = std::max(scratch, c.shared_fc1_local() * C);
   }
   w.scratch = act_tensor(dev, {std::max<int64_t>(scratch, 1)}, DType::kF32, "moe kernel scratch", meta);
+  if (c.lora_rank > 0) {
+    w.lora_dh = act_tensor(dev, {std::max(Mg, N), c.lora_rank}, DType::kF32, "moe LoRA grad", meta);
+    if (c.shared_ffn > 0 || c.lora_dropout > 0.f)
+      w.lora_scratch = act_tensor(dev, {std::max(N, Mg), std::max({C, c.shared_local(), c.ffn_local()})}, DType::kF32,
+                                  "moe LoRA scratch", meta);
+  }
 }
 
 void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
@@ -354,6 +459,7 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
   const int64_t M = a.M, m_max = c.max_rows(Nl);
   if (c.ep > 1) {  // this rank's rows to the experts' EP ranks (and their expert-TP peers) and back
     ep_dispatch_rows(c, tp, a, w, a.x_grp.data(), a.x_perm.data(), m_max, true);
+    dispatch_row_ids(c, tp, wt.lora, a, w, B, T);
     experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
     if (!profiler::shape_only() && adds_fc2_bias(c, tp)) add_fc2_bias(c, wt, w.grp.data(), a.rows_grp.data());
     ep_combine_rows(c, tp, a, w, a.y_perm.data(), m_max);
@@ -361,12 +467,14 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     if (profiler::shape_only()) std::fill(a.counts.begin(), a.counts.end(), 0);
     etp_dispatch(*tp.tp, a.counts.data(), a.rows_grp.data(), a.x_grp.data(), w.gathered.data(), a.x_perm.data(),
                  a.rows.data(), true, m_max, c.num_local, C, tp.wire);
+    dispatch_row_ids(c, tp, wt.lora, a, w, B, T);
     if (profiler::shape_only())
       for (int64_t e = 0; e < c.num_local; ++e) a.rows_grp[e] = c.etp * a.rows[e];
     experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
     etp_combine(*tp.tp, a.y_perm.data(), w.gathered.data(), w.grp.data(), a.counts.data(), m_max, c.num_local, C,
                 tp.wire);
   } else {
+    dispatch_row_ids(c, tp, wt.lora, a, w, B, T);
     experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows.data());
   }
   // After the reduction over expert TP, like a row-parallel bias (EP: added on the experts' rank).

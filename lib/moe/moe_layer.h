@@ -23,6 +23,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "lora/lora_linear.h"
+#include "moe/expert_lora.h"
 #include "moe/router.h"
 #include "parallel/tensor_parallel.h"
 #include "tensor/tensor.h"
@@ -55,6 +57,8 @@ struct MoeLayerConfig {
   bool allgather = false;
   int64_t gather_group() const { return allgather ? etp * ep : 1; }
   bool allgather_dispatch() const { return gather_group() > 1; }
+  int64_t lora_rank = 0;     // r of the experts' and shared expert's LoRA adapters (0: none)
+  float lora_dropout = 0.f;  // their --lora_dropout
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
   int64_t ffn_local() const { return ffn / etp; }
   int64_t fc1_local() const { return fc1_width() / etp; }
@@ -83,6 +87,9 @@ struct MoeWeights {
   float* shared_fc1_grad = nullptr;
   float* shared_fc2_grad = nullptr;
   float* shared_gate_grad = nullptr;
+  ExpertAdapters lora;  // the routed experts' LoRA adapters (moe/expert_lora.h)
+  // The shared expert's adapters, split over TP as the dense MLP's (A null: none).
+  lora::AdapterWeights shared_fc1_lora, shared_fc2_lora;
 };
 
 // What one layer keeps from forward to backward (activations on the device).
@@ -107,6 +114,10 @@ struct MoeActs {
   Tensor shared_act;                         // (N, Fs_local)
   Tensor shared_out;                         // gate: (N_loc, C) the shared output before the gate
   Tensor gate;                               // gate: (N_loc) sigmoid scores
+  Tensor lora_h;                             // LoRA: (2, Mg, r) the experts' fc1 | fc2 adapter activations
+  Tensor shared_lora_h;                      // LoRA: (2, N, r) the shared expert's fc1 | fc2 adapter activations
+  std::vector<int64_t> lora_ids;             // LoRA dropout: (Mg) the expert rows' mask ids (moe/expert_lora.h)
+  std::vector<uint64_t> lora_seeds;          // ... and under EP (2, Mg) their fc1 | fc2 mask streams
 };
 
 // Temporaries shared by all MoE layers.
@@ -126,6 +137,8 @@ struct MoeWorkspace {
   Tensor shared_d_fc1;  // (N, FC1s_local)
   Tensor shared_d_act;  // (N, Fs_local)
   Tensor scratch;       // unfused activation / unpermute / weight-gradient scratch
+  Tensor lora_dh;       // LoRA: (max(Mg, N), r) adapter gradient
+  Tensor lora_scratch;  // LoRA: (max(N, Mg), max(C, Fs_local, F_local)) the adapters' dropout(x) / d(x)
 };
 
 // The dense layer's sequence-parallel buffers, shared with the MoE layer (N, C) each.

@@ -26,8 +26,10 @@ struct ExportAdapters {
 // The adapters of a checkpoint of a --train_type lora run (its state's "args"),
 // nullopt for a full-training checkpoint. Throws CheckpointError naming the
 // checkpoint when the args are missing or the adapter shapes disagree with them.
+// An MoE model's adapters are read only for the PEFT export (`peft_export`):
+// merging them and inference on them are not verified yet (refused, exit 5).
 std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointReader& r,
-                                                  const checkpoint::HfModelShape& s);
+                                                  const checkpoint::HfModelShape& s, bool peft_export = false);
 
 // The adapters in `dir`: a PEFT directory (adapter_config.json) or an mtrain
 // LoRA checkpoint. Throws CheckpointError naming `what` (the flag) and the

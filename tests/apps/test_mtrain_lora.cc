@@ -151,6 +151,14 @@ TEST_F(LoraCheckpoint, HuggingFaceModelIsTheFrozenBase) {
 // parameter (12.6 GiB); full training adds fp32 grads and Adam m, v and
 // master (16 bytes per parameter, 100 GiB more), LoRA adds them for the
 // adapters only (r 8 on every linear: 20 M parameters, 0.3 GiB).
+// The dry run's "gradients" and "optimizer states" rows, in GiB (rounded to 0.01).
+std::map<std::string, double> state_gib(const std::string& out) {
+  const std::regex row(R"(  (gradients|optimizer states) +([0-9.]+) GiB)");
+  std::map<std::string, double> gib;
+  for (std::sregex_iterator it(out.begin(), out.end(), row), end; it != end; ++it) gib[(*it)[1]] = std::stod((*it)[2]);
+  return gib;
+}
+
 class LoraPlan : public MtrainTest {
  protected:
   RunResult plan(const std::string& train_type) {
@@ -173,13 +181,27 @@ TEST_F(LoraPlan, SevenBillionLoraFitsOneDeviceWhereFullFineTuningDoesNot) {
   // Adam m, v and master (3 x fp32) for r (in + out) per linear and layer.
   const double h = 4096, ffn = 11008, L = 32, r = 8;
   const double adapters = L * r * ((h + 3 * h) + (h + h) + (h + 2 * ffn) + (ffn + h));
-  const std::regex row(R"(  (gradients|optimizer states) +([0-9.]+) GiB)");
-  std::map<std::string, double> gib;
-  for (std::sregex_iterator it(lora.out.begin(), lora.out.end(), row), end; it != end; ++it)
-    gib[(*it)[1]] = std::stod((*it)[2]);
+  const std::map<std::string, double> gib = state_gib(lora.out);
   // The report rounds to 0.01 GiB.
   EXPECT_NEAR(gib.at("gradients"), 4 * adapters / (1 << 30), 0.006) << lora.out;
   EXPECT_NEAR(gib.at("optimizer states"), 12 * adapters / (1 << 30), 0.006) << lora.out;
+}
+
+// On an MoE model every routed expert's adapters are accounted: Qwen3-30B-A3B's
+// shapes (4 of its 48 layers, bf16, one device): per layer qkv (2048 -> 5120),
+// proj (4096 -> 2048) and 128 experts' fc1 (2048 -> 2 x 768) and fc2 (768 -> 2048).
+TEST_F(LoraPlan, MoeExpertAdaptersAreAccounted) {
+  const RunResult r = run(words("sft --model_preset qwen3-30b-a3b --num_layers 4 --bf16 --seq_length 2048 "
+                                "--micro_batch_size 1 --global_batch_size 16 --train_iters 1 --lr_warmup_iters 0 "
+                                "--dry_run --train_type lora --lora_dropout 0 --output_dir " +
+                                (tmp_ / "moe").string()),
+                          "moe");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const double h = 2048, L = 4, E = 128, rank = 8;
+  const double adapters = L * rank * ((h + 5120) + (4096 + h) + E * ((h + 2 * 768) + (768 + h)));
+  const std::map<std::string, double> gib = state_gib(r.out);
+  EXPECT_NEAR(gib.at("gradients"), 4 * adapters / (1 << 30), 0.006) << r.out;
+  EXPECT_NEAR(gib.at("optimizer states"), 12 * adapters / (1 << 30), 0.006) << r.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -9,7 +9,8 @@
 // by global index, their ETP slices sharded tensors). The same harness
 // proves aux-loss-free balancing (the expert bias, at EP 2, TP 2 + SP, DP 2,
 // and across a resume) and MoE under context parallelism (ring, Ulysses,
-// CP 2 x EP 2).
+// CP 2 x EP 2), and LoRA on the experts, whose adapters export to PEFT's
+// per-expert names.
 //
 // EP ranks are data-parallel ranks of the dense model, each routing its own
 // micro-batch (the router's token group is the micro-batch's tokens on the
@@ -17,7 +18,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "checkpoint/sharded_checkpoint.h"
+#include "common/file_system.h"
 #include "mtrain_runner.h"
+#include "raw_safetensors.h"
 
 namespace mtrain::functional {
 namespace {
@@ -221,6 +225,80 @@ TEST_F(MoeExpertParallel, EtpCheckpointReloadsOnOneDeviceAndBack) {
       run(concat(job(tmp_ / "on_grid", grid), {"--load", (tmp_ / "on_grid").string()}), "on_grid", launch_ranks(4));
   ASSERT_EQ(on_grid.exit_code, 0) << on_grid.describe();
   expect_resumed_continues(tmp_ / "ref", tmp_ / "on_grid");
+}
+
+// `mtrain export --to_peft` of an MoE LoRA checkpoint: PEFT's per-expert
+// names on the Hugging Face MoE layout (Qwen2-MoE: a gated shared expert),
+// each expert's fused fc1 adapter split into gate_proj / up_proj (A shared, B
+// by rows) exactly, and target_modules the projection names.
+void expect_peft_export_of_experts(const fs::path& run, const fs::path& peft) {
+  const RunResult r = run_mtrain({"export", "--to_peft", "--load", run.string(), "--output_dir", peft.string()},
+                                 peft.parent_path(), "peft");
+  ASSERT_EQ(r.exit_code, 0) << r.describe();
+  const RawSafetensors st = read_raw(peft / "adapter_model.safetensors");
+  PosixFileSystem pfs;
+  const auto ckpt = checkpoint::CheckpointReader::open(pfs, run.string());
+  auto whole = [&](const std::string& name) {
+    const Shape g = ckpt.global_shape(name);
+    std::vector<float> v(static_cast<size_t>(shape_numel(g)));
+    ckpt.read_block(name, std::vector<int64_t>(g.size(), 0), g, v.data());
+    return v;
+  };
+  const std::string hf = "base_model.model.model.layers.2.mlp.";
+  const std::string mc = "decoder.layers.2.mlp.experts.local_experts.3.linear_fc1.";
+  const std::vector<float> A = whole(mc + "lora_A.weight"), B = whole(mc + "lora_B.weight");  // (4, 256), (256, 4)
+  EXPECT_EQ(st.header[hf + "experts.3.gate_proj.lora_A.weight"]["shape"], nlohmann::json({4, 256}));
+  EXPECT_EQ(st.header[hf + "experts.3.up_proj.lora_B.weight"]["shape"], nlohmann::json({128, 4}));
+  EXPECT_EQ(st.f32(hf + "experts.3.gate_proj.lora_A.weight"), A);
+  EXPECT_EQ(st.f32(hf + "experts.3.up_proj.lora_A.weight"), A);
+  EXPECT_EQ(st.f32(hf + "experts.3.gate_proj.lora_B.weight"), std::vector<float>(B.begin(), B.begin() + 128 * 4));
+  EXPECT_EQ(st.f32(hf + "experts.3.up_proj.lora_B.weight"), std::vector<float>(B.begin() + 128 * 4, B.end()));
+  EXPECT_TRUE(st.header.contains(hf + "experts.0.down_proj.lora_B.weight"));
+  EXPECT_TRUE(st.header.contains(hf + "shared_expert.down_proj.lora_A.weight"));
+  EXPECT_FALSE(st.header.contains(hf + "gate.lora_A.weight")) << "the router is no target";
+  const auto cfg = nlohmann::json::parse(file_bytes(peft / "adapter_config.json"));
+  EXPECT_EQ(cfg["target_modules"],
+            nlohmann::json({"down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"}));
+}
+
+// LoRA on the MoE model (rank-4 adapters with dropout 0.1 on attention, on
+// each routed expert's fc1/fc2 and on the shared expert's; base and router
+// frozen):
+// EP 2, and TP 2 + SP with ETP 1 and ETP 2, equal the single device for 20
+// iterations; the EP 2 run's adapter checkpoint of iteration 10 (experts'
+// adapters named by global index) resumes at TP 2 + SP with ETP 2 and
+// continues it. Micro-batches of 2 rows everywhere (the router's token group).
+TEST_F(MoeExpertParallel, LoraLayoutsAndAdapterCheckpointEqualTheSingleDevice) {
+  const std::string lora =
+      "--micro_batch_size 2 --lr 2e-3 --train_type lora --lora_rank 4 --lora_alpha 8 --lora_dropout 0.1 "
+      "--moe_shared_expert_intermediate_size 64 --moe_shared_expert_gate";
+  const RunResult ref = run(job(tmp_ / "ref", lora), "ref");
+  ASSERT_EQ(ref.exit_code, 0) << ref.describe();
+  // Trainable: r (in + out) per adapted linear (PEFT's count). The demo decoder: h 256, qkv 512,
+  // dense FFN 688 (SwiGLU fc1 2 x 688); layers 0 and 2 MoE: 4 experts of 128, shared expert 64.
+  const int64_t r = 4, attention = (256 + 512) + (256 + 256), dense = (256 + 2 * 688) + (688 + 256);
+  const int64_t expert = (256 + 2 * 128) + (128 + 256), shared = (256 + 2 * 64) + (64 + 256);
+  const int64_t trainable = r * (4 * attention + 2 * dense + 2 * (4 * expert + shared));
+  const std::string line = " > of which trainable on (tensor, pipeline) model parallel rank (0, 0): ";
+  EXPECT_NE(ref.out.find(line + std::to_string(trainable) + " ("), std::string::npos) << trainable << "\n" << ref.out;
+  const std::string tp2 = " --tensor_model_parallel_size 2 --sequence_parallel --expert_tensor_parallel_size ";
+  for (const Layout& l : {Layout{"ep2", 2, "--expert_model_parallel_size 2 --save_interval 10"},
+                          Layout{"tp2_etp1", 2, tp2 + "1"}, Layout{"tp2_etp2", 2, tp2 + "2"}}) {
+    const RunResult par = run(job(tmp_ / l.name, lora + " " + l.flags), l.name, launch_ranks(l.ranks));
+    ASSERT_EQ(par.exit_code, 0) << par.describe();
+    expect_equal_runs(tmp_ / "ref", tmp_ / l.name, l.name);
+    if (l.name == "ep2") {  // EP rank 0 holds experts 0 and 1 of each MoE layer, and their adapters
+      EXPECT_NE(par.out.find(line + std::to_string(trainable - r * 2 * 2 * expert) + " ("), std::string::npos)
+          << par.out;
+    }
+  }
+  seed_resume_dir(tmp_ / "ep2", tmp_ / "resumed");
+  const RunResult resumed =
+      run(concat(job(tmp_ / "resumed", lora + tp2 + "2"), {"--load", (tmp_ / "resumed").string()}), "resumed",
+          launch_ranks(2));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.describe();
+  expect_resumed_continues(tmp_ / "ep2", tmp_ / "resumed");
+  expect_peft_export_of_experts(tmp_ / "ep2", tmp_ / "peft");
 }
 
 // --dry_run at EP 2 (world 2): the simulated rank holds its 4 of the 8

@@ -16,37 +16,12 @@
 #include "checkpoint/peft_adapter.h"
 #include "checkpoint/sharded_checkpoint.h"
 #include "mtrain_runner.h"
+#include "raw_safetensors.h"
 
 namespace mtrain::functional {
 namespace {
 
 using nlohmann::json;
-
-// Bytes of a file.
-std::string file_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-// A safetensors file read by the format's definition: 8-byte little-endian
-// header length, the JSON header, the data section.
-struct RawSafetensors {
-  json header;
-  std::string data;
-  std::vector<float> f32(const std::string& name) const {
-    const json& t = header.at(name);
-    const size_t b = t["data_offsets"][0], e = t["data_offsets"][1];
-    std::vector<float> v((e - b) / 4);
-    std::memcpy(v.data(), data.data() + b, e - b);
-    return v;
-  }
-};
-RawSafetensors read_raw(const fs::path& p) {
-  const std::string bytes = file_bytes(p);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
-  return {json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
-}
 
 std::vector<float> ckpt_tensor(const checkpoint::CheckpointReader& r, const std::string& name) {
   const Shape g = r.global_shape(name);

@@ -94,7 +94,12 @@ TEST(ValidateMoe, Messages) {
             "enabling sequence parallelism.");
   Args lora = moe_demo();
   lora.train_type = "lora";
-  EXPECT_EQ(fails(lora), "LoRA on an MoE model (--train_type lora with --num_experts) is not supported yet");
+  lora.adapter_load = "peft_dir";
+  EXPECT_EQ(fails(lora),
+            "--adapter_load peft_dir with --num_experts: starting an MoE model's adapters from a PEFT directory or "
+            "another run is not implemented yet");
+  lora.adapter_load.reset();
+  EXPECT_NO_THROW(validate(lora, 1)) << "LoRA on an MoE model trains";
   Args pattern = moe_demo();
   pattern.moe_layer_freq = "[1,0]";
   EXPECT_EQ(fails(pattern), "Invalid length of moe_layer_pattern: 2, expected 4, current moe layer pattern: [1,0]");
@@ -160,6 +165,39 @@ TEST(ValidateMoe, FlagsParseWithAliases) {
   EXPECT_EQ(a.moe_shared_expert_intermediate_size, 64);
   EXPECT_TRUE(a.moe_shared_expert_gate);
   EXPECT_EQ(a.moe_token_dispatcher_type, "allgather");
+}
+
+// LoRA on the experts only where its rows (and dropout ids) are carried:
+// EP x ETP, the allgather dispatcher under EP/ETP and LoRA dropout under CP
+// are refused by name before training; EP alone and ETP alone train.
+TEST(ValidateMoe, LoraOnExpertsRefusesUncheckedLayoutsByName) {
+  Args grid = moe_demo();
+  grid.train_type = "lora";
+  grid.tensor_model_parallel_size = 2;
+  grid.sequence_parallel = true;
+  grid.expert_model_parallel_size = 2;
+  grid.expert_tensor_parallel_size = 2;
+  EXPECT_EQ(fails(grid, 4),
+            "--train_type lora on an MoE model with --expert_model_parallel_size 2 and --expert_tensor_parallel_size "
+            "2: LoRA on experts split over EP and ETP at once is not implemented yet");
+  grid.expert_tensor_parallel_size = 1;
+  EXPECT_NO_THROW(validate(grid, 4)) << "EP with whole experts";
+  const std::string allgather =
+      "--train_type lora on an MoE model with --moe_token_dispatcher_type allgather under expert or "
+      "expert-tensor parallelism: LoRA on the allgather dispatcher's experts is not implemented yet";
+  grid.moe_token_dispatcher_type = "allgather";
+  EXPECT_EQ(fails(grid, 4), allgather) << "EP alone";
+  grid.expert_model_parallel_size = 1;
+  grid.expert_tensor_parallel_size = 2;
+  EXPECT_EQ(fails(grid, 2), allgather) << "ETP alone";
+  grid.moe_token_dispatcher_type = "alltoall";
+  EXPECT_NO_THROW(validate(grid, 2)) << "ETP = TP alone";
+  Args cp = moe_demo();
+  cp.train_type = "lora";
+  cp.context_parallel_size = 2;
+  EXPECT_EQ(fails(cp, 2),
+            "--lora_dropout 0.05 on an MoE model with --context_parallel_size 2: LoRA dropout on the experts' rows "
+            "under context parallelism is not implemented yet");
 }
 
 }  // namespace

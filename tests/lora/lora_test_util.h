@@ -3,6 +3,12 @@
 // gradient of A is exactly zero, so a gradient check would prove nothing).
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "common/rng.h"
 #include "model/model_test_util.h"
 
@@ -26,6 +32,32 @@ inline void randomize_lora_b(model::ParamStore& ps, uint64_t seed) {
     if (p.name.find(".lora_B.") == std::string::npos) continue;
     for (int64_t j = 0; j < p.numel; ++j) ps.param(i)[j] = static_cast<float>(rng.normal() * 0.2);
   }
+}
+
+// n values uniform in [-1, 1).
+inline std::vector<float> random_uniform(int64_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(2 * r.uniform() - 1);
+  return v;
+}
+
+// PEFT's init (B = 0) makes step 0 the base model: the same losses bit for
+// bit; with B != 0 the adapters move them (they are really there).
+inline void expect_step_zero_is_the_base(const model::ModelConfig& base, const model::ModelConfig& lora) {
+  device::Device dev(device::DeviceProfile{}, 0);
+  model::GptModel mb(base, dev), ml(lora, dev);
+  model::testing::RandomBatch rb = model::testing::random_batch(base.micro_batch, base.seq_length, base.vocab, 4);
+  const model::TokenBatch b = rb.view(base.micro_batch, base.seq_length, true);
+  mb.forward(b, 3, true);
+  ml.forward(b, 3, true);
+  const int64_t n = base.micro_batch * base.seq_length;
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(mb.losses()[i], ml.losses()[i]) << "token " << i;
+  randomize_lora_b(ml.params(), 1);
+  ml.forward(b, 3, true);
+  double moved = 0;
+  for (int64_t i = 0; i < n; ++i) moved = std::max(moved, std::abs(double(mb.losses()[i]) - ml.losses()[i]));
+  EXPECT_GT(moved, 1e-3);
 }
 
 }  // namespace mtrain::lora::testing

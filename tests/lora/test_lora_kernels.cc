@@ -10,6 +10,7 @@
 
 #include "common/rng.h"
 #include "lora/lora_kernels.h"
+#include "lora_test_util.h"
 #include "test_util/fp32_bounds.h"
 
 namespace mtrain::lora {
@@ -18,12 +19,7 @@ namespace {
 using mtrain::testing::fp32_gamma;
 using mtrain::testing::within_bounds;
 
-std::vector<float> random(int64_t n, uint64_t seed) {
-  Rng r(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(2 * r.uniform() - 1);
-  return v;
-}
+std::vector<float> random(int64_t n, uint64_t seed) { return testing::random_uniform(n, seed); }
 
 // The mask as a 0/1 matrix (N, IN), from the kernel itself: dropout(ones) * (1 - p).
 std::vector<float> mask_of(const DropoutSite& d, int64_t N, int64_t IN) {
