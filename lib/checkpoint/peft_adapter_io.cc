@@ -87,6 +87,11 @@ HfSource source_of(const std::string& peft_name, const HfModelShape& s, const st
     return fail("is not a tensor of this base model");
   }
   if (!src) return fail("is not a tensor of this base model");
+  // An MoE router (gate) or shared-expert gate is a plain weight in mtrain, never a LoRA layer
+  // (Megatron-SWIFT adapts neither): an adapter on it has no place to go.
+  if (!suffix.empty() &&
+      (src->mcore_name.ends_with(".mlp.router.weight") || src->mcore_name.ends_with(".shared_experts.gate_weight")))
+    return fail("adapts an MoE router or shared-expert gate, which mtrain's LoRA cannot adapt");
   if (!suffix.empty()) src->mcore_name = src->mcore_name.substr(0, src->mcore_name.size() - 7) + suffix;
   return *src;
 }

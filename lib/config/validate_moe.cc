@@ -107,12 +107,6 @@ void check_moe(Args& a, std::vector<std::string>& warnings) {
         "--moe_token_dispatcher_type flex: the flex dispatcher (DeepEP / HybridEP kernels) does not "
         "exist on the simulated NPU",
         "use --moe_token_dispatcher_type alltoall or allgather");
-  if (a.train_type == "lora" && a.adapter_load)  // PEFT's per-expert names need the Hugging Face MoE layouts
-    throw ConfigError(fmt::format("--adapter_load {} with --num_experts: starting an MoE model's adapters from a "
-                                  "PEFT directory or another run is not implemented yet",
-                                  *a.adapter_load),
-                      "resume the LoRA run itself with --load (its checkpoint reloads under any layout), or start "
-                      "the adapters fresh");
   // The router's token group would have to span CP (Megatron reduces the
   // load-balancing counts over TP x CP); until it does, the aux loss of a CP
   // rank's chunks differs from the single device's.

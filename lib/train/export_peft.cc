@@ -45,7 +45,7 @@ bool is_adapter_tensor(const std::string& name) {
 }
 
 std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointReader& r,
-                                                  const checkpoint::HfModelShape& s, bool peft_export) {
+                                                  const checkpoint::HfModelShape& s) {
   const std::string source = r.path() + "/" + checkpoint::kManifestFileName;
   const nlohmann::json state = nlohmann::json::parse(r.state_json());
   if (!state.contains("args") || !state.at("args").is_object()) {
@@ -57,12 +57,6 @@ std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointRe
   }
   const config::Args args = config::args_from_json(state.at("args").dump());
   if (args.train_type != "lora") return std::nullopt;
-  if (args.num_experts.value_or(0) > 0 && !peft_export)
-    throw CheckpointError(fmt::format("{}: the LoRA checkpoint's model is a mixture of experts (num_experts {}); "
-                                      "merging MoE adapters (export --merge_lora, infer) is not implemented yet",
-                                      source, *args.num_experts),
-                          "export them with `mtrain export --to_peft` (PEFT's per-expert names), or keep training "
-                          "and resuming from the mtrain LoRA checkpoint (--load)");
   ExportAdapters a;
   a.config.r = args.lora_rank;
   a.config.lora_alpha = args.lora_alpha;
@@ -127,7 +121,7 @@ int export_to_peft(const ExportOptions& o, FileSystem& fs) {
                           "it was not written by a training run of this mtrain version");
   const checkpoint::HfModelShape shape =
       checkpoint::hf_shape_from_meta(checkpoint::model_meta_from_json(state.at("model"), r.path()));
-  const std::optional<ExportAdapters> a = checkpoint_adapters(r, shape, /*peft_export=*/true);
+  const std::optional<ExportAdapters> a = checkpoint_adapters(r, shape);
   if (!a)
     throw CheckpointError(fmt::format("{}: not a LoRA checkpoint (the run's --train_type is not lora)", r.path()),
                           "export a full model with --to_hf");
