@@ -1,10 +1,9 @@
 // Merging, reloading and serving the LoRA adapters of an MoE model (issue 16),
 // on tiny Hugging Face MoE bases of both layouts (Qwen2-MoE with its gated
-// shared expert, Mixtral's w1/w3/w2): a LoRA run on the base, its PEFT export
-// and its merged export. The merged experts' weights are the fp64
-// W + s·B·A of the saved tensors; the merged model answers like the LoRA
-// layers (infer --load of the LoRA checkpoint, also merged at load); the PEFT
-// directory reads back bit for bit and --adapter_load of it starts where
+// shared expert, Mixtral's w1/w3/w2): a LoRA run on the base (2 ranks through
+// mpirun: TP 2 + ETP 2, EP 2; label mpi), its PEFT export and its merged export. The merged experts' weights are the
+// fp64 W + s·B·A of the saved tensors; the merged model answers like the LoRA layers (infer --load of the LoRA
+// checkpoint, also merged at load); the PEFT directory reads back bit for bit and --adapter_load of it starts where
 // --finetune of the checkpoint starts.
 #include <cmath>
 
@@ -35,6 +34,13 @@ std::vector<std::string> lora_job(const fs::path& base, const fs::path& out, int
                 {"--model", base.string(), "--output_dir", out.string()});
 }
 
+// The LoRA runs are sharded as the merge must reassemble them: Qwen2-MoE
+// under TP 2 + SP with expert TP 2 (fc1's B by rows per gate/up half, fc2's A
+// by columns), Mixtral under EP 2 (each rank two experts' adapters).
+const std::map<HfArch, std::string> kLayout = {
+    {HfArch::kQwen2Moe, "--tensor_model_parallel_size 2 --sequence_parallel --expert_tensor_parallel_size 2"},
+    {HfArch::kMixtral, "--expert_model_parallel_size 2"}};
+
 class MoeLoraMerge : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -48,13 +54,13 @@ class MoeLoraMerge : public ::testing::Test {
       (*base_)[arch] = checkpoint::testing::write_tiny_hf_dir(pfs, (d / "base").string(),
                                                               checkpoint::testing::tiny_moe_hf_shape(arch, 1024),
                                                               checkpoint::StDType::kF32, 13);
-      const auto ok = [&](const std::vector<std::string>& args, const std::string& tag) {
-        const RunResult r = run_mtrain(args, d, tag);
+      const auto ok = [&](const std::vector<std::string>& args, const std::string& tag, int ranks = 1) {
+        const RunResult r = run_mtrain(args, d, tag, launch_ranks(ranks));
         if (r.exit_code != 0) std::fprintf(stderr, "%s\n", r.describe().c_str());
         return r.exit_code == 0;
       };
       ok_ =
-          ok_ && ok(lora_job(d / "base", d / "lora", 3, ""), "lora") &&
+          ok_ && ok(lora_job(d / "base", d / "lora", 3, kLayout.at(arch)), "lora", 2) &&
           ok({"export", "--to_peft", "--load", (d / "lora").string(), "--output_dir", (d / "peft").string()}, "peft") &&
           ok({"export", "--to_hf", "--merge_lora", "true", "--load", (d / "lora").string(), "--output_dir",
               (d / "merged").string()},
