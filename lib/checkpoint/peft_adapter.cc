@@ -118,7 +118,7 @@ PeftLoraConfig parse_peft_config(const std::string& text, const std::string& sou
   c.base_model_name_or_path = field<std::string>(j, "base_model_name_or_path", "", source);
   c.modules_to_save = field<std::vector<std::string>>(j, "modules_to_save", {}, source);
   for (const std::string& m : c.modules_to_save)
-    if (m != "embed_tokens" && m != "lm_head") refuse(source, "modules_to_save", "names " + m);
+    if (m != "embed_tokens" && m != "lm_head" && m != "gate") refuse(source, "modules_to_save", "names " + m);
   if (j.contains("target_modules") && j.at("target_modules").is_string()) {
     c.target_regex = j.at("target_modules").get<std::string>();
     if (c.target_regex == "all-linear") c.target_modules.assign(kProjections.begin(), kProjections.end());

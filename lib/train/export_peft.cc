@@ -15,12 +15,19 @@ namespace mtrain::train {
 
 namespace {
 
-// --modules_to_save module -> the tensor the adapter file carries.
-std::string saved_tensor(const std::string& module, const std::string& source) {
-  if (module == "word_embeddings") return "embedding.word_embeddings.weight";
-  if (module == "output_layer") return "output_layer.weight";
+// --modules_to_save module -> the tensors the adapter file carries (the router: every MoE layer's).
+std::vector<std::string> saved_tensors(const std::string& module, const checkpoint::CheckpointReader& r,
+                                       const std::string& source) {
+  if (module == "word_embeddings") return {"embedding.word_embeddings.weight"};
+  if (module == "output_layer") return {"output_layer.weight"};
+  if (module == "router") {
+    std::vector<std::string> out;
+    for (const std::string& n : r.names())
+      if (n.rfind("decoder.layers.", 0) == 0 && n.ends_with(".mlp.router.weight")) out.push_back(n);
+    return out;
+  }
   throw CheckpointError(fmt::format("{}: --modules_to_save {} has no Hugging Face equivalent", source, module),
-                        "PEFT export supports word_embeddings and output_layer");
+                        "PEFT export supports word_embeddings, output_layer and an MoE model's router");
 }
 
 std::vector<float> read_whole(const checkpoint::CheckpointReader& r, const std::string& name) {
@@ -70,7 +77,8 @@ std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointRe
     if (is_adapter_tensor(n) || bias) a.tensors[n] = read_whole(r, n);
   }
   for (const std::string& m : lora::resolve_modules_to_save(args.modules_to_save))
-    if (const std::string t = saved_tensor(m, source); r.has(t)) a.tensors[t] = read_whole(r, t);
+    for (const std::string& t : saved_tensors(m, r, source))
+      if (r.has(t)) a.tensors[t] = read_whole(r, t);
   for (const auto& [name, data] : a.tensors) {  // the rank the args say is the rank the tensors have
     const checkpoint::PeftTensorMap m = checkpoint::peft_map_for_mcore(name, s, a.config.r);
     if (r.global_shape(name) != m.hf.mcore_shape)

@@ -38,7 +38,8 @@ std::vector<std::string> lora_job(const fs::path& base, const fs::path& out, int
 // under TP 2 + SP with expert TP 2 (fc1's B by rows per gate/up half, fc2's A
 // by columns), Mixtral under EP 2 (each rank two experts' adapters).
 const std::map<HfArch, std::string> kLayout = {
-    {HfArch::kQwen2Moe, "--tensor_model_parallel_size 2 --sequence_parallel --expert_tensor_parallel_size 2"},
+    {HfArch::kQwen2Moe,
+     "--tensor_model_parallel_size 2 --sequence_parallel --expert_tensor_parallel_size 2 --modules_to_save router"},
     {HfArch::kMixtral, "--expert_model_parallel_size 2"}};
 
 class MoeLoraMerge : public ::testing::Test {
@@ -157,8 +158,13 @@ TEST_F(MoeLoraMerge, MergedExpertWeightsAreWPlusScaledBA) {
       const std::vector<float> B2 = ckpt_tensor(arch, s.mcore + "linear_fc2.lora_B.weight");
       expect_merged(merged.f32(s.down + ".weight"), base.at(s.down + ".weight"), A2, B2, 0, kC, s.F, s.down);
     }
-    // The router is no LoRA target: the merged model carries the base's.
-    EXPECT_EQ(merged.f32(hf + "gate.weight"), base.at(hf + "gate.weight"));
+    // The router is no LoRA target: the merged model carries the base's, or the trained one it saves in full.
+    if (mixtral) {
+      EXPECT_EQ(merged.f32(hf + "gate.weight"), base.at(hf + "gate.weight"));
+    } else {
+      EXPECT_EQ(merged.f32(hf + "gate.weight"), ckpt_tensor(arch, "decoder.layers.0.mlp.router.weight"));
+      EXPECT_NE(merged.f32(hf + "gate.weight"), base.at(hf + "gate.weight")) << "the router was trained";
+    }
   }
 }
 
@@ -199,15 +205,18 @@ TEST_F(MoeLoraMerge, PeftDirectoryReadsBackBitExactAndAdapterLoadStartsFromIt) {
     const auto r = checkpoint::CheckpointReader::open(pfs, (d / "lora").string());
     size_t adapters = 0;
     for (const std::string& n : r.names()) {
-      if (n.find(".lora_") == std::string::npos || n.rfind("optimizer.", 0) == 0) continue;
+      if (n.rfind("optimizer.", 0) == 0) continue;  // the rest: adapters and (Qwen2-MoE) the saved router
       ++adapters;
       ASSERT_TRUE(back.tensors.count(n)) << n;
       EXPECT_EQ(back.tensors.at(n), ckpt_tensor(arch, n)) << n;
     }
     EXPECT_EQ(back.tensors.size(), adapters);
+    EXPECT_EQ(back.config.modules_to_save,
+              arch == HfArch::kMixtral ? std::vector<std::string>{} : std::vector<std::string>{"gate"});
     // The PEFT directory as --adapter_load: the first loss is --finetune's from the checkpoint, bit for bit.
+    const std::string saved = arch == HfArch::kMixtral ? "" : "--modules_to_save router ";
     const auto first_loss = [&](const std::string& name, const std::string& extra) {
-      const RunResult t = run_mtrain(lora_job(d / "base", d / name, 1, extra), d, name);
+      const RunResult t = run_mtrain(lora_job(d / "base", d / name, 1, saved + extra), d, name);
       EXPECT_EQ(t.exit_code, 0) << t.describe();
       return t.exit_code == 0 ? train_rows(d / name).front().at("loss").get<double>() : -1.0;
     };
