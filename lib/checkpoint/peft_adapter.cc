@@ -16,9 +16,12 @@ namespace {
 
 using json = nlohmann::json;
 
-// The decoder projections PEFT can adapt on a Llama/Qwen2 model.
+// The decoder projections PEFT can adapt on a Llama/Qwen2 model (and on
+// Qwen2-MoE's experts and shared expert).
 const std::set<std::string> kProjections = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                             "gate_proj", "up_proj", "down_proj"};
+// Mixtral's expert linears (w2(silu(w1 x) * w3 x)).
+const std::set<std::string> kMixtralExperts = {"w1", "w2", "w3"};
 
 [[noreturn]] void refuse(const std::string& source, const std::string& field, const std::string& what) {
   throw CheckpointError(fmt::format("{}: \"{}\" {}, which mtrain's LoRA cannot represent", source, field, what),
@@ -115,7 +118,7 @@ PeftLoraConfig parse_peft_config(const std::string& text, const std::string& sou
   c.base_model_name_or_path = field<std::string>(j, "base_model_name_or_path", "", source);
   c.modules_to_save = field<std::vector<std::string>>(j, "modules_to_save", {}, source);
   for (const std::string& m : c.modules_to_save)
-    if (m != "embed_tokens" && m != "lm_head") refuse(source, "modules_to_save", "names " + m);
+    if (m != "embed_tokens" && m != "lm_head" && m != "gate") refuse(source, "modules_to_save", "names " + m);
   if (j.contains("target_modules") && j.at("target_modules").is_string()) {
     c.target_regex = j.at("target_modules").get<std::string>();
     if (c.target_regex == "all-linear") c.target_modules.assign(kProjections.begin(), kProjections.end());
@@ -123,7 +126,8 @@ PeftLoraConfig parse_peft_config(const std::string& text, const std::string& sou
   } else {
     c.target_modules = field<std::vector<std::string>>(j, "target_modules", {}, source);
     for (const std::string& t : c.target_modules)
-      if (kProjections.count(t) == 0) refuse(source, "target_modules", "names " + t + " (not a decoder projection)");
+      if (kProjections.count(t) == 0 && kMixtralExperts.count(t) == 0)
+        refuse(source, "target_modules", "names " + t + " (not a decoder projection)");
   }
   return c;
 }

@@ -13,6 +13,7 @@
 //   ...mlp.linear_fc1 .lora_A / .lora_B [gate; up]   ...mlp.{gate,up}_proj .lora_A (shared) / .lora_B (halves)
 //   embedding.word_embeddings.weight (modules_to_save) base_model.model.model.embed_tokens.weight
 //   output_layer.weight (modules_to_save)            base_model.model.lm_head.weight
+//   decoder.layers.N.mlp.router.weight (modules_to_save) base_model.model.model.layers.N.mlp.gate.weight
 //   biases (lora_bias all)                           their HF names under base_model.model.
 //
 // Why the split is exact: the fused layer adds s * B (A x), one A for all of
@@ -48,7 +49,7 @@ struct PeftLoraConfig {
   std::string bias = "none";                 // none | all (lora_only is refused)
   std::vector<std::string> target_modules;   // HF projection names, sorted; or
   std::string target_regex;                  // a whole-name regex when the layers differ
-  std::vector<std::string> modules_to_save;  // embed_tokens, lm_head
+  std::vector<std::string> modules_to_save;  // embed_tokens, lm_head, gate (an MoE router)
   std::string base_model_name_or_path;
 };
 

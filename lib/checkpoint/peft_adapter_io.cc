@@ -87,6 +87,11 @@ HfSource source_of(const std::string& peft_name, const HfModelShape& s, const st
     return fail("is not a tensor of this base model");
   }
   if (!src) return fail("is not a tensor of this base model");
+  // An MoE router (gate) or shared-expert gate is a plain weight in mtrain, never a LoRA layer
+  // (Megatron-SWIFT adapts neither): an adapter on it has no place to go.
+  if (!suffix.empty() &&
+      (src->mcore_name.ends_with(".mlp.router.weight") || src->mcore_name.ends_with(".shared_experts.gate_weight")))
+    return fail("adapts an MoE router or shared-expert gate, which mtrain's LoRA cannot adapt");
   if (!suffix.empty()) src->mcore_name = src->mcore_name.substr(0, src->mcore_name.size() - 7) + suffix;
   return *src;
 }
@@ -164,6 +169,10 @@ int64_t write_peft_adapter(FileSystem& fs, const std::string& dir, const HfModel
     if (m.hf.tied_copy) continue;  // the tied embedding is written once, as embed_tokens
     if (mcore == "embedding.word_embeddings.weight") config.modules_to_save.push_back("embed_tokens");
     if (mcore == "output_layer.weight") config.modules_to_save.push_back("lm_head");
+    const bool router = mcore.ends_with(".mlp.router.weight");  // PEFT's module "gate", in every MoE layer
+    if (router &&
+        std::find(config.modules_to_save.begin(), config.modules_to_save.end(), "gate") == config.modules_to_save.end())
+      config.modules_to_save.push_back("gate");
     std::vector<std::vector<float>> parts = peft_tensor_to_hf(m, data);
     for (size_t i = 0; i < parts.size(); ++i) {
       names.push_back(m.hf.hf_names[i]);

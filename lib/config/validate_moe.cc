@@ -125,12 +125,6 @@ void check_moe(Args& a, std::vector<std::string>& warnings) {
         "--moe_token_dispatcher_type flex: the flex dispatcher (DeepEP / HybridEP kernels) does not "
         "exist on the simulated NPU",
         "use --moe_token_dispatcher_type alltoall or allgather");
-  if (a.train_type == "lora" && a.adapter_load)  // PEFT's per-expert names need the Hugging Face MoE layouts
-    throw ConfigError(fmt::format("--adapter_load {} with --num_experts: starting an MoE model's adapters from a "
-                                  "PEFT directory or another run is not implemented yet",
-                                  *a.adapter_load),
-                      "resume the LoRA run itself with --load (its checkpoint reloads under any layout), or start "
-                      "the adapters fresh");
   check_shared_expert(a);
   check_expert_parallel(a);
   check_moe_lora(a);

@@ -26,10 +26,10 @@ struct ExportAdapters {
 // The adapters of a checkpoint of a --train_type lora run (its state's "args"),
 // nullopt for a full-training checkpoint. Throws CheckpointError naming the
 // checkpoint when the args are missing or the adapter shapes disagree with them.
-// An MoE model's adapters are read only for the PEFT export (`peft_export`):
-// merging them and inference on them are not verified yet (refused, exit 5).
+// An MoE model's expert adapters are per expert (local_experts.E.linear_fc1
+// .lora_A ...), each merged into its own expert's weight like a dense linear's.
 std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointReader& r,
-                                                  const checkpoint::HfModelShape& s, bool peft_export = false);
+                                                  const checkpoint::HfModelShape& s);
 
 // The adapters in `dir`: a PEFT directory (adapter_config.json) or an mtrain
 // LoRA checkpoint. Throws CheckpointError naming `what` (the flag) and the

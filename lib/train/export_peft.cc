@@ -15,12 +15,19 @@ namespace mtrain::train {
 
 namespace {
 
-// --modules_to_save module -> the tensor the adapter file carries.
-std::string saved_tensor(const std::string& module, const std::string& source) {
-  if (module == "word_embeddings") return "embedding.word_embeddings.weight";
-  if (module == "output_layer") return "output_layer.weight";
+// --modules_to_save module -> the tensors the adapter file carries (the router: every MoE layer's).
+std::vector<std::string> saved_tensors(const std::string& module, const checkpoint::CheckpointReader& r,
+                                       const std::string& source) {
+  if (module == "word_embeddings") return {"embedding.word_embeddings.weight"};
+  if (module == "output_layer") return {"output_layer.weight"};
+  if (module == "router") {
+    std::vector<std::string> out;
+    for (const std::string& n : r.names())
+      if (n.rfind("decoder.layers.", 0) == 0 && n.ends_with(".mlp.router.weight")) out.push_back(n);
+    return out;
+  }
   throw CheckpointError(fmt::format("{}: --modules_to_save {} has no Hugging Face equivalent", source, module),
-                        "PEFT export supports word_embeddings and output_layer");
+                        "PEFT export supports word_embeddings, output_layer and an MoE model's router");
 }
 
 std::vector<float> read_whole(const checkpoint::CheckpointReader& r, const std::string& name) {
@@ -45,7 +52,7 @@ bool is_adapter_tensor(const std::string& name) {
 }
 
 std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointReader& r,
-                                                  const checkpoint::HfModelShape& s, bool peft_export) {
+                                                  const checkpoint::HfModelShape& s) {
   const std::string source = r.path() + "/" + checkpoint::kManifestFileName;
   const nlohmann::json state = nlohmann::json::parse(r.state_json());
   if (!state.contains("args") || !state.at("args").is_object()) {
@@ -57,12 +64,6 @@ std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointRe
   }
   const config::Args args = config::args_from_json(state.at("args").dump());
   if (args.train_type != "lora") return std::nullopt;
-  if (args.num_experts.value_or(0) > 0 && !peft_export)
-    throw CheckpointError(fmt::format("{}: the LoRA checkpoint's model is a mixture of experts (num_experts {}); "
-                                      "merging MoE adapters (export --merge_lora, infer) is not implemented yet",
-                                      source, *args.num_experts),
-                          "export them with `mtrain export --to_peft` (PEFT's per-expert names), or keep training "
-                          "and resuming from the mtrain LoRA checkpoint (--load)");
   ExportAdapters a;
   a.config.r = args.lora_rank;
   a.config.lora_alpha = args.lora_alpha;
@@ -76,7 +77,8 @@ std::optional<ExportAdapters> checkpoint_adapters(const checkpoint::CheckpointRe
     if (is_adapter_tensor(n) || bias) a.tensors[n] = read_whole(r, n);
   }
   for (const std::string& m : lora::resolve_modules_to_save(args.modules_to_save))
-    if (const std::string t = saved_tensor(m, source); r.has(t)) a.tensors[t] = read_whole(r, t);
+    for (const std::string& t : saved_tensors(m, r, source))
+      if (r.has(t)) a.tensors[t] = read_whole(r, t);
   for (const auto& [name, data] : a.tensors) {  // the rank the args say is the rank the tensors have
     const checkpoint::PeftTensorMap m = checkpoint::peft_map_for_mcore(name, s, a.config.r);
     if (r.global_shape(name) != m.hf.mcore_shape)
@@ -127,7 +129,7 @@ int export_to_peft(const ExportOptions& o, FileSystem& fs) {
                           "it was not written by a training run of this mtrain version");
   const checkpoint::HfModelShape shape =
       checkpoint::hf_shape_from_meta(checkpoint::model_meta_from_json(state.at("model"), r.path()));
-  const std::optional<ExportAdapters> a = checkpoint_adapters(r, shape, /*peft_export=*/true);
+  const std::optional<ExportAdapters> a = checkpoint_adapters(r, shape);
   if (!a)
     throw CheckpointError(fmt::format("{}: not a LoRA checkpoint (the run's --train_type is not lora)", r.path()),
                           "export a full model with --to_hf");

@@ -87,6 +87,9 @@ config::Args model_args(const InferOptions& o, int world_size) {
   args.pipeline_model_parallel_size = o.pipeline_model_parallel_size;
   args.num_layers_per_virtual_pipeline_stage.reset();
   args.virtual_pipeline_model_parallel_size.reset();
+  // One replica: whole experts on every rank (EP 1, ETP 1), whatever layout trained them (the
+  // checkpoint's experts are named tensors that reload under any layout).
+  args.expert_model_parallel_size = args.expert_tensor_parallel_size = 1;
   args.sequence_parallel = false;
   args.context_parallel_size = 1;  // decoding keeps whole sequences
   args.context_parallel_algo = "megatron_cp_algo";

@@ -7,17 +7,11 @@
 // the TP / PP cases launch 2 ranks through mpirun).
 #include <cmath>
 
+#include "greedy_answer.h"
 #include "mtrain_runner.h"
-#include "train/infer_internal.h"
 
 namespace mtrain::functional {
 namespace {
-
-// The prompt and first greedy answer tokens, and each step's logits row.
-struct Answer {
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-};
 
 class InferLora : public ::testing::Test {
  protected:
@@ -59,27 +53,7 @@ class InferLora : public ::testing::Test {
       if (a.rfind("@", 0) == 0) a = (*dir_ / a.substr(1)).string();
     // The HF directories mtrain exports hold no tokenizer: the demo's.
     if (flags.find("--model") != std::string::npos) args = concat(args, words(kTokenizer));
-    train::InferOptions o = train::parse_infer_args(concat(args, {"--num_threads", "1"}));
-    train::InferModel m = train::load_infer_model(o, train::InferContext{});
-    train::GenerationConfig g;
-    g.max_new_tokens = 8;
-    g.sampling.temperature = 0;
-    train::InferenceSession s(*m.model, *m.dev, m.state);
-    Answer a;
-    a.tokens = s.generate(m.tokenizer->encode("What colour is a leaf?"), g, {},
-                          [&](const std::vector<float>& row) { a.logits.push_back(row); });
-    return a;
-  }
-
-  // max |a - b| / max |a| over every step's logits.
-  static double rel_diff(const Answer& a, const Answer& b) {
-    double num = 0, den = 0;
-    for (size_t s = 0; s < std::min(a.logits.size(), b.logits.size()); ++s)
-      for (size_t i = 0; i < a.logits[s].size(); ++i) {
-        num = std::max(num, static_cast<double>(std::abs(a.logits[s][i] - b.logits[s][i])));
-        den = std::max(den, static_cast<double>(std::abs(a.logits[s][i])));
-      }
-    return num / den;
+    return greedy_answer(args);
   }
 
   // W·x + s·B·(A·x) against (W + s·B·A)·x: each is a chain of fp32 dot

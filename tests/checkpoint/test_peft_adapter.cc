@@ -188,5 +188,54 @@ TEST_F(PeftAdapterDir, LayersAdaptedDifferentlyGetAWholeNameRegex) {
   for (const auto& [name, v] : layer0) EXPECT_TRUE(same_bits(a.tensors.at(name), v)) << name;
 }
 
+// MoE adapters (issue 16): every expert's fc1 / fc2 and the shared expert's
+// under PEFT's per-expert names (Qwen2-MoE gate/up/down_proj, Mixtral
+// w1/w3/w2) read back bit for bit; an adapter on the router (PEFT's "gate"),
+// which mtrain's LoRA never adapts, is refused naming the tensor.
+TEST(PeftMoeAdapter, ExpertAdaptersReadBackBitExactAndARouterAdapterIsRefused) {
+  mtrain::testing::TempDir tmp;
+  PosixFileSystem fs;
+  for (const HfArch arch : {HfArch::kQwen2Moe, HfArch::kMixtral}) {
+    SCOPED_TRACE(hf_model_type(arch));
+    const HfModelShape s = testing::tiny_moe_hf_shape(arch);
+    Rng rng(11);
+    Tensors t;
+    std::vector<std::string> modules;
+    for (int e = 0; e < 4; ++e)
+      for (const char* fc : {"linear_fc1", "linear_fc2"})
+        modules.push_back("decoder.layers.0.mlp.experts.local_experts." + std::to_string(e) + "." + fc);
+    if (arch == HfArch::kQwen2Moe) modules.push_back("decoder.layers.0.mlp.shared_experts.linear_fc1");
+    for (const std::string& m : modules)
+      for (const char* ab : {".lora_A.weight", ".lora_B.weight"}) {
+        std::vector<float>& v = t[m + ab];
+        v.resize(static_cast<size_t>(shape_numel(peft_map_for_mcore(m + ab, s, kRank).hf.mcore_shape)));
+        for (float& x : v) x = static_cast<float>(rng.normal());
+      }
+    PeftLoraConfig c;
+    c.r = kRank;
+    const std::string dir = tmp / (std::string(hf_model_type(arch)) + "_peft");
+    write_peft_adapter(fs, dir, s, c, t);
+    const PeftAdapter a = read_peft_adapter(fs, dir, s);
+    EXPECT_EQ(a.tensors.size(), t.size());
+    for (const auto& [name, v] : t) EXPECT_TRUE(a.tensors.count(name) && same_bits(a.tensors.at(name), v)) << name;
+
+    const std::string router = "decoder.layers.0.mlp.router";
+    for (const char* ab : {".lora_A.weight", ".lora_B.weight"})
+      t[router + ab].assign(static_cast<size_t>(shape_numel(peft_map_for_mcore(router + ab, s, kRank).hf.mcore_shape)),
+                            0.5f);
+    write_peft_adapter(fs, dir + "_router", s, c, t);
+    std::string err;
+    try {
+      read_peft_adapter(fs, dir + "_router", s);
+    } catch (const CheckpointError& e) {
+      err = e.what();
+    }
+    const std::string block = arch == HfArch::kMixtral ? "block_sparse_moe" : "mlp";
+    EXPECT_NE(err.find("'base_model.model.model.layers.0." + block + ".gate.lora_A.weight' adapts an MoE router"),
+              std::string::npos)
+        << err;
+  }
+}
+
 }  // namespace
 }  // namespace mtrain::checkpoint

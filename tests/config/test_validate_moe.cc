@@ -94,11 +94,6 @@ TEST(ValidateMoe, Messages) {
             "enabling sequence parallelism.");
   Args lora = moe_demo();
   lora.train_type = "lora";
-  lora.adapter_load = "peft_dir";
-  EXPECT_EQ(fails(lora),
-            "--adapter_load peft_dir with --num_experts: starting an MoE model's adapters from a PEFT directory or "
-            "another run is not implemented yet");
-  lora.adapter_load.reset();
   EXPECT_NO_THROW(validate(lora, 1)) << "LoRA on an MoE model trains";
   Args pattern = moe_demo();
   pattern.moe_layer_freq = "[1,0]";
