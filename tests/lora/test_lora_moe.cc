@@ -26,9 +26,10 @@ using model::ModelConfig;
 using model::ParamInfo;
 using model::ParamStore;
 using model::TokenBatch;
-using model::testing::loss_of;
+using model::testing::moe_total_loss;
 using model::testing::random_batch;
 using model::testing::RandomBatch;
+using model::testing::routed_central_difference;
 using mtrain::testing::fp32_gamma;
 using mtrain::testing::within_bounds;
 
@@ -113,14 +114,6 @@ TEST(ExpertAdapters, MatchAnFp64ReferenceExpertByExpert) {
 // 1 dense) with rank-4 adapters on every linear.
 ModelConfig tiny_moe_lora() { return testing::tiny_lora(model::testing::tiny_moe()); }
 
-// sum_i w_i loss_i + aux losses * N, what backward differentiates with
-// aux_loss_scale 1 (tests/model/test_moe_model.cc); the routing fingerprint.
-double total_loss(GptModel& m, const TokenBatch& b, const std::vector<float>& w, uint64_t* routing) {
-  const double l = loss_of(m, b, w, true);
-  *routing = m.aux_losses().routing_hash;
-  return l + m.aux_losses().weighted * static_cast<double>(b.B * b.T);
-}
-
 struct Case {
   std::string name;
   ModelConfig config;
@@ -149,7 +142,7 @@ TEST_P(LoraMoeGrad, AdaptersMatchFiniteDifferencesAndTheBaseIsFrozen) {
   b.aux_loss_scale = 1.0f;
   ps.grads().zero();
   uint64_t routing = 0;
-  total_loss(m, b, rb.weights, &routing);
+  moe_total_loss(m, b, rb.weights, &routing);
   m.backward(b, rb.weights.data(), 7, true);
   const std::vector<float> analytic(ps.grads().data(), ps.grads().data() + ps.numel());
 
@@ -173,18 +166,12 @@ TEST_P(LoraMoeGrad, AdaptersMatchFiniteDifferencesAndTheBaseIsFrozen) {
     for (int rep = 0; rep < 3; ++rep) {
       const int64_t j = static_cast<int64_t>(pick.next_u64() % p.numel);
       float* w = ps.param(i) + j;
-      const float saved = *w;
-      uint64_t r_up = 0, r_down = 0;
-      *w = saved + eps;
-      const double up = total_loss(m, b, rb.weights, &r_up);
-      *w = saved - eps;
-      const double down = total_loss(m, b, rb.weights, &r_down);
-      *w = saved;
-      if (r_up != routing || r_down != routing) {
+      const std::optional<double> fd_or = routed_central_difference(m, b, rb.weights, w, eps, routing);
+      if (!fd_or) {
         ++flipped;
         continue;
       }
-      const double fd = (up - down) / (2.0 * eps);
+      const double fd = *fd_or;
       EXPECT_NEAR(analytic[p.offset + j], fd, 2e-3 + 2e-2 * std::abs(fd)) << p.name << " element " << j;
       ++checked;
     }

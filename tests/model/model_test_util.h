@@ -2,6 +2,7 @@
 // family and a deterministic random micro-batch.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "common/rng.h"
@@ -149,6 +150,35 @@ inline double loss_of(GptModel& m, const TokenBatch& b, const std::vector<float>
   double s = 0;
   for (size_t i = 0; i < w.size(); ++i) s += static_cast<double>(w[i]) * m.losses()[i];
   return s;
+}
+
+// An MoE model's sum_i w_i loss_i + (auxiliary losses) * N: what backward
+// differentiates with aux_loss_scale = 1 (Megatron's per-token-loss scaling:
+// the router's N tokens times a token group of one). *routing (if set)
+// receives the routing fingerprint.
+inline double moe_total_loss(GptModel& m, const TokenBatch& b, const std::vector<float>& w,
+                             uint64_t* routing = nullptr) {
+  const double l = loss_of(m, b, w, true);
+  const AuxLosses aux = m.aux_losses();
+  if (routing) *routing = aux.routing_hash;
+  return l + aux.weighted * static_cast<double>(b.B * b.T);
+}
+
+// The central difference of moe_total_loss in *x with step eps (*x restored),
+// or nullopt when either side routes otherwise than `routing`: routing is
+// piecewise constant, and a flipped top-k choice or capacity drop has no
+// derivative to compare.
+inline std::optional<double> routed_central_difference(GptModel& m, const TokenBatch& b, const std::vector<float>& w,
+                                                       float* x, float eps, uint64_t routing) {
+  const float saved = *x;
+  uint64_t r_up = 0, r_down = 0;
+  *x = saved + eps;
+  const double up = moe_total_loss(m, b, w, &r_up);
+  *x = saved - eps;
+  const double down = moe_total_loss(m, b, w, &r_down);
+  *x = saved;
+  if (r_up != routing || r_down != routing) return std::nullopt;
+  return (up - down) / (2.0 * eps);
 }
 
 }  // namespace mtrain::model::testing

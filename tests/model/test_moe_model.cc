@@ -16,9 +16,10 @@
 namespace mtrain::model {
 namespace {
 
-using testing::loss_of;
+using testing::moe_total_loss;
 using testing::random_batch;
 using testing::RandomBatch;
+using testing::routed_central_difference;
 
 using testing::tiny_moe;
 
@@ -57,16 +58,6 @@ std::vector<Case> cases() {
   return out;
 }
 
-// sum_i w_i loss_i + (auxiliary losses) * N: what backward differentiates
-// with aux_loss_scale = 1 (Megatron's per-token-loss scaling: the router's
-// N tokens times a token group of one).
-double total_loss(GptModel& m, const TokenBatch& b, const std::vector<float>& w, uint64_t* routing) {
-  const double l = loss_of(m, b, w, true);
-  const AuxLosses aux = m.aux_losses();
-  if (routing) *routing = aux.routing_hash;
-  return l + aux.weighted * static_cast<double>(b.B * b.T);
-}
-
 class MoeModelGrad : public ::testing::TestWithParam<Case> {};
 
 TEST_P(MoeModelGrad, MatchesFiniteDifferences) {
@@ -80,7 +71,7 @@ TEST_P(MoeModelGrad, MatchesFiniteDifferences) {
   ParamStore& ps = m.params();
   ps.grads().zero();
   uint64_t routing = 0;
-  total_loss(m, b, rb.weights, &routing);
+  moe_total_loss(m, b, rb.weights, &routing);
   EXPECT_GT(m.aux_losses().weighted, 0.0);
   m.backward(b, rb.weights.data(), 7, true);
   std::vector<float> analytic(ps.grads().data(), ps.grads().data() + ps.numel());
@@ -96,18 +87,12 @@ TEST_P(MoeModelGrad, MatchesFiniteDifferences) {
     for (int rep = 0; rep < 3; ++rep) {
       const int64_t j = p.offset + static_cast<int64_t>(pick.next_u64() % p.numel);
       float* w = ps.params().data() + j;
-      const float saved = *w;
-      uint64_t r_up = 0, r_down = 0;
-      *w = saved + eps;
-      const double up = total_loss(m, b, rb.weights, &r_up);
-      *w = saved - eps;
-      const double down = total_loss(m, b, rb.weights, &r_down);
-      *w = saved;
-      if (r_up != routing || r_down != routing) {
+      const std::optional<double> fd_or = routed_central_difference(m, b, rb.weights, w, eps, routing);
+      if (!fd_or) {
         ++flipped;
         continue;
       }
-      const double fd = (up - down) / (2.0 * eps);
+      const double fd = *fd_or;
       // As the dense model's test (docs/DESIGN-NOTES.md, "Tolerances"): the central
       // difference's rounding noise with a 10x margin, plus the O(eps^2) truncation.
       EXPECT_NEAR(analytic[j], fd, 2e-3 + 2e-2 * std::abs(fd)) << p.name << " element " << (j - p.offset);
