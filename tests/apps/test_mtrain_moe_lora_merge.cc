@@ -42,15 +42,15 @@ const std::map<HfArch, std::string> kLayout = {
      "--tensor_model_parallel_size 2 --sequence_parallel --expert_tensor_parallel_size 2 --modules_to_save router"},
     {HfArch::kMixtral, "--expert_model_parallel_size 2"}};
 
-class MoeLoraMerge : public ::testing::Test {
+class MoeLoraMerge : public SuiteTest {
  protected:
   static void SetUpTestSuite() {
     fs::current_path(MTRAIN_SOURCE_DIR);  // the runs' args name the tokenizer relative to the sources
-    dir_ = new fs::path(make_temp_dir("moe_lora_merge"));
+    make_suite_dir("moe_lora_merge");
     PosixFileSystem pfs;
     ok_ = true;
     for (const HfArch arch : {HfArch::kQwen2Moe, HfArch::kMixtral}) {
-      const fs::path d = *dir_ / checkpoint::hf_model_type(arch);
+      const fs::path d = suite_dir() / checkpoint::hf_model_type(arch);
       fs::create_directories(d);
       (*base_)[arch] = checkpoint::testing::write_tiny_hf_dir(pfs, (d / "base").string(),
                                                               checkpoint::testing::tiny_moe_hf_shape(arch, 1024),
@@ -68,14 +68,9 @@ class MoeLoraMerge : public ::testing::Test {
              "merged");
     }
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*dir_, ec);
-    delete dir_;
-  }
   void SetUp() override { ASSERT_TRUE(ok_) << "a setup run failed (see above)"; }
 
-  static fs::path dir(HfArch arch) { return *dir_ / checkpoint::hf_model_type(arch); }
+  static fs::path dir(HfArch arch) { return suite_dir() / checkpoint::hf_model_type(arch); }
 
   // 8 greedy tokens after a fixed prompt, in this process (one device).
   static Answer answer(HfArch arch, const std::string& flags) {
@@ -95,7 +90,6 @@ class MoeLoraMerge : public ::testing::Test {
     return v;
   }
 
-  static inline fs::path* dir_ = nullptr;
   static inline auto* base_ = new std::map<HfArch, std::map<std::string, std::vector<float>>>();
   static inline bool ok_ = false;
 };
