@@ -88,6 +88,7 @@ FILENAME == rules {
   } else {
     cur = head[1]
     decl[cur] = FNR
+    ndecl++; decl_order[ndecl] = cur
     add_allowed(cur, list)
   }
   next
@@ -100,6 +101,7 @@ FILENAME == notes_file {
     rest = substr($0, 4)
     path = substr(rest, 1, index(rest, "`") - 1)
     listed[path] = FNR
+    nlisted++; listed_order[nlisted] = path
     reason = substr(rest, index(rest, "`") + 1)
     if (reason !~ /[A-Za-z]/) fail(notes ":" FNR ": " path " needs a one-line reason")
   }
@@ -124,26 +126,29 @@ FILENAME ~ /(^|\/)CMakeLists\.txt$/ {
   sub(/^[ \t]*#[ \t]*include[ \t]*/, "", s)
   quote = substr(s, 1, 1)
   s = substr(s, 2)
-  inc = substr(s, 1, index(s, quote == "<" ? ">" : "\"") - 1)
+  close_quote = quote == "<" ? ">" : "\""
+  inc = substr(s, 1, index(s, close_quote) - 1)
   x = folder_of(FILENAME)
   where = FILENAME ":" FNR ": "
   nincludes++
   for (i = 1; i <= nonly; i++) {
     if (index(inc, only_hdr[i]) == 1 && index(only_list[i], " " x " ") == 0)
-      fail(where show(x) " must not include <" inc "> (rule: only" only_list[i] "include " only_hdr[i] \
+      fail(where show(x) " must not include " quote inc close_quote " (rule: only" only_list[i] "include " only_hdr[i] \
            ", " rules ":" only_line[i] ")")
   }
   slash = index(inc, "/")
   if (quote != "\"" || slash == 0 || !(x in decl)) next
   y = folder_named(substr(inc, 1, slash - 1))
   if (y == "" || y == x) next
-  if (!((x, y) in used)) used[x, y] = where
-  if ((x, y) in allowed) next
+  if ((x, y) in allowed) {
+    if (!((x, y) in used)) { used[x, y] = where; nused++; used_x[nused] = x; used_y[nused] = y }
+    next
+  }
   if ((x, y) in never) rule = x " never includes " y ", " rules ":" never[x, y]
   else rule = show(x) " may include only:" (hint[x] == "" ? " nothing" : hint[x]) ", " rules ":" decl[x]
   fail(where show(x) " must not include " inc " (rule: " rule ")")
   print "  hint: move what " show(x) " needs down to a folder it may use, or pass it in through an" \
-        " interface; a new dependency is a line in " rules " (docs/DESIGN-NOTES.md \"Layers\")"
+        " interface; a new dependency is a line in " rules " (" notes " \"Layers\")"
 }
 
 END {
@@ -158,12 +163,12 @@ END {
   }
   for (i = 1; i <= nrefs; i++)
     if (!(ref_name[i] in decl)) fail(rules ":" ref_line[i] ": " ref_name[i] " is not a folder with a line of its own")
-  for (f in decl) if (color[f] == 0) find_cycles(f)
+  for (i = 1; i <= ndecl; i++) if (color[decl_order[i]] == 0) find_cycles(decl_order[i])
   for (i = 1; i <= nnever; i++) {
     gen++
     p = path_to("rules", never_x[i], never_y[i])
     if (p != "")
-      fail(rules ":" never_line[i] ": the lines above let " never_x[i] " reach " never_y[i] " (" p \
+      fail(rules ":" never_line[i] ": the may-include lines let " never_x[i] " reach " never_y[i] " (" p \
            ") (rule: " never_x[i] " never includes " never_y[i] ")")
   }
 
@@ -186,9 +191,8 @@ END {
       t = substr(t, RSTART + RLENGTH)
     }
   }
-  for (k in used) {
-    split(k, xy, SUBSEP)
-    x = xy[1]; y = xy[2]
+  for (j = 1; j <= nused; j++) {
+    x = used_x[j]; y = used_y[j]
     if (!(x in cmake) || !(y in cmake) || y ~ /\//) continue
     m = split(targets[x], tg)
     reached = 0
@@ -197,7 +201,7 @@ END {
       reached = path_to("link", tg[i], "mtrain_" y) != ""
     }
     if (!reached)
-      fail(used[k] show(x) " includes " y "/ but " show(x) "/CMakeLists.txt does not link mtrain_" y \
+      fail(used[x, y] show(x) " includes " y "/ but " show(x) "/CMakeLists.txt does not link mtrain_" y \
            " (directly or through another library) (rule: target_link_libraries mirrors the layers)")
   }
 
@@ -210,7 +214,8 @@ END {
     print "  hint: split it by concern, or list it with a one-line reason under \"## Files over " \
           max_lines " lines\" in " notes
   }
-  for (f in listed) {
+  for (i = 1; i <= nlisted; i++) {
+    f = listed_order[i]
     if (!(f in lines)) fail(notes ":" listed[f] ": " f " is listed under \"Files over " max_lines \
                             " lines\" but is not a source file: remove the line")
     else if (lines[f] <= max_lines) fail(notes ":" listed[f] ": " f " is listed under \"Files over " \

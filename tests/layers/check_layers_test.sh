@@ -64,7 +64,7 @@ case "$CASE" in
   never_through_chain)  # data may use observe, observe may use parallel: data reaches parallel
     sed -i 's/^data: .*/data: common config observe/' "$TREE/lib/LAYERS"
     expect=1
-    patterns=('the lines above let data reach parallel (data -> observe -> parallel) (rule: data never includes parallel)') ;;
+    patterns=('the may-include lines let data reach parallel (data -> observe -> parallel) (rule: data never includes parallel)') ;;
   unlinked)  # tensor includes device but links only common
     put lib/device/CMakeLists.txt 'mtrain_library(device)' 'target_link_libraries(mtrain_device PUBLIC mtrain_common)'
     put lib/tensor/CMakeLists.txt 'mtrain_library(tensor)' '# mtrain_device' \
