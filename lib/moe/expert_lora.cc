@@ -1,6 +1,13 @@
 #include "moe/expert_lora.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "moe/expert_dispatch.h"
+#include "moe/expert_tp.h"
+#include "moe/moe_layer_internal.h"
+#include "profiler/kernel_region.h"
 
 namespace mtrain::moe {
 
@@ -21,6 +28,23 @@ lora::DropoutSite rows_from(const lora::DropoutSite& d, int64_t off) {
 }
 
 constexpr int64_t kIdBits = 24;  // fp32 holds integers below 2^24 exactly
+
+// EP ranks are data-parallel ranks with micro-batches (mask streams) of their
+// own: each grouped row (local expert, then source rank) gets its source's.
+void ep_row_seeds(parallel::Comm& ep, const ExpertAdapters& ad, MoeActs& a, int64_t E_local) {
+  const int64_t n = ep.size(), rows = static_cast<int64_t>(a.lora_ids.size());
+  const int64_t mine[2] = {static_cast<int64_t>(ad.seed_fc1), static_cast<int64_t>(ad.seed_fc2)};
+  std::vector<int64_t> all(2 * n);
+  ep.all_gather(mine, all.data(), 2);
+  a.lora_seeds.resize(2 * rows);
+  int64_t g = 0;
+  for (int64_t e = 0; e < E_local; ++e)
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t i = 0; i < a.counts[s * E_local + e]; ++i, ++g) {
+        a.lora_seeds[g] = static_cast<uint64_t>(all[2 * s]);
+        a.lora_seeds[rows + g] = static_cast<uint64_t>(all[2 * s + 1]);
+      }
+}
 
 }  // namespace
 
@@ -84,5 +108,40 @@ void unpack_row_ids(int64_t* ids, const float* in, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     ids[i] = (static_cast<int64_t>(in[2 * i]) << kIdBits) + static_cast<int64_t>(in[2 * i + 1]);
 }
+
+namespace detail {
+
+void dispatch_row_ids(const MoeLayerConfig& c, const parallel::TpConfig& tp, const ExpertAdapters& ad, MoeActs& a,
+                      MoeWorkspace& w, int64_t B, int64_t T) {
+  a.lora_ids.clear();
+  a.lora_seeds.clear();
+  if (ad.dropout <= 0.f || profiler::shape_only()) return;
+  const int64_t Nl = tokens_local(c, B * T), m_max = c.max_rows(Nl), E = c.router.num_experts;
+  const int64_t token0 = c.sequence_parallel ? tp.tp->rank() * Nl : 0;
+  std::vector<int64_t> local(m_max, 0);
+  expert_row_ids(local.data(), routing_of(a, m_max).row_token, a.rows.data(), E, token0, T, ad.seq_pitch);
+  if (c.etp == 1 && c.ep == 1) {
+    a.lora_ids = std::move(local);
+    return;
+  }
+  // EP x ETP and the allgather dispatcher: refused for LoRA by config (validate_moe.cc).
+  if (c.etp > 1 && c.ep > 1) throw std::logic_error("LoRA dropout ids under EP x ETP are not dispatched");
+  std::vector<float> send(2 * m_max, 0.f), grouped(2 * c.max_expert_rows(Nl));
+  std::vector<int64_t> rows_grp(c.num_local);
+  pack_row_ids(send.data(), local.data(), a.M);
+  if (c.etp > 1)
+    etp_dispatch(*tp.tp, a.counts.data(), rows_grp.data(), grouped.data(), w.gathered.data(), send.data(),
+                 a.rows.data(), false, m_max, c.num_local, 2, tp.wire);
+  else
+    ep_dispatch(*tp.ep, a.counts.data(), rows_grp.data(), grouped.data(), w.gathered.data(), send.data(), a.rows.data(),
+                false, c.num_local, 2, tp.wire);
+  int64_t rows = 0;
+  for (int64_t n : rows_grp) rows += n;
+  a.lora_ids.resize(rows);
+  unpack_row_ids(a.lora_ids.data(), grouped.data(), rows);
+  if (c.ep > 1) ep_row_seeds(*tp.ep, ad, a, c.num_local);
+}
+
+}  // namespace detail
 
 }  // namespace mtrain::moe

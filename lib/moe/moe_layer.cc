@@ -9,6 +9,7 @@
 #include "moe/expert_dispatch.h"
 #include "moe/expert_tp.h"
 #include "moe/grouped_gemm.h"
+#include "moe/moe_layer_internal.h"
 #include "moe/permute.h"
 #include "profiler/kernel_region.h"
 #include "tensor/activation.h"
@@ -17,25 +18,15 @@
 namespace mtrain::moe {
 
 namespace k = kernels;
-using device::MemCategory;
+using detail::dispatch_row_ids;
+using detail::Routing;
+using detail::routing_of;
+using detail::tokens_local;
 
 namespace {
 
-Tensor act_tensor(device::Device& dev, Shape s, DType t, const std::string& name, bool meta) {
-  return Tensor(dev, std::move(s), t, MemCategory::kActivations, name, meta);
-}
-
 void round_act(const MoeLayerConfig& c, float* x, int64_t n) {
   if (c.dtype != DType::kF32 && x) k::round_to_dtype(x, n, c.dtype);
-}
-
-int64_t tokens_local(const MoeLayerConfig& c, int64_t N) { return c.sequence_parallel ? N / c.tp : N; }
-
-// The routing index arrays inside MoeActs::routing (int32 stored in fp32-sized slots).
-using Routing = AgPermutation;
-Routing routing_of(MoeActs& a, int64_t m_max) {
-  auto* p = reinterpret_cast<int32_t*>(a.routing.data());
-  return {p, p + m_max, p + 2 * m_max};
 }
 
 // F: the activation's width on this rank.
@@ -203,57 +194,6 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
     }
 }
 
-// EP ranks are data-parallel ranks with micro-batches (mask streams) of their
-// own: each grouped row (local expert, then source rank) gets its source's.
-void ep_row_seeds(parallel::Comm& ep, const ExpertAdapters& ad, MoeActs& a, int64_t E_local) {
-  const int64_t n = ep.size(), rows = static_cast<int64_t>(a.lora_ids.size());
-  const int64_t mine[2] = {static_cast<int64_t>(ad.seed_fc1), static_cast<int64_t>(ad.seed_fc2)};
-  std::vector<int64_t> all(2 * n);
-  ep.all_gather(mine, all.data(), 2);
-  a.lora_seeds.resize(2 * rows);
-  int64_t g = 0;
-  for (int64_t e = 0; e < E_local; ++e)
-    for (int64_t s = 0; s < n; ++s)
-      for (int64_t i = 0; i < a.counts[s * E_local + e]; ++i, ++g) {
-        a.lora_seeds[g] = static_cast<uint64_t>(all[2 * s]);
-        a.lora_seeds[rows + g] = static_cast<uint64_t>(all[2 * s + 1]);
-      }
-}
-
-// LoRA dropout on the experts: the mask ids of the rows experts_forward sees
-// (a.lora_ids), computed where the rows are permuted and, under ETP / EP,
-// sent with them (after the rows' own dispatch, whose counts they reuse).
-void dispatch_row_ids(const MoeLayerConfig& c, const parallel::TpConfig& tp, const ExpertAdapters& ad, MoeActs& a,
-                      MoeWorkspace& w, int64_t B, int64_t T) {
-  a.lora_ids.clear();
-  a.lora_seeds.clear();
-  if (ad.dropout <= 0.f || profiler::shape_only()) return;
-  const int64_t Nl = tokens_local(c, B * T), m_max = c.max_rows(Nl), E = c.router.num_experts;
-  const int64_t token0 = c.sequence_parallel ? tp.tp->rank() * Nl : 0;
-  std::vector<int64_t> local(m_max, 0);
-  expert_row_ids(local.data(), routing_of(a, m_max).row_token, a.rows.data(), E, token0, T, ad.seq_pitch);
-  if (c.etp == 1 && c.ep == 1) {
-    a.lora_ids = std::move(local);
-    return;
-  }
-  // EP x ETP and the allgather dispatcher: refused for LoRA by config (validate_moe.cc).
-  if (c.etp > 1 && c.ep > 1) throw std::logic_error("LoRA dropout ids under EP x ETP are not dispatched");
-  std::vector<float> send(2 * m_max, 0.f), grouped(2 * c.max_expert_rows(Nl));
-  std::vector<int64_t> rows_grp(c.num_local);
-  pack_row_ids(send.data(), local.data(), a.M);
-  if (c.etp > 1)
-    etp_dispatch(*tp.tp, a.counts.data(), rows_grp.data(), grouped.data(), w.gathered.data(), send.data(),
-                 a.rows.data(), false, m_max, c.num_local, 2, tp.wire);
-  else
-    ep_dispatch(*tp.ep, a.counts.data(), rows_grp.data(), grouped.data(), w.gathered.data(), send.data(), a.rows.data(),
-                false, c.num_local, 2, tp.wire);
-  int64_t rows = 0;
-  for (int64_t n : rows_grp) rows += n;
-  a.lora_ids.resize(rows);
-  unpack_row_ids(a.lora_ids.data(), grouped.data(), rows);
-  if (c.ep > 1) ep_row_seeds(*tp.ep, ad, a, c.num_local);
-}
-
 // The fc2 biases of the local experts on rows grouped by `rows` (E_local) per expert.
 void add_fc2_bias(const MoeLayerConfig& c, const MoeWeights& wt, float* y, const int64_t* rows) {
   for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
@@ -350,82 +290,6 @@ int64_t MoeLayerConfig::max_rows(int64_t n_loc) const {
     m = std::max(m, router.num_experts * cap);
   }
   return m;
-}
-
-void allocate_moe_acts(MoeActs& a, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev, bool meta,
-                       const std::string& p) {
-  const int64_t N = B * T, Nl = tokens_local(c, N), M = c.perm_rows(Nl), C = c.hidden, k = c.router.topk;
-  const DType t = c.dtype;
-  a.rows.assign(c.router.num_experts, 0);
-  const int64_t slots = c.gather_group() * Nl * k;  // the allgather dispatcher routes the group's slots
-  a.routing = act_tensor(dev, {2 * M + slots}, DType::kF32, p + "moe routing indices", meta);
-  const int64_t Mg = c.max_expert_rows(Nl);
-  a.x_perm = act_tensor(dev, {M, C}, t, p + "moe permuted tokens", meta);
-  a.probs_perm = act_tensor(dev, {M}, DType::kF32, p + "moe permuted probs", meta);
-  a.rows_grp.assign(c.num_local, 0);
-  if ((c.etp > 1 || c.ep > 1) && !c.allgather_dispatch()) {
-    a.counts.assign(c.etp * c.ep * c.num_local, 0);
-    a.counts_etp.assign(c.etp * c.num_local, 0);
-    a.rows_ep.assign(c.num_local, 0);
-    a.x_grp = act_tensor(dev, {Mg, C}, t, p + "moe tokens of every TP rank, grouped by expert", meta);
-  }
-  a.fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, p + "moe expert fc1 output", meta);
-  a.act = act_tensor(dev, {Mg, c.ffn_local()}, t, p + "moe expert activation output", meta);
-  a.y_perm = act_tensor(dev, {M, C}, t, p + "moe expert output", meta);
-  if (c.shared_ffn > 0) {
-    a.shared_fc1 = act_tensor(dev, {N, c.shared_fc1_local()}, t, p + "shared expert fc1 output", meta);
-    a.shared_act = act_tensor(dev, {N, c.shared_local()}, t, p + "shared expert activation output", meta);
-    if (c.shared_gate) {
-      a.shared_out = act_tensor(dev, {Nl, C}, t, p + "shared expert output before the gate", meta);
-      a.gate = act_tensor(dev, {Nl}, DType::kF32, p + "shared expert gate", meta);
-    }
-  }
-  if (c.lora_rank > 0) {  // adapters stay fp32 (lib/model/lora_layer.h)
-    a.lora_h = act_tensor(dev, {2, Mg, c.lora_rank}, DType::kF32, p + "moe expert LoRA activations", meta);
-    if (c.shared_ffn > 0)
-      a.shared_lora_h = act_tensor(dev, {2, N, c.lora_rank}, DType::kF32, p + "shared expert LoRA activations", meta);
-  }
-}
-
-void allocate_moe_workspace(MoeWorkspace& w, const MoeLayerConfig& c, int64_t B, int64_t T, device::Device& dev,
-                            bool meta) {
-  const int64_t N = B * T, Nl = tokens_local(c, N), M = c.perm_rows(Nl), C = c.hidden;
-  const DType t = c.dtype;
-  w.d_perm = act_tensor(dev, {M, C}, t, "moe grad of permuted rows", meta);
-  const int64_t Mg = c.max_expert_rows(Nl);
-  w.d_fc1 = act_tensor(dev, {Mg, c.fc1_local()}, t, "moe grad of expert fc1 output", meta);
-  w.d_act = act_tensor(dev, {Mg, c.ffn_local()}, t, "moe grad of expert activation", meta);
-  if (c.allgather_dispatch()) {  // the group's tokens and their slots (ids and probs, then their gradients)
-    const int64_t G = c.gather_group();
-    w.gathered = act_tensor(dev, {G * Nl, C}, t, "moe allgather dispatcher's tokens of the TP x EP group", meta);
-    w.ag_slots = act_tensor(dev, {2 * G * Nl * c.router.topk}, DType::kF32, "moe allgather dispatcher's slots", meta);
-  } else if (c.ep > 1) {  // with etp > 1 also the all-gather over expert TP of what the all-to-all brought
-    w.gathered = act_tensor(dev, {c.etp * ep_recv_rows(c.ep, M), C}, t, "moe expert-parallel all-to-all buffer", meta);
-    w.grp = act_tensor(dev, {Mg, C}, t, "moe grouped expert output / gradient", meta);
-    if (c.etp > 1) w.ep_grp = act_tensor(dev, {ep_recv_rows(c.ep, M), C}, t, "moe rows received over EP", meta);
-  } else if (c.etp > 1) {
-    w.gathered = act_tensor(dev, {c.etp * M, C}, t, "moe expert-TP gather / reduce-scatter buffer", meta);
-    w.grp = act_tensor(dev, {Mg, C}, t, "moe grouped expert output / gradient", meta);
-  }
-  w.dprobs = act_tensor(dev, {std::max(Nl * c.router.topk, Nl)}, DType::kF32, "moe grad of combine probs", meta);
-  w.dlogits = act_tensor(dev, {Nl, c.router.num_experts}, DType::kF32, "moe grad of router logits", meta);
-  w.routed = act_tensor(dev, {Nl, C}, t, "moe routed output", meta);
-  int64_t scratch = M * C;  // unfused unpermute
-  if (!c.fused_activation) scratch = std::max(scratch, 4 * Mg * c.ffn_local());
-  if (c.shared_ffn > 0) {
-    w.d_shared = act_tensor(dev, {Nl, C}, t, "shared expert grad before the gate", meta);
-    w.shared_d_fc1 = act_tensor(dev, {N, c.shared_fc1_local()}, t, "shared expert grad of fc1 output", meta);
-    w.shared_d_act = act_tensor(dev, {N, c.shared_local()}, t, "shared expert grad of activation", meta);
-    if (!c.fused_activation) scratch = std::max(scratch, 4 * N * c.shared_local());
-    if (!c.grad_accumulation) scratch = std::max(scratch, c.shared_fc1_local() * C);
-  }
-  w.scratch = act_tensor(dev, {std::max<int64_t>(scratch, 1)}, DType::kF32, "moe kernel scratch", meta);
-  if (c.lora_rank > 0) {
-    w.lora_dh = act_tensor(dev, {std::max(Mg, N), c.lora_rank}, DType::kF32, "moe LoRA grad", meta);
-    if (c.shared_ffn > 0 || c.lora_dropout > 0.f)
-      w.lora_scratch = act_tensor(dev, {std::max(N, Mg), std::max({C, c.shared_local(), c.ffn_local()})}, DType::kF32,
-                                  "moe LoRA scratch", meta);
-  }
 }
 
 void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,

@@ -3,9 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
+#include <stdexcept>
+#include <variant>
 
 #include "common/errors.h"
+#include "config/flags.h"
 #include "config/validate.h"
 #include "plan/dry_run.h"
 #include "plan/formula_compare.h"
@@ -14,54 +18,78 @@
 
 namespace mtrain::plan {
 
-std::string layout_flags(const Layout& l, int num_layers) {
-  std::string f = fmt::format("--tensor_model_parallel_size {} --pipeline_model_parallel_size {}", l.tp, l.pp);
-  if (l.first_stage_layers) f += fmt::format(" --decoder_first_pipeline_num_layers {}", l.first_stage_layers);
-  if (l.last_stage_layers) f += fmt::format(" --decoder_last_pipeline_num_layers {}", l.last_stage_layers);
-  if (l.vpp > 1) f += fmt::format(" --num_layers_per_virtual_pipeline_stage {}", num_layers / (l.pp * l.vpp));
-  if (l.cp > 1) f += fmt::format(" --context_parallel_size {} --context_parallel_algo {}", l.cp, l.cp_algo);
-  if (l.moe)
-    f += fmt::format(" --expert_model_parallel_size {} --expert_tensor_parallel_size {} --moe_token_dispatcher_type {}",
-                     l.ep, l.etp, l.dispatcher);
-  f += fmt::format(" --micro_batch_size {} --recompute_granularity {}", l.mbs, l.recompute);
-  if (l.recompute == "full") f += " --recompute_method uniform --recompute_num_layers 1";
-  f += fmt::format(" --use_distributed_optimizer {} --sequence_parallel {}", l.distopt, l.sp);
-  if (l.overlap_grad_reduce) f += " --overlap_grad_reduce";
-  if (l.overlap_param_gather) f += " --overlap_param_gather";
+std::vector<LayoutFlag> layout_flag_list(const Layout& l, int num_layers) {
+  std::vector<LayoutFlag> f = {{"tensor_model_parallel_size", std::to_string(l.tp)},
+                               {"pipeline_model_parallel_size", std::to_string(l.pp)}};
+  if (l.first_stage_layers) f.push_back({"decoder_first_pipeline_num_layers", std::to_string(l.first_stage_layers)});
+  if (l.last_stage_layers) f.push_back({"decoder_last_pipeline_num_layers", std::to_string(l.last_stage_layers)});
+  if (l.vpp > 1) f.push_back({"num_layers_per_virtual_pipeline_stage", std::to_string(num_layers / (l.pp * l.vpp))});
+  if (l.cp > 1) {
+    f.push_back({"context_parallel_size", std::to_string(l.cp)});
+    f.push_back({"context_parallel_algo", l.cp_algo});
+  }
+  if (l.moe) {
+    f.push_back({"expert_model_parallel_size", std::to_string(l.ep)});
+    f.push_back({"expert_tensor_parallel_size", std::to_string(l.etp)});
+    f.push_back({"moe_token_dispatcher_type", l.dispatcher});
+  }
+  f.push_back({"micro_batch_size", std::to_string(l.mbs)});
+  f.push_back({"recompute_granularity", l.recompute});
+  if (l.recompute == "full") {
+    f.push_back({"recompute_method", "uniform"});
+    f.push_back({"recompute_num_layers", "1"});
+  }
+  f.push_back({"use_distributed_optimizer", l.distopt ? "true" : "false"});
+  f.push_back({"sequence_parallel", l.sp ? "true" : "false"});
+  if (l.overlap_grad_reduce) f.push_back({"overlap_grad_reduce", ""});
+  if (l.overlap_param_gather) f.push_back({"overlap_param_gather", ""});
   return f;
+}
+
+std::string layout_flags(const Layout& l, int num_layers) {
+  std::string out;
+  for (const LayoutFlag& f : layout_flag_list(l, num_layers)) {
+    out += fmt::format("{}--{}", out.empty() ? "" : " ", f.name);
+    if (!f.value.empty()) out += " " + f.value;
+  }
+  return out;
+}
+
+// The searched settings a layout's flags leave out when they are off (the even
+// split, no VPP, CP 1, recompute without a method, no overlap): a layout means
+// their defaults.
+static constexpr const char* kUnsaidWhenOff[] = {"decoder_first_pipeline_num_layers",
+                                                 "decoder_last_pipeline_num_layers",
+                                                 "virtual_pipeline_model_parallel_size",
+                                                 "num_layers_per_virtual_pipeline_stage",
+                                                 "context_parallel_size",
+                                                 "context_parallel_algo",
+                                                 "recompute_method",
+                                                 "recompute_num_layers",
+                                                 "overlap_grad_reduce",
+                                                 "overlap_param_gather"};
+
+static const config::FlagSpec& layout_flag_spec(const std::string& name) {
+  const std::optional<config::FlagMatch> m = config::find_flag(name);
+  if (!m) throw std::logic_error("plan: no flag --" + name);
+  return *m->spec;
 }
 
 config::Args apply_layout(const config::Args& base, const Layout& l) {
   config::Args a = base;
-  a.tensor_model_parallel_size = l.tp;
-  a.pipeline_model_parallel_size = l.pp;
-  a.decoder_first_pipeline_num_layers.reset();
-  a.decoder_last_pipeline_num_layers.reset();
-  if (l.first_stage_layers) a.decoder_first_pipeline_num_layers = l.first_stage_layers;
-  if (l.last_stage_layers) a.decoder_last_pipeline_num_layers = l.last_stage_layers;
-  a.virtual_pipeline_model_parallel_size.reset();
-  a.num_layers_per_virtual_pipeline_stage.reset();
-  if (l.vpp > 1) a.num_layers_per_virtual_pipeline_stage = base.num_layers / (l.pp * l.vpp);
-  a.context_parallel_size = l.cp;
-  a.context_parallel_algo = l.cp_algo;
-  if (l.moe) {
-    a.expert_model_parallel_size = l.ep;
-    a.expert_tensor_parallel_size = l.etp;
-    a.moe_token_dispatcher_type = l.dispatcher;
+  static const config::Args defaults;
+  for (const char* name : kUnsaidWhenOff)
+    std::visit([&](auto field) { a.*field = defaults.*field; }, layout_flag_spec(name).field);
+  // The printed flags, applied as the command line applies them.
+  for (const LayoutFlag& f : layout_flag_list(l, base.num_layers)) {
+    config::RawValue v;
+    if (f.value.empty())
+      v.bare = true;
+    else
+      v.items = {f.value};
+    const std::string error = config::apply_flag(layout_flag_spec(f.name), false, v, a);
+    if (!error.empty()) throw std::logic_error(fmt::format("plan: --{} {}: {}", f.name, f.value, error));
   }
-  a.micro_batch_size = l.mbs;
-  a.recompute_granularity.reset();
-  a.recompute_method.reset();
-  a.recompute_num_layers.reset();
-  if (l.recompute != "none") a.recompute_granularity = l.recompute;
-  if (l.recompute == "full") {
-    a.recompute_method = "uniform";
-    a.recompute_num_layers = 1;
-  }
-  a.use_distributed_optimizer = l.distopt;
-  a.sequence_parallel = l.sp;
-  a.overlap_grad_reduce = l.overlap_grad_reduce;
-  a.overlap_param_gather = l.overlap_param_gather;
   return a;
 }
 
@@ -157,9 +185,7 @@ static std::vector<Layout> expert_layouts(Layout l, const config::Args& base, in
   return out;
 }
 
-// Every layout of the loops' cross product that the rules allow;
-// the CLI's validation then rejects what Megatron would (heads % TP, ...).
-static std::vector<Layout> enumerate(const config::Args& base, const SearchOptions& o) {
+std::vector<Layout> enumerate_layouts(const config::Args& base, const SearchOptions& o) {
   const int world = o.nnodes * o.nproc_per_node;
   std::vector<Layout> out;
   for (int tp : divisors(o.nproc_per_node))
@@ -259,7 +285,7 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   SearchSummary s;
   int64_t capacity = -1;
   std::set<std::string> missed;  // without_mbs of the layouts dry-run that did not fit
-  const std::vector<Layout> layouts = enumerate(base, o);
+  const std::vector<Layout> layouts = enumerate_layouts(base, o);
   s.moe = base.num_experts.has_value();
   s.cp_searched = std::any_of(layouts.begin(), layouts.end(), [](const Layout& l) { return l.cp > 1; });
   ProgressBar bar("Plan", static_cast<int64_t>(layouts.size()), o.progress);

@@ -45,9 +45,20 @@ struct Layout {
 // embedding and the LM head + loss need not make their stage the bottleneck.
 std::vector<std::pair<int, int>> stage_splits(int num_layers, int pp);
 
-// The flags that select `l` on the command line (what the plan prints).
+// One flag of a layout as the command line spells it: canonical name
+// (underscores, no dashes) and value ("" for a bare boolean flag).
+struct LayoutFlag {
+  std::string name, value;
+};
+// The flags that select `l` on the command line, in print order: the one
+// encoding of a layout. Settings that are off and at their default (the even
+// split, CP 1, no overlap, ...) are left out.
+std::vector<LayoutFlag> layout_flag_list(const Layout& l, int num_layers);
+// layout_flag_list as the plan prints it: "--tensor_model_parallel_size 2 ...".
 std::string layout_flags(const Layout& l, int num_layers);
-// `base` with `l` applied (not validated).
+// `base` with `l` applied (not validated): the searched settings the flags
+// leave out reset to their defaults, then layout_flag_list(l, base.num_layers)
+// applied through the flag table as the command line applies it.
 config::Args apply_layout(const config::Args& base, const Layout& l);
 
 struct PlanResult {
@@ -84,6 +95,11 @@ struct SearchSummary {
   std::vector<PlanResult> fitting;        // best first: tokens/s/device, then less memory
   std::vector<PlanResult> misses;         // dry-run, not fitting; smallest shortfall first
 };
+
+// Every layout of the loops' cross product that the search's rules allow, in
+// the order it tries them; the CLI's validation then rejects what Megatron
+// would (heads % TP, ...). base: as for search_layouts.
+std::vector<Layout> enumerate_layouts(const config::Args& base, const SearchOptions& o);
 
 // base: validated Args of the user's model and batch (any layout).
 SearchSummary search_layouts(const config::Args& base, const SearchOptions& o);

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "parallel/pipeline_schedule.h"
+#include "train/forward_only.h"
 
 namespace mtrain::train {
 
@@ -31,13 +31,9 @@ std::vector<int32_t> greedy_generate(model::GptModel& model, const std::vector<i
                                      const std::vector<int32_t>& stop_ids, parallel::ParallelState* parallel) {
   const model::ModelConfig& c = model.config();
   const int64_t pad_multiple = c.sequence_parallel ? c.tp : 1;
-  std::vector<int32_t> seq = prompt, out, tokens, positions;
+  std::vector<int32_t> seq = prompt, out, tokens;
   // One row of at most seq_length tokens per forward.
-  parallel::PipelineBuffers buffers;
-  if (parallel && parallel->grid().pp() > 1)
-    buffers =
-        parallel::PipelineBuffers(model.device(), {parallel->grid().pp(), parallel->coords().pp, model.num_chunks(), 1},
-                                  c.tokens_local(c.seq_length) * c.hidden, c.dtype, /*meta=*/false);
+  SequenceForward runner(model, parallel, /*stage_buffers=*/true);
   while (static_cast<int64_t>(out.size()) < max_new_tokens && static_cast<int64_t>(seq.size()) < c.seq_length) {
     const int64_t T = static_cast<int64_t>(seq.size());
     // Rows padded after the last real token (sequence parallelism splits the
@@ -45,35 +41,14 @@ std::vector<int32_t> greedy_generate(model::GptModel& model, const std::vector<i
     const int64_t Tp = std::min(c.seq_length, (T + pad_multiple - 1) / pad_multiple * pad_multiple);
     tokens.assign(Tp, 0);
     std::copy(seq.begin(), seq.end(), tokens.begin());
-    positions.resize(Tp);
-    for (int64_t t = 0; t < Tp; ++t) positions[t] = static_cast<int32_t>(t);
-    model::TokenBatch b;
-    b.B = 1;
-    b.T = Tp;
-    b.tokens = tokens.data();
-    b.positions = positions.data();
     int32_t next = -1;
-    auto pick = [&](int chunk) {
+    runner.run(tokens.data(), 0, Tp, [&](int chunk, const model::TokenBatch& b, const float* input) {
+      const float* h = model.forward_chunk(chunk, 0, b, input, 0, /*training=*/false);
       if (model.chunk(chunk).post)
         next = vocab_parallel_argmax(model.logits() + (T - 1) * c.vocab_local(), c, &model.tp_comm());
-    };
-    if (!parallel || parallel->grid().pp() == 1) {
-      for (int ch = 0; ch < model.num_chunks(); ++ch) {
-        model.forward_chunk(ch, 0, b, nullptr, 0, /*training=*/false);
-        pick(ch);
-      }
-    } else {
-      parallel::PipelineShape shape{parallel->grid().pp(), parallel->coords().pp, model.num_chunks(), 1};
-      parallel::PipelineCallbacks cb;
-      cb.message_elems = [&](int, int) { return model.hidden_elems(b); };
-      cb.forward = [&](const parallel::PipeAction& a, const float* input) {
-        const float* h = model.forward_chunk(a.chunk, 0, b, input, 0, /*training=*/false);
-        pick(a.chunk);
-        return h;
-      };
-      parallel::run_pipeline_forward_only(parallel->pp(), shape, cb, parallel::Wire{}, &buffers);
-      parallel->pp().broadcast(&next, 1, parallel->grid().pp() - 1);
-    }
+      return h;
+    });
+    next = runner.share_token(next);
     out.push_back(next);
     seq.push_back(next);
     if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) break;

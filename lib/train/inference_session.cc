@@ -6,35 +6,17 @@
 
 #include "common/errors.h"
 #include "common/rng.h"
-#include "parallel/pipeline_schedule.h"
 
 namespace mtrain::train {
 
 InferenceSession::InferenceSession(model::GptModel& model, device::Device& dev, parallel::ParallelState* parallel)
-    : model_(model), parallel_(parallel), cache_(model, dev) {}
+    : model_(model), cache_(model, dev), runner_(model, parallel, /*stage_buffers=*/false) {}
 
 void InferenceSession::run_step(const int32_t* tokens, int64_t first, int64_t n, bool cached) {
-  positions_.resize(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; ++t) positions_[t] = static_cast<int32_t>(first + t);
-  model::TokenBatch b;
-  b.B = 1;
-  b.T = n;
-  b.tokens = tokens;
-  b.positions = positions_.data();
-  const auto forward = [&](int chunk, const float* input) {
+  runner_.run(tokens, first, n, [&](int chunk, const model::TokenBatch& b, const float* input) {
     return cached ? model_.decode_chunk(chunk, cache_, b, input)
                   : model_.forward_chunk(chunk, 0, b, input, /*seed=*/0, /*training=*/false);
-  };
-  if (!parallel_ || parallel_->grid().pp() == 1) {
-    const float* h = nullptr;
-    for (int ch = 0; ch < model_.num_chunks(); ++ch) h = forward(ch, h);
-  } else {
-    parallel::PipelineShape shape{parallel_->grid().pp(), parallel_->coords().pp, model_.num_chunks(), 1};
-    parallel::PipelineCallbacks cb;
-    cb.message_elems = [&](int, int) { return model_.hidden_elems(b); };
-    cb.forward = [&](const parallel::PipeAction& a, const float* input) { return forward(a.chunk, input); };
-    parallel::run_pipeline_forward_only(parallel_->pp(), shape, cb);
-  }
+  });
   if (cached) cache_.advance(n);
 }
 
@@ -83,7 +65,7 @@ std::vector<int32_t> InferenceSession::generate(const std::vector<int32_t>& prom
       next = select_token(logits.data(), static_cast<int64_t>(logits.size()), seq, g.sampling, u);
     }
     if (!g.sampling.greedy()) ++draws_;
-    if (parallel_ && parallel_->grid().pp() > 1) parallel_->pp().broadcast(&next, 1, parallel_->grid().pp() - 1);
+    next = runner_.share_token(next);
     out.push_back(next);
     seq.push_back(next);
     if (on_token) on_token(next);

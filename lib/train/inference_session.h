@@ -20,6 +20,7 @@
 #include "model/gpt.h"
 #include "model/kv_cache.h"
 #include "parallel/parallel_state.h"
+#include "train/forward_only.h"
 #include "train/sampling.h"
 
 namespace mtrain::train {
@@ -54,10 +55,9 @@ class InferenceSession {
   std::vector<float> gather_logits(int64_t row);
 
   model::GptModel& model_;
-  parallel::ParallelState* parallel_;
   model::KvCache cache_;
-  uint64_t draws_ = 0;  // sampling draws so far (a counter-based stream: same on every rank)
-  std::vector<int32_t> positions_;
+  SequenceForward runner_;  // the pipeline this rank's chunks run in (train/forward_only.h)
+  uint64_t draws_ = 0;      // sampling draws so far (a counter-based stream: same on every rank)
 };
 
 }  // namespace mtrain::train

@@ -257,6 +257,119 @@ static void write_run_report(const std::string& output_dir) {
   std::fflush(stdout);
 }
 
+// Threads and their cores for this rank; then, before any data is read, the
+// check that a save, load or profile directory is one directory on every node
+// (else it would fail only at the first save). Returns the threads per rank.
+static int prepare_rank(const config::Args& args, const RunContext& ctx, parallel::ParallelState& state) {
+  const int threads = configure_threads(args, ctx.local_ranks, static_cast<int>(ctx.affinity.cores.size()));
+  if (const std::string line = bind_rank_threads(ctx.affinity_mode, ctx.affinity, threads); !line.empty())
+    fmt::print(" > rank {} on npu:{}: {}\n", state.rank(), ctx.device_index, line);
+  check_shared_paths(args, state.world(), ctx.node);
+  return threads;
+}
+
+// Megatron's lines about the model: the parameters on data-parallel rank 0 of
+// each model-parallel rank (with LoRA, the trainable ones), then the layout on the first rank.
+static void print_model_summary(const config::Args& args, model::GptModel& model, const model::ModelConfig& mc,
+                                const device::Device& dev, const parallel::ParallelState& state, int threads) {
+  const parallel::RankCoords rc = state.coords();
+  if (rc.dp == 0)
+    fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}\n", rc.tp, rc.pp,
+               model.params().count());
+  if (rc.dp == 0 && model.params().trainable_count() != model.params().count())  // LoRA: the base is frozen
+    fmt::print(" > of which trainable on (tensor, pipeline) model parallel rank ({}, {}): {} ({:.4f}%)\n", rc.tp, rc.pp,
+               model.params().trainable_count(),
+               100.0 * static_cast<double>(model.params().trainable_count()) / model.params().count());
+  if (state.rank() == 0)
+    fmt::print(
+        " > {} on {} with {} threads per rank; tensor parallel {}{}, pipeline parallel {}{}, data parallel {}{}\n",
+        model::describe(mc), dev.name(), threads, mc.tp, mc.sequence_parallel ? " (sequence parallel)" : "",
+        args.pipeline_model_parallel_size, mc.chunk_list().size() > 1 ? " (interleaved)" : "", state.grid().dp(),
+        mc.cp > 1 ? fmt::format(", context parallel {} ({})", mc.cp, args.context_parallel_algo) : "");
+  std::fflush(stdout);
+}
+
+// What guards a run against a stuck peer and the test seam's faults: the
+// checkpoint file system (fault-injecting under a save fault) and the watchdog (or null).
+struct RunGuards {
+  std::unique_ptr<FileSystem> checkpoint_fs;
+  std::shared_ptr<Watchdog> watchdog;
+};
+
+// The step hooks that watch the run (log, TensorBoard, npu status, precision
+// dump, the caller's), then the watchdog and fault injection. The checkpoint
+// and profiler hooks come later, with the trainer they read.
+static RunGuards add_observer_hooks(HookList& hooks, const config::Args& args, const RunContext& ctx,
+                                    const parallel::ParallelState& state, const device::Device& dev,
+                                    const model::ModelConfig& mc, int64_t train_iters) {
+  const Throughput tput = throughput(hooks, args, state, dev, mc, train_iters, ctx.local_ranks);
+  add_logger(hooks, args, state, dev, tput, ctx.progress);
+  add_tensorboard(hooks, args, state, dev, tput);
+  hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, state, dev), args.log_interval));
+  if (auto dump = make_precision_dump_hook(args, state, dtype_name(mc.dtype))) hooks.add(dump);
+  for (const auto& h : ctx.hooks) hooks.add(h);
+  // fault_injection.h: the only reader of these variables; a save fault
+  // makes the checkpoint file system a fault-injecting one.
+  const std::optional<InjectedFault> fault =
+      parse_injected_fault(std::getenv("MTRAIN_FAULT_RANK"), std::getenv("MTRAIN_FAULT"));
+  RunGuards g;
+  g.checkpoint_fs = checkpoint_file_system(fault);
+  g.watchdog = add_watchdog_hooks(hooks, args, state, fault, *g.checkpoint_fs);
+  return g;
+}
+
+// Where training starts: a resumed checkpoint (--load), else --model's
+// weights, then --adapter_load's adapters; and what the saves record. `to`
+// takes the checkpoint's seed, `setup` its schedule (--use_checkpoint_opt_param_scheduler).
+struct RunStart {
+  std::optional<Resumed> resumed;
+  SaveSettings save;
+};
+static RunStart load_start(const config::Args& args, FileSystem& fs, TrainingState& ts, TrainerOptions& to,
+                           TrainerSetup& setup) {
+  RunStart start;
+  std::optional<Resumed>& resumed = start.resumed;
+  // --load (--mcore_model) wins over --model's weights, as in Megatron-SWIFT;
+  // --model still gives the shape and tokenizer.
+  if (args.adapter_load && args.load && !args.finetune)
+    throw ConfigError(fmt::format("--adapter_load {} with --load {}: a resumed run already has its adapters",
+                                  *args.adapter_load, *args.load),
+                      "add --finetune to start the adapters from --adapter_load on --load's base weights");
+  if (args.load) resumed = load_training_checkpoint(fs, load_settings(args), ts);
+  if (!resumed && args.model) load_hf_model(fs, *args.model, ts);
+  if (args.adapter_load) load_adapters(fs, *args.adapter_load, ts);  // on top of the base, before training
+  if (resumed && resumed->seed) to.seed = *resumed->seed;
+  start.save = save_settings(args);
+  // LoRA: checkpoints hold the trainable tensors and name the frozen base (base_reference.h).
+  if (ts.model.params().trainable_count() != ts.model.params().count()) {
+    const nlohmann::json base = resumed      ? resumed->base
+                                : args.model ? hf_base_reference(fs, *args.model)
+                                             : random_base_reference(static_cast<uint64_t>(args.seed));
+    start.save.base_json = base.dump();
+  }
+  // --use_checkpoint_opt_param_scheduler: train (and save) on the checkpoint's schedule.
+  if (resumed && resumed->schedule) {
+    setup.scheduler = optim::LrScheduler(resumed->schedule->lr);
+    setup.optimizer.set_weight_decay(resumed->schedule->weight_decay);
+    start.save.schedule = *resumed->schedule;
+  }
+  return start;
+}
+
+// After training: the report, the watchdog's end, the sample answers and this
+// rank's device accounting for the caller.
+static void finish_run(const config::Args& args, const RunContext& ctx, model::GptModel& model,
+                       const DataPipeline& data, parallel::ParallelState& state, const device::Device& dev,
+                       Watchdog* watchdog) {
+  if (args.report && state.rank() == state.world_size() - 1) write_run_report(args.output_dir);
+  // Without TP/PP the sample answers are one rank's own compute: no peer to wait for.
+  if (watchdog && args.tensor_model_parallel_size * args.pipeline_model_parallel_size == 1) watchdog->stop();
+  // The last rank's closing validation line goes out before rank 0's answers.
+  state.world().barrier();
+  print_answers(args, model, data, state);
+  if (ctx.memory_out) *ctx.memory_out = dev.stats();
+}
+
 int run_training(const config::Args& input, const RunContext& ctx) {
   config::Args args = input;
   std::unique_ptr<parallel::ParallelState> own_state;
@@ -268,12 +381,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   }
   const parallel::RankCoords rc = state->coords();
   const bool first_rank = state->rank() == 0;
-  const int threads = configure_threads(args, ctx.local_ranks, static_cast<int>(ctx.affinity.cores.size()));
-  if (const std::string line = bind_rank_threads(ctx.affinity_mode, ctx.affinity, threads); !line.empty())
-    fmt::print(" > rank {} on npu:{}: {}\n", state->rank(), ctx.device_index, line);
-  // Before any data is read: a save, load or profile directory that is not
-  // one directory on every node would fail only at the first save.
-  check_shared_paths(args, state->world(), ctx.node);
+  const int threads = prepare_rank(args, ctx, *state);
   // May derive train_iters from epochs. Every rank tokenizes; the first shows
   // it (the progress line, when stdout is a terminal).
   DataPipeline data = build_data_pipeline(args, first_rank, first_rank && args.progress ? ctx.progress : nullptr);
@@ -286,90 +394,34 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   if (first_rank)
     fmt::print(" > padded vocab (size: {}) with {} dummy tokens (new size: {})\n", mc.vocab, mc.padded_vocab - mc.vocab,
                mc.padded_vocab);
-  const int dp = state->grid().dp();
   const std::unique_ptr<model::GptModel> model_ptr = build_rank_model(args, dev, *state, to, /*meta=*/false);
   model::GptModel& model = *model_ptr;
-  // Megatron prints this on data-parallel rank 0 of each model-parallel rank.
-  if (rc.dp == 0)
-    fmt::print(" > number of parameters on (tensor, pipeline) model parallel rank ({}, {}): {}\n", rc.tp, rc.pp,
-               model.params().count());
-  if (rc.dp == 0 && model.params().trainable_count() != model.params().count())  // LoRA: the base is frozen
-    fmt::print(" > of which trainable on (tensor, pipeline) model parallel rank ({}, {}): {} ({:.4f}%)\n", rc.tp, rc.pp,
-               model.params().trainable_count(),
-               100.0 * static_cast<double>(model.params().trainable_count()) / model.params().count());
-  if (first_rank)
-    fmt::print(
-        " > {} on {} with {} threads per rank; tensor parallel {}{}, pipeline parallel {}{}, data parallel {}{}\n",
-        model::describe(mc), dev.name(), threads, mc.tp, mc.sequence_parallel ? " (sequence parallel)" : "",
-        args.pipeline_model_parallel_size, mc.chunk_list().size() > 1 ? " (interleaved)" : "", dp,
-        mc.cp > 1 ? fmt::format(", context parallel {} ({})", mc.cp, args.context_parallel_algo) : "");
-  std::fflush(stdout);
+  print_model_summary(args, model, mc, dev, *state, threads);
 
   TrainerSetup setup(args, model, dev, *state, to);
   HookList hooks;
-  const Throughput tput = throughput(hooks, args, *state, dev, mc, to.train_iters, ctx.local_ranks);
-  add_logger(hooks, args, *state, dev, tput, ctx.progress);
-  add_tensorboard(hooks, args, *state, dev, tput);
-  hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, *state, dev), args.log_interval));
-  if (auto dump = make_precision_dump_hook(args, *state, dtype_name(mc.dtype))) hooks.add(dump);
-  for (const auto& h : ctx.hooks) hooks.add(h);
-  // fault_injection.h: the only reader of these variables; a save fault
-  // makes the checkpoint file system a fault-injecting one.
-  const std::optional<InjectedFault> fault =
-      parse_injected_fault(std::getenv("MTRAIN_FAULT_RANK"), std::getenv("MTRAIN_FAULT"));
-  const std::unique_ptr<FileSystem> checkpoint_fs = checkpoint_file_system(fault);
-  const std::shared_ptr<Watchdog> watchdog = add_watchdog_hooks(hooks, args, *state, fault, *checkpoint_fs);
+  const RunGuards guards = add_observer_hooks(hooks, args, ctx, *state, dev, mc, to.train_iters);
   // Rows are padded so that they split into the 2*CP chunks of context
   // parallelism, each a whole number of sequence-parallel shards.
-  const DataShard shard{rc.dp, dp, (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
+  const DataShard shard{rc.dp, state->grid().dp(), (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
   std::unique_ptr<BatchSource> source = data.train_source(args, shard);
   const std::vector<data::Batch> val = data.validation_batches(args, shard);
 
-  FileSystem& fs = *checkpoint_fs;
+  FileSystem& fs = *guards.checkpoint_fs;
   TrainingState ts{model, setup.optimizer, setup.scaler.get(), *source, *state, to.bucket_elems,
                    // Every rank loads its blocks; the first shows it.
                    first_rank && args.progress ? ctx.progress : nullptr};
-  std::optional<Resumed> resumed;
-  // --load (--mcore_model) wins over --model's weights, as in Megatron-SWIFT;
-  // --model still gives the shape and tokenizer.
-  if (args.adapter_load && args.load && !args.finetune)
-    throw ConfigError(fmt::format("--adapter_load {} with --load {}: a resumed run already has its adapters",
-                                  *args.adapter_load, *args.load),
-                      "add --finetune to start the adapters from --adapter_load on --load's base weights");
-  if (args.load) resumed = load_training_checkpoint(fs, load_settings(args), ts);
-  if (!resumed && args.model) load_hf_model(fs, *args.model, ts);
-  if (args.adapter_load) load_adapters(fs, *args.adapter_load, ts);  // on top of the base, before training
-  if (resumed && resumed->seed) to.seed = *resumed->seed;
-  SaveSettings save = save_settings(args);
-  // LoRA: checkpoints hold the trainable tensors and name the frozen base (base_reference.h).
-  if (model.params().trainable_count() != model.params().count()) {
-    const nlohmann::json base = resumed      ? resumed->base
-                                : args.model ? hf_base_reference(fs, *args.model)
-                                             : random_base_reference(static_cast<uint64_t>(args.seed));
-    save.base_json = base.dump();
-  }
-  // --use_checkpoint_opt_param_scheduler: train (and save) on the checkpoint's schedule.
-  if (resumed && resumed->schedule) {
-    setup.scheduler = optim::LrScheduler(resumed->schedule->lr);
-    setup.optimizer.set_weight_decay(resumed->schedule->weight_decay);
-    save.schedule = *resumed->schedule;
-  }
-  if (watchdog) watchdog->beat("trainer starts");
+  RunStart start = load_start(args, fs, ts, to, setup);
+  if (guards.watchdog) guards.watchdog->beat("trainer starts");
   Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), *source, &val, hooks, state);
-  if (resumed) trainer.restore(resumed->counters);
-  save.seed = to.seed;
-  hooks.add(std::make_shared<CheckpointHook>(fs, std::move(save), ts, trainer, watchdog));
+  if (start.resumed) trainer.restore(start.resumed->counters);
+  start.save.seed = to.seed;
+  hooks.add(std::make_shared<CheckpointHook>(fs, std::move(start.save), ts, trainer, guards.watchdog));
   PosixFileSystem profile_fs;
   if (args.profile)
     hooks.add(std::make_shared<ProfilerHook>(profiler_options(args), dev, state, state->rank(), profile_fs));
   trainer.train();
-  if (args.report && state->rank() == state->world_size() - 1) write_run_report(args.output_dir);
-  // Without TP/PP the sample answers are one rank's own compute: no peer to wait for.
-  if (watchdog && args.tensor_model_parallel_size * args.pipeline_model_parallel_size == 1) watchdog->stop();
-  // The last rank's closing validation line goes out before rank 0's answers.
-  state->world().barrier();
-  print_answers(args, model, data, *state);
-  if (ctx.memory_out) *ctx.memory_out = dev.stats();
+  finish_run(args, ctx, model, data, *state, dev, guards.watchdog.get());
   return 0;
 }
 

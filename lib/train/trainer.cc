@@ -215,6 +215,21 @@ StepMetrics Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
   profiler::Scope region({profiler::Kind::kIteration, profiler::Pass::kNone, "iteration", it});
+  StepLoss loss = forward_backward(it);
+  StepMetrics m;
+  const StepUpdate update = optimizer_step(it, loss.lm_loss, m);
+  if (opts_.log_params_norm) {
+    m.has_params_norm = true;
+    m.params_norm = grad_sync_->params_norm(model_.params().params().data());
+  }
+  iteration_ = it;
+  consumed_samples_ += train_data_.global_batch_samples();
+  fill_step_metrics(m, it, std::move(loss), update);
+  m.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+Trainer::StepLoss Trainer::forward_backward(int64_t it) {
   step_comm_ = {};
   step_comm_by_group_.clear();
   std::vector<data::Batch> micro = cp_share(train_data_.next_global_batch());
@@ -223,111 +238,112 @@ StepMetrics Trainer::train_step() {
   for (const data::Batch& b : micro) counts[1] += static_cast<double>(b.B * b.T);
   if (parallel::Comm& g = state_->group(dense_grad_group(state_->grid())); g.size() > 1)
     g.all_reduce(counts, 2, parallel::ReduceOp::kSum);
-  const double loss_tokens = counts[0];
-  const int64_t tokens = static_cast<int64_t>(counts[1]);
+  StepLoss loss;
+  loss.loss_tokens = counts[0];
+  loss.tokens = static_cast<int64_t>(counts[1]);
   const double scale = scaler_ ? scaler_->scale() : 1.0;
   model::ParamStore& ps = model_.params();
   // The first micro-batch's backward zeroes each gradient just before its
   // first contribution (no separate sweep over the buffer).
   if (micro.empty()) ps.grads().zero();
   grad_sync_->begin_overlap(ps.grads().data());
-  const double loss_sum = share_loss(run_schedule(micro, it, loss_tokens > 0 ? scale / loss_tokens : 0.0));
-  std::vector<std::pair<std::string, double>> aux_losses =
-      model_.take_aux_log(*state_, static_cast<int64_t>(micro.size()));
-  const double lm_loss = loss_tokens > 0 ? loss_sum / loss_tokens : 0.0;
-  {
-    profiler::Scope phase({profiler::Kind::kPhase, profiler::Pass::kNone, "grad_sync"});
-    grad_sync_->reduce(ps.grads().data());
-    // Megatron's finalize_model_grads: after the gradient reduction, before
-    // (and whatever becomes of) the optimizer step.
-    model_.update_expert_bias(state_->group(parallel::GroupKind::kTensorDataContext));
-  }
+  const double loss_sum = share_loss(run_schedule(micro, it, loss.loss_tokens > 0 ? scale / loss.loss_tokens : 0.0));
+  loss.aux_losses = model_.take_aux_log(*state_, static_cast<int64_t>(micro.size()));
+  loss.lm_loss = loss.loss_tokens > 0 ? loss_sum / loss.loss_tokens : 0.0;
+  profiler::Scope phase({profiler::Kind::kPhase, profiler::Pass::kNone, "grad_sync"});
+  grad_sync_->reduce(ps.grads().data());
+  // Megatron's finalize_model_grads: after the gradient reduction, before
+  // (and whatever becomes of) the optimizer step.
+  model_.update_expert_bias(state_->group(parallel::GroupKind::kTensorDataContext));
+  return loss;
+}
 
+// Megatron's optimizer.step(): unscale and check, grad norm, update, param
+// copy and (distributed optimizer) the all-gather; their kernels belong here.
+Trainer::StepUpdate Trainer::optimizer_step(int64_t it, double lm_loss, StepMetrics& m) {
+  model::ParamStore& ps = model_.params();
   float* grads = ps.grads().data();
-  StepMetrics m;
-  bool skip = false;
-  double grad_norm = 0;
-  // Megatron's optimizer.step(): unscale and check, grad norm, update, param
-  // copy and (distributed optimizer) the all-gather; their kernels belong here.
+  StepUpdate u;
   profiler::Scope optimizer_phase({profiler::Kind::kPhase, profiler::Pass::kNone, "optimizer_step"});
   if (scaler_) {
     // Megatron's order: unscale, check the grads for overflow, update the
     // scaler; on overflow the step (and the lr schedule) is skipped.
     const bool overflow = grad_sync_->unscale_and_check(grads, scaler_->inv_scale());
     scaler_->update(overflow);
-    skip = overflow;
-    if (!skip) grad_norm = grad_sync_->grad_norm(grads);
+    u.skipped = overflow;
+    if (!u.skipped) u.grad_norm = grad_sync_->grad_norm(grads);
   } else {
-    grad_norm = grad_sync_->grad_norm(grads);
+    u.grad_norm = grad_sync_->grad_norm(grads);
   }
   // Megatron counts zeros after unscaling, and none on an fp16 overflow skip.
-  const bool grads_valid = !(scaler_ && skip);
+  const bool grads_valid = !(scaler_ && u.skipped);
   if (opts_.log_num_zeros_in_grad && grads_valid) {
     m.has_num_zeros = true;
     m.num_zeros = grad_sync_->count_zeros(grads);
   }
-  const bool finite = std::isfinite(lm_loss) && std::isfinite(grad_norm);
-  if (!skip && !finite) {
-    ++nan_total_;
-    if (opts_.check_nonfinite && !opts_.skip_nonfinite) {
-      throw NonFiniteError(
-          fmt::format("iteration {}: {} is not finite (lm loss {}, grad norm {}); stopped before the optimizer step, "
-                      "so the weights are those after iteration {}",
-                      it, std::isfinite(lm_loss) ? "the gradient norm" : "the loss", show(lm_loss), show(grad_norm),
-                      it - 1),
-          "lower --lr, raise --lr_warmup_iters, use --bf16 instead of --fp16, or pass --on_nonfinite skip to skip "
-          "such steps");
-    }
-    skip = opts_.check_nonfinite;
-  }
-  if (skip) {
-    ++skipped_total_;
-    // fp16 overflow skips are the loss scaler's normal business; only skips for
-    // non-finite values (--on_nonfinite skip) count towards the cap.
-    if (!scaler_ && ++consecutive_skips_ > opts_.max_consecutive_skips) {
-      throw NonFiniteError(fmt::format("iteration {}: the loss or gradient norm is non-finite in {} consecutive "
-                                       "iterations, more than --max_consecutive_nonfinite_skips {} allows",
-                                       it, consecutive_skips_, opts_.max_consecutive_skips),
-                           "the run has diverged; lower --lr or check the data");
-    }
+  const bool finite = std::isfinite(lm_loss) && std::isfinite(u.grad_norm);
+  if (!u.skipped && !finite) u.skipped = on_nonfinite(it, lm_loss, u.grad_norm);
+  if (u.skipped) {
+    count_skip(it);
   } else {
     consecutive_skips_ = 0;
     // Clipping is applied inside the optimizer's pass (the same float product
     // as optim::clip_grads, without another sweep over the gradient buffer).
-    const double clip_coeff = opts_.clip_grad > 0 ? optim::clip_coefficient(opts_.clip_grad, grad_norm) : 1.0;
+    const double clip_coeff = opts_.clip_grad > 0 ? optim::clip_coefficient(opts_.clip_grad, u.grad_norm) : 1.0;
     optimizer_.step(ps.params().data(), grads, scheduler_.lr_at(successful_steps_), clip_coeff);
     grad_sync_->gather_params(ps.params().data());
     ++successful_steps_;
   }
   optimizer_phase.end({});
-  if (opts_.log_params_norm) {
-    m.has_params_norm = true;
-    m.params_norm = grad_sync_->params_norm(ps.params().data());
-  }
-  iteration_ = it;
-  consumed_samples_ += train_data_.global_batch_samples();
+  return u;
+}
 
+bool Trainer::on_nonfinite(int64_t it, double lm_loss, double grad_norm) {
+  ++nan_total_;
+  if (opts_.check_nonfinite && !opts_.skip_nonfinite) {
+    throw NonFiniteError(
+        fmt::format("iteration {}: {} is not finite (lm loss {}, grad norm {}); stopped before the optimizer step, "
+                    "so the weights are those after iteration {}",
+                    it, std::isfinite(lm_loss) ? "the gradient norm" : "the loss", show(lm_loss), show(grad_norm),
+                    it - 1),
+        "lower --lr, raise --lr_warmup_iters, use --bf16 instead of --fp16, or pass --on_nonfinite skip to skip "
+        "such steps");
+  }
+  return opts_.check_nonfinite;
+}
+
+void Trainer::count_skip(int64_t it) {
+  ++skipped_total_;
+  // fp16 overflow skips are the loss scaler's normal business; only skips for
+  // non-finite values (--on_nonfinite skip) count towards the cap.
+  if (!scaler_ && ++consecutive_skips_ > opts_.max_consecutive_skips) {
+    throw NonFiniteError(fmt::format("iteration {}: the loss or gradient norm is non-finite in {} consecutive "
+                                     "iterations, more than --max_consecutive_nonfinite_skips {} allows",
+                                     it, consecutive_skips_, opts_.max_consecutive_skips),
+                         "the run has diverged; lower --lr or check the data");
+  }
+}
+
+void Trainer::fill_step_metrics(StepMetrics& m, int64_t it, StepLoss loss, const StepUpdate& u) const {
   m.iteration = it;
   m.train_iters = opts_.train_iters;
   m.consumed_samples = consumed_samples_;
   m.global_batch_size = opts_.global_batch_size;
-  m.loss_tokens = static_cast<int64_t>(loss_tokens);
-  m.tokens = tokens;
-  m.lm_loss = lm_loss;
-  m.aux_losses = std::move(aux_losses);
+  m.loss_tokens = static_cast<int64_t>(loss.loss_tokens);
+  m.tokens = loss.tokens;
+  m.lm_loss = loss.lm_loss;
+  m.aux_losses = std::move(loss.aux_losses);
   // Megatron logs the lr read after the scheduler stepped.
   m.learning_rate = scheduler_.lr_at(successful_steps_);
-  m.grad_norm = grad_norm;
-  m.has_grad_norm = !(scaler_ && skip);
+  m.grad_norm = u.grad_norm;
+  m.has_grad_norm = !(scaler_ && u.skipped);
   m.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-  m.skipped = skip;
+  m.skipped = u.skipped;
   m.skipped_iterations = skipped_total_;
   m.nan_iterations = nan_total_;
-  m.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   m.grad_buckets_overlapped = grad_sync_->buckets_started_early();
   m.comm = step_comm_;
   m.comm_by_group = step_comm_by_group_;
-  return m;
 }
 
 double Trainer::evaluate(const std::vector<data::Batch>& all_batches) {

@@ -94,7 +94,31 @@ class Trainer {
   parallel::ParallelState& parallel_state() { return *state_; }
 
  private:
+  // One iteration: forward_backward, optimizer_step, then the metrics.
   StepMetrics train_step();
+  // What forward and backward of one global batch leave for the step.
+  struct StepLoss {
+    double loss_tokens = 0;  // of the whole global batch (all DP and CP ranks)
+    int64_t tokens = 0;
+    double lm_loss = 0;
+    std::vector<std::pair<std::string, double>> aux_losses;
+  };
+  struct StepUpdate {
+    bool skipped = false;  // fp16 overflow or (--on_nonfinite skip) a non-finite loss / grad norm
+    double grad_norm = 0;
+  };
+  // The global batch through the schedule, its loss shared, the gradients
+  // reduced over DP (and the MoE expert bias updated).
+  StepLoss forward_backward(int64_t it);
+  // Unscale and check, grad norm, then the update (clipped) or a skip;
+  // m gets the gradient's zeros when they are logged.
+  StepUpdate optimizer_step(int64_t it, double lm_loss, StepMetrics& m);
+  // A non-finite loss or grad norm: counts it; throws NonFiniteError unless
+  // skipping was asked for; returns whether the step is skipped.
+  bool on_nonfinite(int64_t it, double lm_loss, double grad_norm);
+  // A skipped step: counts it; throws NonFiniteError past the consecutive-skip cap.
+  void count_skip(int64_t it);
+  void fill_step_metrics(StepMetrics& m, int64_t it, StepLoss loss, const StepUpdate& u) const;
   // Runs the schedule over `micro`; returns this rank's weighted loss sum
   // (non-zero only on the last stage's TP rank 0).
   double run_schedule(const std::vector<data::Batch>& micro, int64_t it, double dloss_scale);

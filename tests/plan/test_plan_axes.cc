@@ -21,31 +21,6 @@
 namespace mtrain::plan {
 namespace {
 
-std::vector<std::string> with_flags(std::vector<std::string> words, const std::string& flags) {
-  std::istringstream in(flags);
-  for (std::string w; in >> w;) words.push_back(w);
-  return words;
-}
-
-// The demo decoder (4 layers, 4 heads, 2 query groups) on the 64 MiB
-// tiny_test device, 4 ranks of one node.
-std::vector<std::string> demo(const std::string& preset, int seq) {
-  return {"--model_preset",
-          preset,
-          "--vocab_size",
-          "1024",
-          "--global_batch_size",
-          "8",
-          "--seq_length",
-          std::to_string(seq),
-          "--max_position_embeddings",
-          std::to_string(seq),
-          "--device_profile",
-          "tiny_test",
-          "--train_iters",
-          "1"};
-}
-
 SearchOptions four(bool prune, int min_cp_tokens) {
   SearchOptions o{4, 1, prune};
   o.min_cp_tokens = min_cp_tokens;
