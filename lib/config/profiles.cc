@@ -18,9 +18,25 @@ namespace mtrain::config {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// <dir of this executable>/../share/mtrain/configs: where `cmake --install` puts
+// them beside bin/mtrain. "" when /proc/self/exe cannot be read.
+std::string installed_config_dir() {
+#ifdef MTRAIN_CONFIGS_FROM_BINDIR
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && exe.has_parent_path()) return (exe.parent_path() / MTRAIN_CONFIGS_FROM_BINDIR).lexically_normal().string();
+#endif
+  return "";
+}
+
+}  // namespace
+
 std::string find_config_dir() {
   std::vector<std::string> candidates;
   if (const char* env = std::getenv("MTRAIN_CONFIG_DIR"); env != nullptr && *env != '\0') candidates.emplace_back(env);
+  if (std::string installed = installed_config_dir(); !installed.empty()) candidates.push_back(std::move(installed));
 #ifdef MTRAIN_SOURCE_DIR
   candidates.emplace_back(MTRAIN_SOURCE_DIR "/configs");
 #endif

@@ -11,8 +11,9 @@
 
 namespace mtrain::config {
 
-// The configs/ directory: $MTRAIN_CONFIG_DIR, else <source dir>/configs (compiled
-// in), else ./configs. Returns "" if none exists.
+// The configs/ directory: $MTRAIN_CONFIG_DIR, else the installed one beside the
+// executable (<bin>/../share/mtrain/configs, `cmake --install`), else
+// <source dir>/configs (compiled in), else ./configs. Returns "" if none exists.
 std::string find_config_dir();
 
 using DeviceProfileSpec = device::DeviceProfile;
