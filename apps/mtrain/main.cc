@@ -118,6 +118,7 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   Prepared p;
   mtrain::config::ParseOptions options;
   options.commands = mtrain_commands();
+  options.help_width = mtrain::config::stdout_help_width();
   const LaunchChoice launch = read_launch_choice(argc, argv, env);
   options.world_size = validated_world_size(launch, env, world);
   p.inv = mtrain::config::parse_command_line(argc, argv, options);

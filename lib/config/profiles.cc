@@ -47,6 +47,16 @@ std::string find_config_dir() {
   return "";
 }
 
+std::vector<std::string> yaml_names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 namespace {
 
 std::string where(const std::string& file, const YAML::Mark& m) {
@@ -58,12 +68,7 @@ std::string resolve_device_path(const std::string& name, const std::string& conf
   if (fs::is_regular_file(name)) return name;
   fs::path dir = fs::path(config_dir.empty() ? find_config_dir() : config_dir) / "devices";
   if (fs::path p = dir / (name + ".yaml"); fs::is_regular_file(p)) return p.string();
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
+  const std::vector<std::string> names = yaml_names_in(dir.string());
   std::string msg = fmt::format("unknown device profile '{}'", name);
   if (auto s = suggest_name(name, names); !s.empty()) msg += fmt::format("; did you mean '{}'?", s);
   throw ConfigError(

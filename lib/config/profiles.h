@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "device/profile.h"
 
@@ -15,6 +16,10 @@ namespace mtrain::config {
 // executable (<bin>/../share/mtrain/configs, `cmake --install`), else
 // <source dir>/configs (compiled in), else ./configs. Returns "" if none exists.
 std::string find_config_dir();
+
+// The names of the YAML files in `dir` (file names without ".yaml"), sorted;
+// empty when `dir` does not exist. What presets and profiles can be named.
+std::vector<std::string> yaml_names_in(const std::string& dir);
 
 using DeviceProfileSpec = device::DeviceProfile;
 
