@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
