@@ -1,23 +1,38 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mtrain builds against. Idempotent: does nothing
-# when every package is already installed. Used by scripts/demo.sh,
-# scripts/test.sh and CI.
+# when every package is already installed. Used by scripts/build.sh (and so
+# scripts/demo.sh, scripts/test.sh, scripts/install.sh) and CI.
+#   scripts/install_deps.sh          everything: mtrain, its tests and benchmarks
+#   scripts/install_deps.sh --demo   only what the mtrain binary needs (the demo, install.sh)
 set -euo pipefail
 
-PACKAGES=(
+# What lib/ and apps/ build and link against (CMakeLists.txt, lib/*/CMakeLists.txt).
+DEMO_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libopenblas-openmp-dev
   libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev
   libopenmpi-dev openmpi-bin libonig-dev libicu-dev libsentencepiece-dev
-  liblzma-dev
-  zlib1g-dev
-  libcsv-dev
-  libpng-dev chromium-headless-shell  # tests: `mtrain report` opened in a headless browser
-  libprotobuf-c-dev protobuf-c-compiler libisal-dev
-  libprotobuf-dev protobuf-compiler
-  python3-protobuf python3-crc32c
+  zlib1g-dev                                            # lib/checkpoint
+  libcsv-dev                                            # lib/data
+  libprotobuf-c-dev protobuf-c-compiler libisal-dev     # lib/tensorboard
 )
+# Only tests/ (configured with -DMTRAIN_BUILD_TESTS=ON, the default) uses these.
+TEST_PACKAGES=(
+  libgtest-dev libgmock-dev                             # every test
+  liblzma-dev                                           # tests/data: tokenizer reference fixtures
+  libpng-dev chromium-headless-shell                    # tests/apps: `mtrain report` opened in a headless browser
+  libprotobuf-dev protobuf-compiler                     # tests/tensorboard: the C++ event-file reader
+  python3-protobuf python3-crc32c                       # tests/tensorboard/check_events.py
+)
+
+case "${1:-}" in
+  --demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+  "") PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *)
+    echo "usage: scripts/install_deps.sh [--demo]" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

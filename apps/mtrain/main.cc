@@ -12,98 +12,47 @@
 // class (README "Exit codes"); an error every rank hits alike at run time is
 // printed once, others by their rank (launch_rank.h).
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <exception>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "common/errors.h"
 #include "common/progress.h"
 #include "config/cli.h"
-#include "data/preprocess_command.h"
-#include "data/tokenizer_command.h"
+#include "mtrain/commands.h"
 #include "mtrain/launch/launch_devices_command.h"
 #include "mtrain/launch/launch_env.h"
-#include "mtrain/launch/launch_npu_smi_command.h"
 #include "mtrain/launch/launch_rank.h"
 #include "mtrain/launch/launch_relay.h"
 #include "mtrain/launch/launch_run.h"
 #include "mtrain/launch/rendezvous.h"
 #include "parallel/mpi_comm.h"
 #include "plan/dry_run_command.h"
-#include "plan/plan_command.h"
-#include "report/report.h"
-#include "train/export.h"
-#include "train/infer.h"
-#include "train/precision_compare.h"
 #include "train/run.h"
 
 namespace {
 
 using mtrain::launch::WorldInfo;
 
+// sft and pt, then the table's commands (commands.h) with their arguments passed through.
 std::vector<mtrain::config::CommandSpec> mtrain_commands() {
   auto commands = mtrain::config::default_commands();
-  commands.push_back({"devices",
-                      {},
-                      "show the simulated NPU pool and which rank owns which device (like npu-smi)",
-                      /*training_flags=*/false});
-  commands.push_back({"npu-smi",
-                      {},
-                      "`npu-smi info [-t topo]`: the node's simulated NPUs, their HBM use and mtrain processes",
-                      /*training_flags=*/false});
-  commands.push_back({"export",
-                      {},
-                      "convert weights: mtrain checkpoint -> Hugging Face directory (--to_hf) or back (--to_mcore)",
-                      /*training_flags=*/false});
-  commands.push_back({"infer",
-                      {},
-                      "answer with a trained model (swift infer): chat on stdin, or a dataset into JSONL; KV cache",
-                      /*training_flags=*/false});
-  commands.push_back({"tokenizer",
-                      {},
-                      "encode or decode with a tokenizer (tokenizer.json, tokenizer.model) to check ids",
-                      /*training_flags=*/false});
-  commands.push_back({"compare",
-                      {},
-                      "compare two precision dumps (--precision_dump_path) and name the first diverging module",
-                      /*training_flags=*/false});
-  commands.push_back({"plan",
-                      {},
-                      "search TP/PP/VPP/DP, micro-batch, recompute, distributed optimizer and SP for the fastest "
-                      "layout that fits (dry-run checked)",
-                      /*training_flags=*/false});
-  commands.push_back(
-      {"report",
-       {},
-       "write a run's HTML report with SVG plots (loss, lr, grad norm, memory...); --compare overlays runs",
-       /*training_flags=*/false});
-  commands.push_back({"preprocess_data",
-                      {},
-                      "tokenize JSONL into Megatron's indexed .bin/.idx pretraining format (for pt --data_path)",
-                      /*training_flags=*/false});
+  for (const mtrain::app::Subcommand& c : mtrain::app::subcommands())
+    commands.push_back({c.name, {}, c.description, /*training_flags=*/false});
   return commands;
 }
 
 // What the agreed checks produced: the parsed command and this rank's device.
 struct Prepared {
   mtrain::config::Invocation inv;
-  mtrain::launch::DevicesOptions devices;
-  mtrain::launch::NpuSmiOptions npu_smi;
-  mtrain::train::ExportOptions export_options;
-  mtrain::train::InferOptions infer_options;
-  mtrain::data::TokenizerCommandOptions tokenizer_options;
-  mtrain::data::PreprocessCommandOptions preprocess_options;
-  mtrain::train::CompareOptions compare_options;
+  const mtrain::app::Subcommand* command = nullptr;  // null: a training command (or help / version)
+  mtrain::app::ParsedCommand parsed;                 // the table command's options
   mtrain::launch::DevicePlacement placement;
-  mtrain::plan::PlanOptions plan_options;
-  mtrain::report::ReportOptions report_options;
   std::vector<std::string> warnings;
 };
 
@@ -140,11 +89,11 @@ LaunchChoice read_launch_choice(int argc, char** argv, const mtrain::launch::Env
 }
 
 // Commands whose long work shows a progress line: training (unless
-// --progress false), preprocess_data, plan's layout search, export.
+// --progress false) and the table's commands that say so (commands.cc).
 bool wants_progress(const LaunchChoice& launch, const std::vector<std::string>& args) {
   if (launch.progress) return true;
-  static const std::set<std::string> kCommands = {"preprocess_data", "plan", "export"};
-  if (args.empty() || !kCommands.count(args[0])) return false;
+  const mtrain::app::Subcommand* command = args.empty() ? nullptr : mtrain::app::find_subcommand(args[0]);
+  if (!command || !command->shows_progress) return false;
   for (const auto& a : args)
     if (a == "-h" || a == "--help") return false;
   return true;
@@ -170,6 +119,7 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   Prepared p;
   mtrain::config::ParseOptions options;
   options.commands = mtrain_commands();
+  options.help_width = mtrain::config::stdout_help_width();
   const LaunchChoice launch = read_launch_choice(argc, argv, env);
   options.world_size = validated_world_size(launch, env, world);
   p.inv = mtrain::config::parse_command_line(argc, argv, options);
@@ -177,55 +127,13 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   if (launch.dry_run && !mtrain::launch::under_mpi(env))  // a launch would have printed them
     p.warnings.insert(p.warnings.end(), launch.request.warnings.begin(), launch.request.warnings.end());
   if (p.inv.action != mtrain::config::Invocation::Action::kRun) return p;
-  if (p.inv.command == "export") {  // one process, no device
-    p.export_options = mtrain::train::parse_export_args(p.inv.passthrough);
-    if (!p.export_options.help) require_one_process("export", world);
+  p.command = mtrain::app::find_subcommand(p.inv.command);
+  if (p.command) {
+    p.parsed = p.command->parse(p.inv.passthrough, {env, world, &p.placement, &p.warnings});
+    if (p.command->single_process && !p.parsed.help) require_one_process(p.command->name.c_str(), world);
     return p;
   }
-  if (p.inv.command == "npu-smi") {  // one process, reads the ranks' published status
-    p.npu_smi = mtrain::launch::parse_npu_smi_args(p.inv.passthrough);
-    if (!p.npu_smi.help) require_one_process("npu-smi", world);
-    return p;
-  }
-  if (p.inv.command == "tokenizer") {  // one process, no device
-    p.tokenizer_options = mtrain::data::parse_tokenizer_args(p.inv.passthrough);
-    return p;
-  }
-  if (p.inv.command == "compare") {  // one process, no device
-    p.compare_options = mtrain::train::parse_compare_args(p.inv.passthrough);
-    if (!p.compare_options.help) require_one_process("compare", world);
-    return p;
-  }
-  if (p.inv.command == "plan") {  // one process plans the whole world
-    // NNODES / NPROC_PER_NODE, as for --dry_run, unless --nnodes / --nproc_per_node say otherwise.
-    const mtrain::launch::LaunchRequest request = mtrain::launch::read_launch_request(env);
-    p.plan_options = mtrain::plan::parse_plan_args(p.inv.passthrough, request.nnodes, request.nproc_per_node);
-    if (!p.plan_options.help) require_one_process("plan", world);
-    return p;
-  }
-  if (p.inv.command == "report") {  // one process, reads files
-    p.report_options = mtrain::report::parse_report_args(p.inv.passthrough);
-    if (!p.report_options.help) require_one_process("report", world);
-    return p;
-  }
-  if (p.inv.command == "preprocess_data") {  // one process, no device
-    p.preprocess_options = mtrain::data::parse_preprocess_args(p.inv.passthrough);
-    if (!p.preprocess_options.help) require_one_process("preprocess_data", world);
-    return p;
-  }
-  if (p.inv.command == "infer") {  // one model replica over the launch's ranks, each on its NPU
-    p.infer_options = mtrain::train::parse_infer_args(p.inv.passthrough);
-    if (p.infer_options.help) return p;
-    p.placement =
-        mtrain::launch::place_device(p.infer_options.device_profile.value_or("Ascend910B3"), env, world, &p.warnings);
-    return p;
-  }
-  const bool devices = p.inv.command == "devices";
-  if (devices) {
-    p.devices = mtrain::launch::parse_devices_args(p.inv.passthrough);
-    if (p.devices.help) return p;
-  }
-  const std::string profile = devices ? p.devices.device_profile : p.inv.args.device_profile;
+  const std::string profile = p.inv.args.device_profile;
   // A dry run places the node it plans (its ranks on this node's NPUs), so a
   // world the profile's node cannot hold is refused as a launch would be.
   WorldInfo placed = world;
@@ -238,39 +146,10 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
   return p;
 }
 
-// `mtrain infer`: the ranks of the launch hold one model (TP x PP).
-int run_infer_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWorld* mpi) {
-  mtrain::train::InferContext ctx;
-  ctx.device_index = p.placement.device;
-  ctx.local_ranks = world.local_size;
-  ctx.stdout_is_tty = isatty(STDOUT_FILENO) != 0;
-  if (!mpi) return mtrain::train::run_infer(p.infer_options, ctx, std::cin, std::cout);
-  mtrain::parallel::ProcessGridConfig g;
-  g.world_size = world.size;
-  g.tensor_model_parallel_size = p.infer_options.tensor_model_parallel_size;
-  g.pipeline_model_parallel_size = p.infer_options.pipeline_model_parallel_size;
-  mtrain::parallel::ParallelState state =
-      mtrain::parallel::make_mpi_parallel_state(mtrain::parallel::ProcessGrid(g), mpi->comm());
-  ctx.parallel = &state;
-  return mtrain::train::run_infer(p.infer_options, ctx, std::cin, std::cout);
-}
-
+// A table command, else the default path: the dry run or the training run.
 int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWorld* mpi,
                 const mtrain::launch::Env& env) {
-  if (p.inv.command == "npu-smi") return mtrain::launch::run_npu_smi_command(p.npu_smi, env, std::cout);
-  if (p.inv.command == "devices") {
-    return mtrain::launch::run_devices_command(p.devices, p.placement, world, mpi ? mpi->comm() : MPI_COMM_NULL);
-  }
-  if (p.inv.command == "tokenizer") return mtrain::data::run_tokenizer_command(p.tokenizer_options, std::cout);
-  if (p.inv.command == "preprocess_data") return mtrain::data::run_preprocess_command(p.preprocess_options, std::cout);
-  if (p.inv.command == "plan") return mtrain::plan::run_plan_command(p.plan_options, std::cout);
-  if (p.inv.command == "compare") return mtrain::train::run_compare(p.compare_options, std::cout);
-  if (p.inv.command == "report") return mtrain::report::run_report_command(p.report_options, std::cout);
-  if (p.inv.command == "export") {
-    mtrain::PosixFileSystem fs;
-    return mtrain::train::run_export(p.export_options, fs);
-  }
-  if (p.inv.command == "infer") return run_infer_command(p, world, mpi);
+  if (p.command) return p.command->run(p.parsed.options, {env, world, mpi, p.placement});
   if (p.inv.args.dry_run) {
     if (world.size > 1)
       throw mtrain::UsageError(
@@ -315,21 +194,10 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
   if (world.rank == 0) {
     for (const std::string& w : p.warnings) fmt::print(stderr, "mtrain: warning: {}\n", w);
     if (p.inv.action != mtrain::config::Invocation::Action::kRun) fmt::print("{}", p.inv.text);
-    if (p.devices.help) fmt::print("{}", mtrain::launch::devices_help());
-    if (p.npu_smi.help) fmt::print("{}", mtrain::launch::npu_smi_help());
-    if (p.export_options.help) fmt::print("{}", mtrain::train::export_help());
-    if (p.infer_options.help) fmt::print("{}", mtrain::train::infer_help());
-    if (p.tokenizer_options.help) fmt::print("{}", mtrain::data::tokenizer_help());
-    if (p.preprocess_options.help) fmt::print("{}", mtrain::data::preprocess_help());
-    if (p.compare_options.help) fmt::print("{}", mtrain::train::compare_help());
-    if (p.plan_options.help) fmt::print("{}", mtrain::plan::plan_help());
-    if (p.report_options.help) fmt::print("{}", mtrain::report::report_help());
+    if (p.parsed.help) fmt::print("{}", p.command->help());
   }
   int rc = 0;
-  const bool help = p.devices.help || p.npu_smi.help || p.export_options.help || p.infer_options.help ||
-                    p.tokenizer_options.help || p.preprocess_options.help || p.compare_options.help ||
-                    p.plan_options.help || p.report_options.help;
-  if (p.inv.action == mtrain::config::Invocation::Action::kRun && !help) {
+  if (p.inv.action == mtrain::config::Invocation::Action::kRun && !p.parsed.help) {
     std::optional<mtrain::launch::FailureChannel> failures;
     if (mpi && world.size > 1) failures.emplace(mpi->comm());
     try {

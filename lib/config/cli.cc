@@ -155,6 +155,8 @@ std::string command_names(const std::vector<CommandSpec>& commands) {
 
 namespace {
 
+HelpStyle help_style(const ParseOptions& options) { return {options.help_width, options.config_dir}; }
+
 // parse_command_line up to the merge: the command, help, or unvalidated Args.
 Invocation parse_and_merge(int argc, const char* const* argv, const ParseOptions& options, bool apply_env) {
   std::map<std::string, std::string> original;
@@ -202,7 +204,8 @@ Invocation parse_and_merge(int argc, const char* const* argv, const ParseOptions
   if (st == nullptr) {
     if (!app.remaining().empty()) throw_unknown_command(app.remaining().front(), options.commands);
     if (top_version) return {Invocation::Action::kVersion, "", {}, {}, {}, version_text() + "\n"};
-    if (top_help) return {Invocation::Action::kHelp, "", {}, {}, {}, help_text("", options.commands)};
+    if (top_help)
+      return {Invocation::Action::kHelp, "", {}, {}, {}, help_text("", options.commands, help_style(options))};
     throw UsageError(fmt::format("missing command (one of: {})", command_names(options.commands)),
                      "`mtrain --help` lists the commands; `mtrain sft --help` lists the flags");
   }
@@ -213,7 +216,7 @@ Invocation parse_and_merge(int argc, const char* const* argv, const ParseOptions
   }
   if (st->help) {
     inv.action = Invocation::Action::kHelp;
-    inv.text = help_text(inv.command, options.commands);
+    inv.text = help_text(inv.command, options.commands, help_style(options));
     return inv;
   }
   for (const auto& extra : st->app->remaining()) {

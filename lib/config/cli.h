@@ -38,6 +38,7 @@ struct ParseOptions {
   std::vector<CommandSpec> commands = default_commands();
   int world_size = 1;      // for validation (DP = world / (TP*PP*CP))
   std::string config_dir;  // "" = find_config_dir()
+  int help_width = 80;     // columns of --help (main passes stdout_help_width())
 };
 
 struct Invocation {
@@ -59,11 +60,25 @@ Invocation parse_command_line(int argc, const char* const* argv, const ParseOpti
 // without applying the YAML ENV block. nullopt for other commands, help and version.
 std::optional<Args> peek_args(int argc, const char* const* argv, const ParseOptions& options = {});
 
-// `mtrain --help` (commands) or `mtrain <command> --help` (every flag, grouped).
-std::string help_text(const std::string& command = "", const std::vector<CommandSpec>& commands = default_commands());
+struct HelpStyle {
+  int width = 80;          // columns the help is wrapped to
+  std::string config_dir;  // where the listed presets and device profiles are read; "" = find_config_dir()
+};
+// `mtrain --help` (commands) or `mtrain <command> --help` (the common flags,
+// then every other flag by group; flags.h), wrapped to style.width.
+std::string help_text(const std::string& command = "", const std::vector<CommandSpec>& commands = default_commands(),
+                      const HelpStyle& style = {});
+// The width of --help on this process's stdout: on a terminal $COLUMNS, else
+// the terminal's width (TIOCGWINSZ), at least 40; 80 when stdout is not a
+// terminal, so redirected help is the same everywhere.
+int stdout_help_width();
+// The rule behind it, for tests: `columns_env` is $COLUMNS (or null),
+// `terminal_columns` the width the terminal reports (0: unknown).
+int help_width(bool stdout_is_tty, const char* columns_env, int terminal_columns);
 // "mtrain 0.1.0".
 std::string version_text();
-// docs/FLAGS.md, generated from the flag table.
-std::string flags_markdown();
+// docs/FLAGS.md, generated from the flag table and the YAML names in
+// `config_dir` ("" = find_config_dir()).
+std::string flags_markdown(const std::string& config_dir = "");
 
 }  // namespace mtrain::config

@@ -6,7 +6,7 @@
 namespace mtrain::config::detail {
 
 namespace {
-constexpr auto T = FlagGroup::kTraining;
+constexpr auto T = FlagGroup::kLora;
 }  // namespace
 
 std::vector<FlagSpec> lora_flags() {

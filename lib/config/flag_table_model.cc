@@ -14,11 +14,10 @@ std::vector<FlagSpec> model_flags() {
       {.name = "model_preset",
        .field = &Args::model_preset,
        .group = M,
-       .help = "Model shape preset: configs/models/<name>.yaml (demo, gpt2-124m, gpt3-175b, llama2-7b, qwen2.5-0.5b, "
-               "qwen2.5-72b, "
-               "qwen2.5-7b, qwen3-8b) or a path. Precedence: --model's config.json < preset < YAML config < "
-               "command line.",
-       .default_text = "none"},
+       .help = "Model shape preset: configs/models/<name>.yaml or a path. Precedence: --model's config.json < "
+               "preset < YAML config < command line.",
+       .default_text = "none",
+       .lists = "models"},
       {.name = "num_layers",
        .field = &Args::num_layers,
        .group = M,

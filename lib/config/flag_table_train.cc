@@ -289,8 +289,8 @@ std::vector<FlagSpec> logging_flags() {
       {.name = "device_profile",
        .field = &Args::device_profile,
        .group = L,
-       .help = "Simulated NPU: configs/devices/<name>.yaml (Ascend910B3, Ascend910B2, Ascend910B4, tiny_test) "
-               "or a path."},
+       .help = "Simulated NPU: configs/devices/<name>.yaml or a path.",
+       .lists = "devices"},
       {.name = "dry_run",
        .field = &Args::dry_run,
        .group = L,

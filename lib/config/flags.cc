@@ -18,6 +18,8 @@ const char* flag_group_name(FlagGroup g) {
       return "Fusions and kernels";
     case FlagGroup::kTraining:
       return "Training and optimizer";
+    case FlagGroup::kLora:
+      return "LoRA (--train_type lora)";
     case FlagGroup::kPrecision:
       return "Mixed precision";
     case FlagGroup::kData:
@@ -37,16 +39,39 @@ const char* flag_group_name(FlagGroup g) {
 const std::vector<FlagSpec>& flag_table() {
   static const std::vector<FlagSpec> table = [] {
     std::vector<FlagSpec> all;
-    for (auto part :
-         {detail::model_flags, detail::parallel_flags, detail::fusion_flags, detail::training_flags, detail::lora_flags,
-          detail::moe_flags, detail::moe_router_flags, detail::precision_flags, detail::data_flags,
-          detail::logging_flags, detail::tensorboard_flags, detail::checkpoint_flags, detail::debug_flags,
-          detail::profile_flags}) {
+    for (auto part : {detail::model_flags, detail::parallel_flags, detail::fusion_flags, detail::training_flags,
+                      detail::lora_flags, detail::moe_flags, detail::moe_router_flags, detail::precision_flags,
+                      detail::data_flags, detail::logging_flags, detail::tensorboard_flags, detail::checkpoint_flags,
+                      detail::debug_flags, detail::profile_flags}) {
       for (auto& spec : part()) all.push_back(std::move(spec));
     }
     return all;
   }();
   return table;
+}
+
+const std::vector<std::string_view>& common_flag_names() {
+  static const std::vector<std::string_view> names = {
+      "model_preset",      "model",       "tokenizer",        "dataset", "data_path",  "micro_batch_size",
+      "global_batch_size", "train_iters", "num_train_epochs", "lr",      "output_dir", "load",
+      "train_type"};
+  return names;
+}
+
+std::vector<FlagSection> flag_sections() {
+  const auto& common = common_flag_names();
+  std::vector<FlagSection> sections;
+  FlagSection first{"Common flags", {}};
+  for (std::string_view name : common) first.flags.push_back(find_flag(name)->spec);
+  sections.push_back(std::move(first));
+  for (FlagGroup g : kAllFlagGroups) {
+    FlagSection section{flag_group_name(g), {}};
+    for (const FlagSpec& spec : flag_table())
+      if (spec.group == g && std::find(common.begin(), common.end(), spec.name) == common.end())
+        section.flags.push_back(&spec);
+    sections.push_back(std::move(section));
+  }
+  return sections;
 }
 
 std::vector<std::string> negations_of(const FlagSpec& spec) {

@@ -22,6 +22,7 @@ enum class FlagGroup {
   kParallel,
   kFusions,
   kTraining,
+  kLora,
   kPrecision,
   kData,
   kLogging,
@@ -30,9 +31,10 @@ enum class FlagGroup {
   kProfile
 };
 const char* flag_group_name(FlagGroup g);
-inline constexpr FlagGroup kAllFlagGroups[] = {
-    FlagGroup::kModel, FlagGroup::kParallel, FlagGroup::kFusions,    FlagGroup::kTraining, FlagGroup::kPrecision,
-    FlagGroup::kData,  FlagGroup::kLogging,  FlagGroup::kCheckpoint, FlagGroup::kDebug,    FlagGroup::kProfile};
+inline constexpr FlagGroup kAllFlagGroups[] = {FlagGroup::kModel,    FlagGroup::kParallel, FlagGroup::kFusions,
+                                               FlagGroup::kTraining, FlagGroup::kLora,     FlagGroup::kPrecision,
+                                               FlagGroup::kData,     FlagGroup::kLogging,  FlagGroup::kCheckpoint,
+                                               FlagGroup::kDebug,    FlagGroup::kProfile};
 
 // The Args member a flag sets. Its alternative gives the flag's type.
 using FieldRef =
@@ -62,10 +64,24 @@ struct FlagSpec {
   std::vector<std::string_view> choices = {};    // empty = any value of the type
   std::string_view default_text = {};            // shown instead of the Args{} value when set
   CustomSetter custom = nullptr;
+  // A configs/ subdirectory ("models", "devices"): the help lists the names of its
+  // YAML files as read at run time, so the list cannot drift from the files.
+  std::string_view lists = {};
 };
 
 // All flags, in help order.
 const std::vector<FlagSpec>& flag_table();
+
+// What `mtrain <command> --help` and docs/FLAGS.md list first (model, data,
+// batch, iterations, lr, save/load, tuner), in this order.
+const std::vector<std::string_view>& common_flag_names();
+struct FlagSection {
+  std::string title;  // "Common flags", then flag_group_name()
+  std::vector<const FlagSpec*> flags;
+};
+// The common flags, then each group of kAllFlagGroups without them: every
+// flag in exactly one section.
+std::vector<FlagSection> flag_sections();
 
 // A name as typed (after '-'→'_' normalization) resolved to its flag.
 struct FlagMatch {

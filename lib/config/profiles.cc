@@ -18,9 +18,25 @@ namespace mtrain::config {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// <dir of this executable>/../share/mtrain/configs: where `cmake --install` puts
+// them beside bin/mtrain. "" when /proc/self/exe cannot be read.
+std::string installed_config_dir() {
+#ifdef MTRAIN_CONFIGS_FROM_BINDIR
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && exe.has_parent_path()) return (exe.parent_path() / MTRAIN_CONFIGS_FROM_BINDIR).lexically_normal().string();
+#endif
+  return "";
+}
+
+}  // namespace
+
 std::string find_config_dir() {
   std::vector<std::string> candidates;
   if (const char* env = std::getenv("MTRAIN_CONFIG_DIR"); env != nullptr && *env != '\0') candidates.emplace_back(env);
+  if (std::string installed = installed_config_dir(); !installed.empty()) candidates.push_back(std::move(installed));
 #ifdef MTRAIN_SOURCE_DIR
   candidates.emplace_back(MTRAIN_SOURCE_DIR "/configs");
 #endif
@@ -29,6 +45,16 @@ std::string find_config_dir() {
     if (fs::is_directory(c)) return c;
   }
   return "";
+}
+
+std::vector<std::string> yaml_names_in(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 namespace {
@@ -42,12 +68,7 @@ std::string resolve_device_path(const std::string& name, const std::string& conf
   if (fs::is_regular_file(name)) return name;
   fs::path dir = fs::path(config_dir.empty() ? find_config_dir() : config_dir) / "devices";
   if (fs::path p = dir / (name + ".yaml"); fs::is_regular_file(p)) return p.string();
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
+  const std::vector<std::string> names = yaml_names_in(dir.string());
   std::string msg = fmt::format("unknown device profile '{}'", name);
   if (auto s = suggest_name(name, names); !s.empty()) msg += fmt::format("; did you mean '{}'?", s);
   throw ConfigError(

@@ -6,14 +6,20 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "device/profile.h"
 
 namespace mtrain::config {
 
-// The configs/ directory: $MTRAIN_CONFIG_DIR, else <source dir>/configs (compiled
-// in), else ./configs. Returns "" if none exists.
+// The configs/ directory: $MTRAIN_CONFIG_DIR, else the installed one beside the
+// executable (<bin>/../share/mtrain/configs, `cmake --install`), else
+// <source dir>/configs (compiled in), else ./configs. Returns "" if none exists.
 std::string find_config_dir();
+
+// The names of the YAML files in `dir` (file names without ".yaml"), sorted;
+// empty when `dir` does not exist. What presets and profiles can be named.
+std::vector<std::string> yaml_names_in(const std::string& dir);
 
 using DeviceProfileSpec = device::DeviceProfile;
 

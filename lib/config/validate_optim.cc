@@ -1,6 +1,8 @@
 // Validation, part 3: iterations, learning-rate schedule, optimizer, precision.
 #include <fmt/format.h>
 
+#include <string>
+
 #include "common/errors.h"
 #include "config/validate.h"
 #include "config/validate_parts.h"
@@ -84,13 +86,23 @@ void check_precision(const Args& a, std::vector<std::string>& warnings) {
 
 // Rules that need lr_decay_iters (known once train_iters is).
 void check_schedule_lengths(Args& a) {
-  if (!a.lr_decay_iters && a.train_iters) a.lr_decay_iters = a.train_iters;
+  const bool decay_from_train_iters = !a.lr_decay_iters && a.train_iters;
+  if (decay_from_train_iters) a.lr_decay_iters = a.train_iters;
   if (!a.lr_decay_iters) return;
   require_positive(*a.lr_decay_iters, "lr_decay_iters");
+  // Megatron asserts the same (lr_warmup_steps < lr_decay_steps). The warmup
+  // often comes from a YAML job written for a long run, shortened on the command line.
   if (a.lr_warmup_iters > 0 && a.lr_warmup_iters >= *a.lr_decay_iters) {
+    const std::string decay = decay_from_train_iters
+                                  ? fmt::format("--lr_decay_iters defaults to --train_iters ({})", *a.lr_decay_iters)
+                                  : fmt::format("--lr_decay_iters is {}", *a.lr_decay_iters);
     throw ConfigError(fmt::format("--lr_warmup_iters ({}) must be smaller than --lr_decay_iters ({})",
                                   a.lr_warmup_iters, *a.lr_decay_iters),
-                      "lr_decay_iters defaults to train_iters");
+                      fmt::format("the warmup is --lr_warmup_iters (YAML key lr_warmup_iters: {}) and {}: pass "
+                                  "--lr_warmup_iters N with N < {} (--lr_warmup_iters 0: no warmup), or raise {} "
+                                  "above {}",
+                                  a.lr_warmup_iters, decay, *a.lr_decay_iters,
+                                  decay_from_train_iters ? "--train_iters" : "--lr_decay_iters", a.lr_warmup_iters));
   }
   if (a.lr_decay_style == "WSD" && *a.lr_wsd_decay_iters > *a.lr_decay_iters) {
     throw ConfigError(fmt::format("--lr_wsd_decay_iters ({}) must not exceed --lr_decay_iters ({})",

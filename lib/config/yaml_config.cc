@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "common/errors.h"
+#include "config/profiles.h"
 
 namespace mtrain::config::detail {
 
@@ -181,12 +182,7 @@ std::string resolve_preset_path(const std::string& name, const std::string& conf
   fs::path dir = fs::path(config_dir) / "models";
   fs::path candidate = dir / (name + ".yaml");
   if (!config_dir.empty() && fs::is_regular_file(candidate)) return candidate.string();
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == ".yaml") names.push_back(entry.path().stem().string());
-  }
-  std::sort(names.begin(), names.end());
+  const std::vector<std::string> names = yaml_names_in(dir.string());
   std::string msg = fmt::format("unknown model preset '{}'", name);
   if (auto s = suggest_name(name, names); !s.empty()) msg += fmt::format("; did you mean '{}'?", s);
   throw ConfigError(msg, names.empty() ? fmt::format("no presets found in {} (set MTRAIN_CONFIG_DIR)", dir.string())

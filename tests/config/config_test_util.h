@@ -63,17 +63,21 @@ class TempDir {
   std::string path_;
 };
 
-// Runs `fn`, expects an mtrain::Error with `code`, and returns its message.
-inline std::string error_of(const std::function<void()>& fn, ExitCode code) {
+// Runs `fn`, expects an mtrain::Error with `code`, and returns it (one with
+// an empty message and hint when nothing was thrown).
+inline Error error_thrown(const std::function<void()>& fn, ExitCode code) {
   try {
     fn();
   } catch (const Error& e) {
     EXPECT_EQ(static_cast<int>(e.code()), static_cast<int>(code)) << e.what();
-    return e.what();
+    return e;
   }
   ADD_FAILURE() << "expected an mtrain::Error (" << exit_code_name(code) << "), nothing was thrown";
-  return "";
+  return Error(code, "");
 }
+
+// The message of the error `fn` throws (see error_thrown).
+inline std::string error_of(const std::function<void()>& fn, ExitCode code) { return error_thrown(fn, code).what(); }
 
 inline std::string usage_error(const std::vector<std::string>& args) {
   return error_of([&] { parse(args); }, ExitCode::kUsage);

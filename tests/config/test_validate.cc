@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
 
 #include "config/json.h"
 #include "config/validate.h"
@@ -346,6 +348,36 @@ TEST(Validate, SetTrainItersDerivesTheSchedule) {
   validate(b, 1);
   EXPECT_EQ(error_of([&] { set_train_iters(b, 20); }, ExitCode::kConfig),
             "--lr_warmup_iters (30) must be smaller than --lr_decay_iters (20)");
+}
+
+std::string hint_of(const std::function<void()>& fn) { return testing::error_thrown(fn, ExitCode::kConfig).hint(); }
+
+TEST(Validate, WarmupLongerThanTheScheduleNamesTheFlagAndTheFix) {
+  Args from_train_iters = demo();  // train_iters 10, lr_decay_iters unset
+  from_train_iters.lr_warmup_iters = 20;
+  EXPECT_EQ(hint_of([&] { validate(from_train_iters, 1); }),
+            "the warmup is --lr_warmup_iters (YAML key lr_warmup_iters: 20) and --lr_decay_iters defaults to "
+            "--train_iters (10): pass --lr_warmup_iters N with N < 10 (--lr_warmup_iters 0: no warmup), or raise "
+            "--train_iters above 20");
+  Args explicit_decay = demo();
+  explicit_decay.lr_warmup_iters = 8, explicit_decay.lr_decay_iters = 6;
+  EXPECT_EQ(fails(explicit_decay), "--lr_warmup_iters (8) must be smaller than --lr_decay_iters (6)");
+  EXPECT_EQ(hint_of([&] { validate(explicit_decay, 1); }),
+            "the warmup is --lr_warmup_iters (YAML key lr_warmup_iters: 8) and --lr_decay_iters is 6: pass "
+            "--lr_warmup_iters N with N < 6 (--lr_warmup_iters 0: no warmup), or raise --lr_decay_iters above 8");
+}
+
+// A job written for a long run (the demo's lr_warmup_iters: 20) shortened on the
+// command line is refused as Megatron refuses it, and the fix works as the hint says.
+TEST(Validate, ShortenedYamlJobWithItsWarmup) {
+  testing::TempDir dir;
+  const std::string job = dir.write("job.yaml", "model_preset: demo\ntrain_iters: 2400\nlr_warmup_iters: 20\n");
+  const std::string hint = hint_of([&] { testing::parse({"sft", job, "--train_iters", "5"}); });
+  EXPECT_NE(hint.find("--lr_warmup_iters (YAML key lr_warmup_iters: 20)"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("--lr_warmup_iters 0"), std::string::npos) << hint;
+  const Args fixed = testing::parse({"sft", job, "--train_iters", "5", "--lr_warmup_iters", "0"}).args;
+  EXPECT_EQ(fixed.lr_warmup_iters, 0);
+  EXPECT_EQ(*fixed.lr_decay_iters, 5);
 }
 
 TEST(Validate, DistributedTimeoutIsAPositiveNumberOfMinutes) {
