@@ -101,6 +101,12 @@ if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# The suite runs beside this test on few cores: OpenMP's spinning barriers
+# make an oversubscribed step tens of times slower (docs/launching.md,
+# "Threads"), so unless the caller says otherwise threads wait passively and a
+# rank runs one thread.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # Keep this page's `mtrain npu-smi` view to its own ranks.
 export MTRAIN_NPU_STATUS_DIR="$scratch/.npu-status"
 
