@@ -1,5 +1,5 @@
 // bench_infer: generation throughput with and without the KV cache
-// (train/inference_session.h). A tiny Llama (bench_train's shape, context
+// (infer/inference_session.h). A tiny Llama (bench_train's shape, context
 // 256) with random weights answers a 16-token prompt greedily until the
 // context is full (240 new tokens); tokens/s of both paths, their ratio, and
 // the cached path's achieved GFLOP/s over this machine's sgemm rate (decode
@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "device/device.h"
+#include "infer/inference_session.h"
 #include "model/gpt.h"
 #include "sgemm_probe.h"
 #include "shapes.h"
-#include "train/inference_session.h"
 
 namespace {
 
@@ -36,7 +36,7 @@ struct Timed {
   int64_t tokens = 0;
 };
 
-Timed run(mtrain::train::InferenceSession& s, const std::vector<int32_t>& prompt, bool cache, int reps) {
+Timed run(mtrain::infer::InferenceSession& s, const std::vector<int32_t>& prompt, bool cache, int reps) {
   GenerationConfig g;
   g.max_new_tokens = 1 << 20;  // until the context is full
   g.use_cache = cache;
@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   c.micro_batch = 1;
   mtrain::device::Device dev(mtrain::device::DeviceProfile{}, 0);
   mtrain::model::GptModel model(c, dev);
-  mtrain::train::InferenceSession session(model, dev);
+  mtrain::infer::InferenceSession session(model, dev);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 16; ++i) prompt.push_back((i * 37 + 11) % static_cast<int32_t>(c.vocab));
 

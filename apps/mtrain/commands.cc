@@ -9,13 +9,13 @@
 #include "common/file_system.h"
 #include "data/preprocess_command.h"
 #include "data/tokenizer_command.h"
+#include "export/export.h"
+#include "infer/infer.h"
 #include "mtrain/launch/launch_devices_command.h"
 #include "mtrain/launch/launch_npu_smi_command.h"
 #include "parallel/mpi_comm.h"
 #include "plan/plan_command.h"
 #include "report/report.h"
-#include "train/export.h"
-#include "train/infer.h"
 #include "train/precision_compare.h"
 
 namespace mtrain::app {
@@ -56,19 +56,19 @@ std::function<Options(const std::vector<std::string>&, const ParseContext&)> pla
 }
 
 // `mtrain infer`: the ranks of the launch hold one model (TP x PP).
-int run_infer_command(const train::InferOptions& options, const RunContext& run) {
-  train::InferContext ctx;
+int run_infer_command(const infer::InferOptions& options, const RunContext& run) {
+  infer::InferContext ctx;
   ctx.device_index = run.placement.device;
   ctx.local_ranks = run.world.local_size;
   ctx.stdout_is_tty = isatty(STDOUT_FILENO) != 0;
-  if (!run.mpi) return train::run_infer(options, ctx, std::cin, std::cout);
+  if (!run.mpi) return infer::run_infer(options, ctx, std::cin, std::cout);
   parallel::ProcessGridConfig g;
   g.world_size = run.world.size;
   g.tensor_model_parallel_size = options.tensor_model_parallel_size;
   g.pipeline_model_parallel_size = options.pipeline_model_parallel_size;
   parallel::ParallelState state = parallel::make_mpi_parallel_state(parallel::ProcessGrid(g), run.mpi->comm());
   ctx.parallel = &state;
-  return train::run_infer(options, ctx, std::cin, std::cout);
+  return infer::run_infer(options, ctx, std::cin, std::cout);
 }
 
 std::vector<Subcommand> make_subcommands() {
@@ -91,24 +91,24 @@ std::vector<Subcommand> make_subcommands() {
       [](const launch::NpuSmiOptions& o, const RunContext& ctx) {
         return launch::run_npu_smi_command(o, ctx.env, std::cout);
       }));
-  all.push_back(command<train::ExportOptions>(
+  all.push_back(command<exporting::ExportOptions>(
       "export", "convert weights: mtrain checkpoint -> Hugging Face directory (--to_hf) or back (--to_mcore)",
-      Processes::kOne, Progress::kShown, plain(train::parse_export_args), train::export_help,
-      [](const train::ExportOptions& o, const RunContext&) {
+      Processes::kOne, Progress::kShown, plain(exporting::parse_export_args), exporting::export_help,
+      [](const exporting::ExportOptions& o, const RunContext&) {
         PosixFileSystem fs;
-        return train::run_export(o, fs);
+        return exporting::run_export(o, fs);
       }));
-  all.push_back(command<train::InferOptions>(  // one model replica over the launch's ranks, each on its NPU
+  all.push_back(command<infer::InferOptions>(  // one model replica over the launch's ranks, each on its NPU
       "infer", "answer with a trained model (swift infer): chat on stdin, or a dataset into JSONL; KV cache",
       Processes::kAny, Progress::kNone,
       [](const std::vector<std::string>& args, const ParseContext& ctx) {
-        train::InferOptions o = train::parse_infer_args(args);
+        infer::InferOptions o = infer::parse_infer_args(args);
         if (!o.help)
           *ctx.placement =
               launch::place_device(o.device_profile.value_or("Ascend910B3"), ctx.env, ctx.world, ctx.warnings);
         return o;
       },
-      train::infer_help, run_infer_command));
+      infer::infer_help, run_infer_command));
   all.push_back(command<data::TokenizerCommandOptions>(
       "tokenizer", "encode or decode with a tokenizer (tokenizer.json, tokenizer.model) to check ids", Processes::kAny,
       Progress::kNone, plain(data::parse_tokenizer_args), data::tokenizer_help,

@@ -9,7 +9,7 @@
 #include "common/errors.h"
 #include "tensor/precision.h"
 #include "train/checkpoint_blocks.h"
-#include "train/export_lora.h"
+#include "train/adapters.h"
 
 namespace mtrain::train {
 

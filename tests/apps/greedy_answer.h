@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "infer/infer_internal.h"
 #include "mtrain_runner.h"
-#include "train/infer_internal.h"
 
 namespace mtrain::functional {
 
@@ -21,12 +21,12 @@ struct Answer {
 
 // 8 greedy tokens after a fixed prompt for `infer` with `args`.
 inline Answer greedy_answer(const std::vector<std::string>& args) {
-  train::InferOptions o = train::parse_infer_args(concat(args, {"--num_threads", "1"}));
-  train::InferModel m = train::load_infer_model(o, train::InferContext{});
+  infer::InferOptions o = infer::parse_infer_args(concat(args, {"--num_threads", "1"}));
+  infer::InferModel m = infer::load_infer_model(o, infer::InferContext{});
   train::GenerationConfig g;
   g.max_new_tokens = 8;
   g.sampling.temperature = 0;
-  train::InferenceSession s(*m.model, *m.dev, m.state);
+  infer::InferenceSession s(*m.model, *m.dev, m.state);
   Answer a;
   a.tokens = s.generate(m.tokenizer->encode("What colour is a leaf?"), g, {},
                         [&](const std::vector<float>& row) { a.logits.push_back(row); });

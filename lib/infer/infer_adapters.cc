@@ -11,12 +11,12 @@
 
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/errors.h"
+#include "infer/infer_internal.h"
 #include "train/checkpoint_blocks.h"
 #include "train/checkpointing.h"
-#include "train/infer_internal.h"
 #include "train/rank_build.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 namespace {
 
@@ -30,7 +30,7 @@ class AdapterSource : public checkpoint::WeightSource {
       : base_(base),
         a_(a),
         merge_(merge),
-        merged_(merging_fetch([this](const std::string& n) { return whole(n); }, a.adapters)) {}
+        merged_(train::merging_fetch([this](const std::string& n) { return whole(n); }, a.adapters)) {}
   std::string describe() const override { return fmt::format("{} with the adapter {}", base_.describe(), a_.dir); }
   bool has(const std::string& name) const override { return a_.adapters.tensors.count(name) || base_.has(name); }
   Shape global_shape(const std::string& name) const override {
@@ -48,7 +48,7 @@ class AdapterSource : public checkpoint::WeightSource {
     const bool adapted = a_.adapters.tensors.count(name) || (merge_ && has_adapter(name));
     if (!adapted) return base_.read_block(name, offsets, shape, out);
     const std::vector<float> full = merged_(name);  // the adapter's tensor, or the merged weight
-    detail::copy_block(out, full, global_shape(name), offsets, shape);
+    train::detail::copy_block(out, full, global_shape(name), offsets, shape);
   }
 
  private:
@@ -70,7 +70,7 @@ class AdapterSource : public checkpoint::WeightSource {
 
 // The model's Hugging Face shape, which every adapter tensor is checked against.
 checkpoint::HfModelShape hf_shape(const config::Args& args) {
-  return checkpoint::hf_shape_from_meta(model_meta(rank_model_config(args, parallel::RankCoords{})));
+  return checkpoint::hf_shape_from_meta(train::model_meta(train::rank_model_config(args, parallel::RankCoords{})));
 }
 
 // Unmerged: the model gets LoRA layers of the adapter's rank and scale on
@@ -116,13 +116,13 @@ std::optional<InferAdapters> prepare_adapters(const InferOptions& o, config::Arg
     a.dir = *o.load;
     const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(
         fs, *o.load, o.ckpt_step ? std::optional<int64_t>(*o.ckpt_step) : std::nullopt);
-    a.adapters = *checkpoint_adapters(r, hf_shape(args));
+    a.adapters = *train::checkpoint_adapters(r, hf_shape(args));
   } else {
     a.dir = o.adapters.front();
     if (!std::filesystem::is_directory(a.dir))
       throw CheckpointError(fmt::format("--adapters {}: no such directory", a.dir),
                             "give a PEFT adapter directory or the --output_dir of a --train_type lora run");
-    a.adapters = read_adapters(fs, a.dir, hf_shape(args), "--adapters");
+    a.adapters = train::read_adapters(fs, a.dir, hf_shape(args), "--adapters");
   }
   if (o.merge_lora)
     args.train_type = "full";  // the plain model: the merged weights need no LoRA layers
@@ -133,7 +133,7 @@ std::optional<InferAdapters> prepare_adapters(const InferOptions& o, config::Arg
 
 void load_adapted_weights(const checkpoint::WeightSource& base, const InferAdapters& a, bool merge,
                           model::GptModel& model) {
-  load_inference_weights(AdapterSource(base, a, merge), model);
+  train::load_inference_weights(AdapterSource(base, a, merge), model);
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

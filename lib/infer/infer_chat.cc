@@ -18,9 +18,9 @@
 #include <ostream>
 
 #include "common/errors.h"
-#include "train/infer_internal.h"
+#include "infer/infer_internal.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 namespace {
 
@@ -137,4 +137,4 @@ int run_infer_chat(const InferOptions& o, InferModel& m, std::istream& in, std::
   return 0;
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

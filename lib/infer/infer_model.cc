@@ -13,13 +13,13 @@
 #include "config/cli.h"
 #include "config/json.h"
 #include "config/validate.h"
+#include "infer/infer_internal.h"
 #include "train/base_reference.h"
 #include "train/checkpointing.h"
-#include "train/infer_internal.h"
 #include "train/rank_build.h"
 #include "train/run.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 namespace {
 
@@ -132,7 +132,7 @@ void check_checkpoint_model(const checkpoint::CheckpointReader& r, const model::
   const nlohmann::json st = nlohmann::json::parse(r.state_json());
   if (!st.contains("model")) return;  // older checkpoints: the tensor shapes are still checked
   const std::vector<std::string> diff =
-      checkpoint::model_meta_mismatches(checkpoint::model_meta_from_json(st.at("model"), where), model_meta(c));
+      checkpoint::model_meta_mismatches(checkpoint::model_meta_from_json(st.at("model"), where), train::model_meta(c));
   if (!diff.empty())
     throw CheckpointError(fmt::format("{}: the checkpoint's model differs:\n  {}", where, fmt::join(diff, "\n  ")),
                           "drop --model, or --load a checkpoint of this model");
@@ -140,7 +140,7 @@ void check_checkpoint_model(const checkpoint::CheckpointReader& r, const model::
 
 // The base weights, with the adapter over them (applied or merged) when there is one.
 void load_source(const checkpoint::WeightSource& base, const InferOptions& o, InferModel& m) {
-  if (!m.adapters) return load_inference_weights(base, *m.model);
+  if (!m.adapters) return train::load_inference_weights(base, *m.model);
   load_adapted_weights(base, *m.adapters, o.merge_lora, *m.model);
   if (m.print)
     fmt::print(" {} LoRA adapter {} (rank {}, alpha {}, {} tensors)\n", o.merge_lora ? "merged" : "applied",
@@ -155,7 +155,7 @@ void load_weights(const InferOptions& o, InferModel& m) {
     const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(
         fs, *o.load, o.ckpt_step ? std::optional<int64_t>(*o.ckpt_step) : std::nullopt);
     check_checkpoint_model(r, c);
-    load_source(*checkpoint_weights(fs, r), o, m);  // a LoRA checkpoint: over its verified base
+    load_source(*train::checkpoint_weights(fs, r), o, m);  // a LoRA checkpoint: over its verified base
     if (m.print) fmt::print(" loaded checkpoint {} at iteration {}\n", *o.load, r.iteration());
   } else {
     const checkpoint::HfModelReader r = checkpoint::HfModelReader::open(fs, *o.model, c.padded_vocab);
@@ -180,14 +180,14 @@ InferModel load_infer_model(const InferOptions& o, const InferContext& ctx) {
   for (int32_t id : {sp.im_end, sp.eos, sp.eod})
     if (id >= 0) m.stop_ids.push_back(id);
   if (!m.state) {
-    m.own_state =
-        std::make_unique<parallel::ParallelState>(parallel::make_self_parallel_state(process_grid_from_args(m.args)));
+    m.own_state = std::make_unique<parallel::ParallelState>(
+        parallel::make_self_parallel_state(train::process_grid_from_args(m.args)));
     m.state = m.own_state.get();
   }
   m.print = m.state->rank() == 0;
-  configure_threads(m.args, ctx.local_ranks);
-  m.dev = std::make_unique<device::Device>(device_profile(m.args), ctx.device_index);
-  m.model = build_rank_model(m.args, *m.dev, *m.state, trainer_options(m.args), /*meta=*/false);
+  train::configure_threads(m.args, ctx.local_ranks);
+  m.dev = std::make_unique<device::Device>(train::device_profile(m.args), ctx.device_index);
+  m.model = train::build_rank_model(m.args, *m.dev, *m.state, train::trainer_options(m.args), /*meta=*/false);
   if (m.print)
     fmt::print(" > {} on {}; tensor parallel {}, pipeline parallel {}; template {}\n",
                model::describe(m.model->config()), m.dev->name(), m.args.tensor_model_parallel_size,
@@ -271,4 +271,4 @@ std::string answer_text(const InferModel& m, const std::vector<int32_t>& tokens)
   return s;
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

@@ -1,7 +1,8 @@
-// `mtrain export`'s LoRA side (export.h): --to_peft writes a checkpoint's
-// adapters as a Hugging Face PEFT directory; --to_hf --merge_lora true
-// merges adapters (the checkpoint's, or a PEFT directory's via
-// --adapter_load) into the base weights on the way out.
+// LoRA adapters as data: a checkpoint's (a --train_type lora run's) or a
+// Hugging Face PEFT directory's, and the merge W + scale · B · A on the way
+// into base weights. One module for the three readers — training's
+// --adapter_load, infer's --adapters and export's --to_peft / --merge_lora —
+// so export and the loop never import each other.
 #pragma once
 
 #include <map>
@@ -12,7 +13,7 @@
 #include "checkpoint/hf_model_dir.h"
 #include "checkpoint/peft_adapter.h"
 #include "checkpoint/sharded_checkpoint.h"
-#include "train/export.h"
+#include "common/file_system.h"
 
 namespace mtrain::train {
 
@@ -43,7 +44,5 @@ bool is_adapter_tensor(const std::string& name);
 // `fetch` with the adapters merged: W + scale · B · A for every adapted
 // linear, modules_to_save (and trained biases) replaced by the adapter's.
 checkpoint::HfTensorFetch merging_fetch(checkpoint::HfTensorFetch fetch, const ExportAdapters& adapters);
-
-int export_to_peft(const ExportOptions& o, FileSystem& fs);
 
 }  // namespace mtrain::train

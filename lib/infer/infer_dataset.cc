@@ -16,9 +16,9 @@
 #include "data/loader.h"
 #include "data/sft.h"
 #include "data/sft_files.h"
-#include "train/infer_internal.h"
+#include "infer/infer_internal.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 namespace {
 
@@ -150,4 +150,4 @@ int run_infer_dataset(const InferOptions& o, InferModel& m, bool tty, std::ostre
   return 0;
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

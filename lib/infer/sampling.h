@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 struct SamplingParams {
   double temperature = 0.0;         // 0: greedy
@@ -39,4 +39,4 @@ void apply_top_p(float* logits, int64_t vocab, double top_p);
 int32_t select_token(float* logits, int64_t vocab, const std::vector<int32_t>& context, const SamplingParams& p,
                      double u);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

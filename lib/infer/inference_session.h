@@ -17,13 +17,13 @@
 #include <vector>
 
 #include "device/device.h"
+#include "infer/sampling.h"
 #include "model/gpt.h"
 #include "model/kv_cache.h"
 #include "parallel/parallel_state.h"
 #include "train/forward_only.h"
-#include "train/sampling.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 struct GenerationConfig {
   int64_t max_new_tokens = 64;  // also bounded by the model's seq_length
@@ -56,8 +56,8 @@ class InferenceSession {
 
   model::GptModel& model_;
   model::KvCache cache_;
-  SequenceForward runner_;  // the pipeline this rank's chunks run in (train/forward_only.h)
-  uint64_t draws_ = 0;      // sampling draws so far (a counter-based stream: same on every rank)
+  train::SequenceForward runner_;  // the pipeline this rank's chunks run in (train/forward_only.h)
+  uint64_t draws_ = 0;             // sampling draws so far (a counter-based stream: same on every rank)
 };
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

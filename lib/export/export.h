@@ -29,7 +29,7 @@
 #include "checkpoint/dtype.h"
 #include "common/file_system.h"
 
-namespace mtrain::train {
+namespace mtrain::exporting {
 
 struct ExportOptions {
   enum class Direction { kNone, kToHf, kToMcore, kToPeft };
@@ -55,4 +55,4 @@ std::string export_help();
 // Runs the conversion and prints what was written; returns 0.
 int run_export(const ExportOptions& options, FileSystem& fs);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::exporting

@@ -1,5 +1,5 @@
 // `mtrain export --to_hf / --to_mcore`: the conversions (export.h).
-#include "train/export.h"
+#include "export/export.h"
 
 #include <fmt/format.h>
 
@@ -12,11 +12,11 @@
 #include "checkpoint/sharded_checkpoint.h"
 #include "common/errors.h"
 #include "common/progress.h"
+#include "export/export_lora.h"
 #include "parallel/local_comm.h"
 #include "train/base_reference.h"
-#include "train/export_lora.h"
 
-namespace mtrain::train {
+namespace mtrain::exporting {
 
 namespace {
 
@@ -65,7 +65,7 @@ void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const check
                            "the checkpoint is damaged or its state's \"model\" does not describe its tensors");
   };
   for (const std::string& name : r.names()) {
-    if (name.rfind("optimizer.", 0) == 0 || is_adapter_tensor(name)) continue;
+    if (name.rfind("optimizer.", 0) == 0 || train::is_adapter_tensor(name)) continue;
     checkpoint::HfTensorMap m;
     try {
       m = checkpoint::hf_map_for_mcore(name, s);
@@ -85,10 +85,11 @@ void check_checkpoint_tensors(const checkpoint::CheckpointReader& r, const check
 
 // The adapters --to_hf merges: --adapter_load's (a PEFT directory or an mtrain LoRA checkpoint) or the
 // checkpoint's own. A LoRA checkpoint without --merge_lora is refused: HF has no place for adapters.
-std::optional<ExportAdapters> adapters_to_merge(const ExportOptions& o, FileSystem& fs,
-                                                const checkpoint::CheckpointReader& r, const HfModelShape& s) {
-  std::optional<ExportAdapters> a =
-      o.adapter_load.empty() ? checkpoint_adapters(r, s) : read_adapters(fs, o.adapter_load, s, "--adapter_load");
+std::optional<train::ExportAdapters> adapters_to_merge(const ExportOptions& o, FileSystem& fs,
+                                                       const checkpoint::CheckpointReader& r, const HfModelShape& s) {
+  std::optional<train::ExportAdapters> a = o.adapter_load.empty()
+                                               ? train::checkpoint_adapters(r, s)
+                                               : train::read_adapters(fs, o.adapter_load, s, "--adapter_load");
   if (a && !o.merge_lora)
     throw CheckpointError(fmt::format("{}: the checkpoint holds LoRA adapters, which a Hugging Face model directory "
                                       "has no place for",
@@ -126,7 +127,7 @@ int merge_into_hf_model(const ExportOptions& o, FileSystem& fs) {
   const auto t0 = Clock::now();
   checkpoint::require_new_output_dir(fs, o.output_dir);
   const checkpoint::HfModelReader hf = checkpoint::HfModelReader::open(fs, o.model);
-  const ExportAdapters a = read_adapters(fs, o.adapter_load, hf.shape(), "--adapter_load");
+  const train::ExportAdapters a = train::read_adapters(fs, o.adapter_load, hf.shape(), "--adapter_load");
   const checkpoint::StDType dtype = o.torch_dtype ? *o.torch_dtype : checkpoint::st_dtype_of(hf.shape().dtype);
   fmt::print(" loading Hugging Face model from {}: {}\n", o.model, describe(hf.shape()));
   fmt::print(" merging LoRA adapters from {} (rank {}, scale {}) into the weights\n", o.adapter_load, a.config.r,
@@ -134,7 +135,8 @@ int merge_into_hf_model(const ExportOptions& o, FileSystem& fs) {
   fmt::print(" saving Hugging Face model ({}) to {}\n", torch_dtype_name(dtype), o.output_dir);
   std::fflush(stdout);
   const std::unique_ptr<ProgressBar> bar = tensor_bar("Export", checkpoint::hf_tensor_maps(hf.shape()).size());
-  const auto fetch = counted(merging_fetch([&](const std::string& name) { return hf.read_full(name); }, a), *bar);
+  const auto fetch =
+      counted(train::merging_fetch([&](const std::string& name) { return hf.read_full(name); }, a), *bar);
   const checkpoint::HfWriteResult w =
       checkpoint::write_hf_model(fs, o.output_dir, hf.shape(), fetch, o.max_shard_bytes, dtype);
   bar->close();
@@ -149,9 +151,9 @@ int export_to_hf(const ExportOptions& o, FileSystem& fs) {
   const checkpoint::CheckpointReader r = checkpoint::CheckpointReader::open(fs, o.load, o.ckpt_step);
   const checkpoint::ModelMeta meta = checkpoint_model(r);
   const HfModelShape shape = checkpoint::hf_shape_from_meta(meta);
-  const std::unique_ptr<checkpoint::WeightSource> src = checkpoint_weights(fs, r);  // a LoRA base: verified
+  const std::unique_ptr<checkpoint::WeightSource> src = train::checkpoint_weights(fs, r);  // a LoRA base: verified
   check_checkpoint_tensors(r, *src, shape);
-  const std::optional<ExportAdapters> adapters = adapters_to_merge(o, fs, r, shape);
+  const std::optional<train::ExportAdapters> adapters = adapters_to_merge(o, fs, r, shape);
   const checkpoint::StDType dtype = o.torch_dtype ? *o.torch_dtype : checkpoint::st_dtype_of(shape.dtype);
   fmt::print(" loading checkpoint from {} at iteration {:7d}\n > model: {}\n", o.load, r.iteration(), describe(shape));
   fmt::print(" saving Hugging Face model ({}) to {}\n", torch_dtype_name(dtype), o.output_dir);
@@ -165,7 +167,7 @@ int export_to_hf(const ExportOptions& o, FileSystem& fs) {
     src->read_block(name, std::vector<int64_t>(global.size(), 0), global, full.data());
     return full;
   };
-  if (adapters) fetch = merging_fetch(std::move(fetch), *adapters);
+  if (adapters) fetch = train::merging_fetch(std::move(fetch), *adapters);
   const std::unique_ptr<ProgressBar> bar = tensor_bar("Export", checkpoint::hf_tensor_maps(shape).size());
   const checkpoint::HfWriteResult w =
       checkpoint::write_hf_model(fs, o.output_dir, shape, counted(std::move(fetch), *bar), o.max_shard_bytes, dtype);
@@ -215,4 +217,4 @@ int run_export(const ExportOptions& options, FileSystem& fs) {
   throw UsageError("mtrain export: say which way to convert: --to_hf or --to_mcore (or --to_peft)");
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::exporting

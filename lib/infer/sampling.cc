@@ -1,11 +1,11 @@
-#include "train/sampling.h"
+#include "infer/sampling.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 namespace {
 
@@ -93,4 +93,4 @@ int32_t select_token(float* logits, int64_t vocab, const std::vector<int32_t>& c
   return last;  // u within rounding of 1: the last possible token
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

@@ -2,8 +2,8 @@
 // interactively from a terminal (chat template, multi-turn history, `clear`
 // and `exit`) or over a dataset (--val_dataset, or the training run's
 // validation data with --load_data_args) into a JSONL of prompts, references
-// and responses. Generation uses the KV cache (train/inference_session.h)
-// and swift's sampling flags (train/sampling.h). Under TP / PP every rank of
+// and responses. Generation uses the KV cache (infer/inference_session.h)
+// and swift's sampling flags (infer/sampling.h). Under TP / PP every rank of
 // the one model replica takes part; rank 0 reads and writes.
 //
 // The model comes from --model <hf_dir> (config.json, weights, tokenizer) or
@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "config/args.h"
+#include "infer/sampling.h"
 #include "parallel/parallel_state.h"
-#include "train/sampling.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 struct InferOptions {
   bool help = false;
@@ -63,4 +63,4 @@ struct InferContext {
 
 int run_infer(const InferOptions& options, const InferContext& ctx, std::istream& in, std::ostream& out);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

@@ -13,18 +13,18 @@
 #include "data/chat_template.h"
 #include "data/tokenizer.h"
 #include "device/device.h"
+#include "infer/infer.h"
+#include "infer/inference_session.h"
 #include "model/gpt.h"
 #include "parallel/parallel_state.h"
-#include "train/export_lora.h"
-#include "train/infer.h"
-#include "train/inference_session.h"
+#include "train/adapters.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 // --adapters / --merge_lora (infer_adapters.cc): one adapter and where it came from.
 struct InferAdapters {
   std::string dir;
-  ExportAdapters adapters;
+  train::ExportAdapters adapters;
 };
 
 struct InferModel {
@@ -92,4 +92,4 @@ nlohmann::json messages_json(const std::string& system, const std::vector<data::
 int run_infer_chat(const InferOptions& o, InferModel& m, std::istream& in, std::ostream& out);
 int run_infer_dataset(const InferOptions& o, InferModel& m, bool tty, std::ostream& out);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

@@ -12,9 +12,9 @@
 #include <limits>
 #include <vector>
 
-#include "train/sampling.h"
+#include "infer/sampling.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -143,4 +143,4 @@ TEST(Sampling, GreedyIsTheArgmaxAfterTheRepetitionPenalty) {
 }
 
 }  // namespace
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

@@ -7,9 +7,9 @@
 
 #include "common/errors.h"
 #include "config/flags.h"
-#include "train/infer.h"
+#include "infer/infer.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 namespace {
 
@@ -198,4 +198,4 @@ std::string infer_help() {
       kUsage);
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

@@ -1,11 +1,11 @@
 // `mtrain infer`: load the model, then chat or batch inference (infer.h).
-#include "train/infer.h"
+#include "infer/infer.h"
 
 #include <fmt/format.h>
 
-#include "train/infer_internal.h"
+#include "infer/infer_internal.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 int run_infer(const InferOptions& options, const InferContext& ctx, std::istream& in, std::ostream& out) {
   InferModel m = load_infer_model(options, ctx);
@@ -14,4 +14,4 @@ int run_infer(const InferOptions& options, const InferContext& ctx, std::istream
   return run_infer_chat(options, m, in, out);
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

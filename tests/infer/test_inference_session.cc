@@ -12,9 +12,9 @@
 #include "model/gpt.h"
 #include "test_util/fp32_bounds.h"
 #include "train/generate.h"
-#include "train/inference_session.h"
+#include "infer/inference_session.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 namespace {
 
 model::ModelConfig decode_config(model::ModelConfig c) {
@@ -109,4 +109,4 @@ TEST(InferenceSession, TheCacheIsAccountedOnTheDevice) {
 }
 
 }  // namespace
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

@@ -9,9 +9,9 @@
 #include "checkpoint/hf_layout.h"
 #include "common/errors.h"
 #include "config/flags.h"
-#include "train/export.h"
+#include "export/export.h"
 
-namespace mtrain::train {
+namespace mtrain::exporting {
 
 namespace {
 
@@ -215,4 +215,4 @@ std::string export_help() {
       kUsage);
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::exporting

@@ -1,4 +1,4 @@
-#include "train/inference_session.h"
+#include "infer/inference_session.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include "common/errors.h"
 #include "common/rng.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 
 InferenceSession::InferenceSession(model::GptModel& model, device::Device& dev, parallel::ParallelState* parallel)
     : model_(model), cache_(model, dev), runner_(model, parallel, /*stage_buffers=*/false) {}
@@ -74,4 +74,4 @@ std::vector<int32_t> InferenceSession::generate(const std::vector<int32_t>& prom
   return out;
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::infer

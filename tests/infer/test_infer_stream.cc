@@ -3,9 +3,9 @@
 // U+FFFD (lossy decoders, as HF's ByteLevel) is held back for the next token.
 #include <gtest/gtest.h>
 
-#include "train/infer_internal.h"
+#include "infer/infer_internal.h"
 
-namespace mtrain::train {
+namespace mtrain::infer {
 namespace {
 
 TEST(InferStream, CompletePrefixEndsOnWholeCharacters) {
@@ -22,4 +22,4 @@ TEST(InferStream, CompletePrefixEndsOnWholeCharacters) {
 }
 
 }  // namespace
-}  // namespace mtrain::train
+}  // namespace mtrain::infer
