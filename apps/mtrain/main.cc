@@ -35,13 +35,13 @@
 #include "mtrain/launch/launch_relay.h"
 #include "mtrain/launch/launch_run.h"
 #include "mtrain/launch/rendezvous.h"
+#include "observe/precision_compare.h"
 #include "parallel/mpi_comm.h"
 #include "plan/dry_run_command.h"
 #include "plan/plan_command.h"
 #include "report/report.h"
 #include "train/export.h"
 #include "train/infer.h"
-#include "train/precision_compare.h"
 #include "train/run.h"
 
 namespace {
@@ -100,7 +100,7 @@ struct Prepared {
   mtrain::train::InferOptions infer_options;
   mtrain::data::TokenizerCommandOptions tokenizer_options;
   mtrain::data::PreprocessCommandOptions preprocess_options;
-  mtrain::train::CompareOptions compare_options;
+  mtrain::observe::CompareOptions compare_options;
   mtrain::launch::DevicePlacement placement;
   mtrain::plan::PlanOptions plan_options;
   mtrain::report::ReportOptions report_options;
@@ -192,7 +192,7 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     return p;
   }
   if (p.inv.command == "compare") {  // one process, no device
-    p.compare_options = mtrain::train::parse_compare_args(p.inv.passthrough);
+    p.compare_options = mtrain::observe::parse_compare_args(p.inv.passthrough);
     if (!p.compare_options.help) require_one_process("compare", world);
     return p;
   }
@@ -264,7 +264,7 @@ int run_command(const Prepared& p, const WorldInfo& world, mtrain::launch::MpiWo
   if (p.inv.command == "tokenizer") return mtrain::data::run_tokenizer_command(p.tokenizer_options, std::cout);
   if (p.inv.command == "preprocess_data") return mtrain::data::run_preprocess_command(p.preprocess_options, std::cout);
   if (p.inv.command == "plan") return mtrain::plan::run_plan_command(p.plan_options, std::cout);
-  if (p.inv.command == "compare") return mtrain::train::run_compare(p.compare_options, std::cout);
+  if (p.inv.command == "compare") return mtrain::observe::run_compare(p.compare_options, std::cout);
   if (p.inv.command == "report") return mtrain::report::run_report_command(p.report_options, std::cout);
   if (p.inv.command == "export") {
     mtrain::PosixFileSystem fs;
@@ -321,7 +321,7 @@ int run_here(int argc, char** argv, const mtrain::launch::Env& env) {
     if (p.infer_options.help) fmt::print("{}", mtrain::train::infer_help());
     if (p.tokenizer_options.help) fmt::print("{}", mtrain::data::tokenizer_help());
     if (p.preprocess_options.help) fmt::print("{}", mtrain::data::preprocess_help());
-    if (p.compare_options.help) fmt::print("{}", mtrain::train::compare_help());
+    if (p.compare_options.help) fmt::print("{}", mtrain::observe::compare_help());
     if (p.plan_options.help) fmt::print("{}", mtrain::plan::plan_help());
     if (p.report_options.help) fmt::print("{}", mtrain::report::report_help());
   }

@@ -68,7 +68,7 @@ DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::Tr
                            args.global_batch_size);
   const int dtype_bytes = model.config().dtype == DType::kF32 ? 4 : 2;
   auto recorder = std::make_shared<StepRecorder>(1, dtype_bytes);
-  train::HookList hooks;
+  observe::HookList hooks;
   hooks.add(recorder);
   profiler::ShapeOnlyScope shape_only;
   train::Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), batches, nullptr, hooks,

@@ -19,13 +19,13 @@
 #include "data/loader.h"
 #include "device/device.h"
 #include "model/gpt.h"
+#include "observe/hooks.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/grad_sync.h"
-#include "train/hooks.h"
 
 namespace mtrain::train {
 
@@ -67,15 +67,15 @@ struct TrainerOptions {
   int64_t bucket_elems = 0;            // DP gradient bucket size; <= 0: Megatron's default
   bool overlap_grad_reduce = false;    // start each bucket's reduction during the last backward
   bool overlap_param_gather = false;   // distributed optimizer: the next forward waits for each chunk's buckets
-  bool log_params_norm = false;        // StepMetrics::params_norm after each step
-  bool log_num_zeros_in_grad = false;  // StepMetrics::num_zeros of each step's gradients
+  bool log_params_norm = false;        // observe::StepMetrics::params_norm after each step
+  bool log_num_zeros_in_grad = false;  // observe::StepMetrics::num_zeros of each step's gradients
 };
 
 class Trainer {
  public:
   Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer, optim::LrScheduler& scheduler,
           optim::GradScaler* scaler, BatchSource& train_data, const std::vector<data::Batch>* val_batches,
-          HookList& hooks, parallel::ParallelState* parallel = nullptr);
+          observe::HookList& hooks, parallel::ParallelState* parallel = nullptr);
   ~Trainer();
 
   // Runs iterations start+1 .. train_iters, then evaluates once more (as
@@ -94,7 +94,7 @@ class Trainer {
   parallel::ParallelState& parallel_state() { return *state_; }
 
  private:
-  StepMetrics train_step();
+  observe::StepMetrics train_step();
   // Runs the schedule over `micro`; returns this rank's weighted loss sum
   // (non-zero only on the last stage's TP rank 0).
   double run_schedule(const std::vector<data::Batch>& micro, int64_t it, double dloss_scale);
@@ -112,7 +112,7 @@ class Trainer {
   optim::GradScaler* scaler_;  // null unless fp16
   BatchSource& train_data_;
   const std::vector<data::Batch>* val_batches_;
-  HookList& hooks_;
+  observe::HookList& hooks_;
   int64_t iteration_ = 0;
   int64_t successful_steps_ = 0;
   int64_t consumed_samples_ = 0;
@@ -124,8 +124,8 @@ class Trainer {
   parallel::ParallelState* state_;
   std::unique_ptr<GradSync> grad_sync_;
   parallel::PipelineBuffers pipe_buffers_;  // PP > 1: the receive buffers, on the model's device
-  CommTotals step_comm_;                    // this step's communication (observer)
-  std::map<std::string, CommTotals> step_comm_by_group_;
+  observe::CommTotals step_comm_;           // this step's communication (observer)
+  std::map<std::string, observe::CommTotals> step_comm_by_group_;
 };
 
 model::TokenBatch token_batch(const data::Batch& b);

@@ -12,16 +12,16 @@
 #include <vector>
 
 #include "device/device.h"
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 struct LoggerOptions {
   int64_t log_interval = 5;
   // --log_throughput: Megatron's throughput from its FLOPs per iteration
   // (model/flops.h, the whole global batch) over the elapsed time per
   // iteration and the world size; and, when simulated_step_seconds is set,
-  // the logged iteration's time on this rank's simulated device (train/
+  // the logged iteration's time on this rank's simulated device (observe/
   // step_record.h RecordCost::busy_s) with the same FLOPs over it.
   bool log_throughput = false;
   double flops_per_iteration = 0;
@@ -82,4 +82,4 @@ class MegatronLogger : public TrainHook {
   int64_t start_iteration_ = 0;
 };
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -1,4 +1,4 @@
-#include "train/logger.h"
+#include "observe/logger.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "common/errors.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 std::string now_timestamp() {
   std::time_t t = std::time(nullptr);
@@ -224,4 +224,4 @@ void MegatronLogger::on_train_end(const TrainInfo&) {
   std::fflush(stdout);
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe
