@@ -70,6 +70,10 @@ class MegatronLogger : public TrainHook {
 
  private:
   LogThroughput throughput(double avg_ms) const;
+  // Adds step m to the interval's sums (loss, time, skips, router losses).
+  void accumulate(const StepMetrics& m);
+  // One line of logging.jsonl for the logged step m.
+  void write_jsonl(const StepMetrics& m, double avg_loss, double avg_ms, const LogThroughput* shown);
 
   LoggerOptions opts_;
   const device::Device& dev_;
