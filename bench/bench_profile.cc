@@ -30,7 +30,7 @@
 namespace mtrain::bench {
 namespace {
 
-class RandomSource : public train::BatchSource {
+class RandomSource : public data::BatchSource {
  public:
   RandomSource(int64_t B, int64_t T, int64_t vocab) : B_(B), T_(T) {
     Rng rng(7);

@@ -16,7 +16,7 @@ namespace {
 // This rank's micro-batches of a global batch with their shape only: a dry
 // run reads no dataset. Every row is the model's full sequence length (what
 // pretraining always feeds; SFT pads to the longest row, at most this).
-class ShapeOnlyBatches : public train::BatchSource {
+class ShapeOnlyBatches : public data::BatchSource {
  public:
   ShapeOnlyBatches(int64_t micro_batches, int64_t B, int64_t T, int64_t global_batch)
       : micro_batches_(micro_batches), B_(B), T_(T), global_batch_(global_batch) {}

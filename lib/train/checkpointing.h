@@ -55,7 +55,7 @@ struct TrainingState {
   model::GptModel& model;
   optim::Optimizer& optimizer;
   optim::GradScaler* scaler;  // null: no loss scaling
-  BatchSource& data;
+  data::BatchSource& data;
   parallel::ParallelState& parallel;
   int64_t bucket_elems = 0;          // the DP buckets (distributed optimizer shards)
   ProgressSink* progress = nullptr;  // loading's and saving's progress line (the rank that shows it)

@@ -18,6 +18,7 @@
 #include "config/profiles.h"
 #include "config/tensorboard_args.h"
 #include "config/validate.h"
+#include "data/data_pipeline.h"
 #include "device/cost_model.h"
 #include "model/flops.h"
 #include "model/gpt.h"
@@ -37,7 +38,6 @@
 #include "train/base_reference.h"
 #include "train/checkpointing.h"
 #include "train/cpu_binding.h"
-#include "train/data_pipeline.h"
 #include "train/fault_injection.h"
 #include "train/generate.h"
 #include "train/grad_sync.h"
@@ -110,7 +110,7 @@ static std::string indent(const std::string& s) {
   return out;
 }
 
-static void print_answers(const config::Args& args, model::GptModel& model, const DataPipeline& data,
+static void print_answers(const config::Args& args, model::GptModel& model, const data::DataPipeline& data,
                           parallel::ParallelState& state) {
   const auto prompts = data.sample_prompts(args.num_generate_samples);
   if (prompts.empty()) return;
@@ -276,7 +276,8 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   check_shared_paths(args, state->world(), ctx.node);
   // May derive train_iters from epochs. Every rank tokenizes; the first shows
   // it (the progress line, when stdout is a terminal).
-  DataPipeline data = build_data_pipeline(args, first_rank, first_rank && args.progress ? ctx.progress : nullptr);
+  data::DataPipeline data =
+      data::build_data_pipeline(args, first_rank, first_rank && args.progress ? ctx.progress : nullptr);
   if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args, first_rank);
 
@@ -322,8 +323,8 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   const std::shared_ptr<Watchdog> watchdog = add_watchdog_hooks(hooks, args, *state, fault, *checkpoint_fs);
   // Rows are padded so that they split into the 2*CP chunks of context
   // parallelism, each a whole number of sequence-parallel shards.
-  const DataShard shard{rc.dp, dp, (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
-  std::unique_ptr<BatchSource> source = data.train_source(args, shard);
+  const data::DataShard shard{rc.dp, dp, (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
+  std::unique_ptr<data::BatchSource> source = data.train_source(args, shard);
   const std::vector<data::Batch> val = data.validation_batches(args, shard);
 
   FileSystem& fs = *checkpoint_fs;

@@ -64,7 +64,7 @@ static parallel::ProcessGrid single_device_grid() {
 }
 
 Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer,
-                 optim::LrScheduler& scheduler, optim::GradScaler* scaler, BatchSource& train_data,
+                 optim::LrScheduler& scheduler, optim::GradScaler* scaler, data::BatchSource& train_data,
                  const std::vector<data::Batch>* val_batches, observe::HookList& hooks,
                  parallel::ParallelState* parallel)
     : opts_(opts),

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/args.h"
+#include "data/batch_source.h"
 #include "data/loader.h"
 #include "device/device.h"
 #include "model/gpt.h"
@@ -28,21 +29,6 @@
 #include "train/grad_sync.h"
 
 namespace mtrain::train {
-
-// Yields this DP rank's micro-batches of successive global batches: local
-// micro-batch m is micro-batch m * dp + dp_rank of the global batch
-// (Megatron's sampler), so its dropout masks match the single-device run.
-class BatchSource {
- public:
-  virtual ~BatchSource() = default;
-  virtual std::vector<data::Batch> next_global_batch() = 0;
-  virtual int64_t global_batch_samples() const = 0;
-  // Where the next global batch starts (the same on every DP rank): what a
-  // checkpoint saves so a resumed run reads exactly the samples a straight
-  // run would have, under any DP size.
-  virtual data::DataLoader::State position() const = 0;
-  virtual void set_position(const data::DataLoader::State& s) = 0;
-};
 
 // The loop's own counters, saved in a checkpoint and restored on resume.
 struct TrainerCounters {
@@ -74,7 +60,7 @@ struct TrainerOptions {
 class Trainer {
  public:
   Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer, optim::LrScheduler& scheduler,
-          optim::GradScaler* scaler, BatchSource& train_data, const std::vector<data::Batch>* val_batches,
+          optim::GradScaler* scaler, data::BatchSource& train_data, const std::vector<data::Batch>* val_batches,
           observe::HookList& hooks, parallel::ParallelState* parallel = nullptr);
   ~Trainer();
 
@@ -110,7 +96,7 @@ class Trainer {
   optim::Optimizer& optimizer_;
   optim::LrScheduler& scheduler_;
   optim::GradScaler* scaler_;  // null unless fp16
-  BatchSource& train_data_;
+  data::BatchSource& train_data_;
   const std::vector<data::Batch>* val_batches_;
   observe::HookList& hooks_;
   int64_t iteration_ = 0;
