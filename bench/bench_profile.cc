@@ -19,18 +19,18 @@
 #include "common/rng.h"
 #include "data/loader.h"
 #include "model/model_config.h"
+#include "observe/profiler_hook.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "profiler/kernel_region.h"
 #include "sgemm_probe.h"
 #include "shapes.h"
-#include "train/profiler_hook.h"
 #include "train/trainer.h"
 
 namespace mtrain::bench {
 namespace {
 
-class RandomSource : public train::BatchSource {
+class RandomSource : public data::BatchSource {
  public:
   RandomSource(int64_t B, int64_t T, int64_t vocab) : B_(B), T_(T) {
     Rng rng(7);
@@ -59,7 +59,7 @@ class RandomSource : public train::BatchSource {
 };
 
 // Counts the regions of every kind a step opens.
-struct RegionCount : train::TrainHook {
+struct RegionCount : observe::TrainHook {
   int64_t regions = 0;
   std::optional<profiler::Kind> region_depth(int64_t) const override { return profiler::Kind::kKernel; }
   void on_region_begin(const profiler::Region&, std::span<const profiler::TensorRef>) override { ++regions; }
@@ -78,13 +78,13 @@ double idle_probe_ns() {
   return ns / kN;
 }
 
-struct StepTimes : train::TrainHook {
+struct StepTimes : observe::TrainHook {
   std::vector<double> ms;
-  void on_step_end(const train::StepMetrics& m) override { ms.push_back(m.elapsed_ms); }
+  void on_step_end(const observe::StepMetrics& m) override { ms.push_back(m.elapsed_ms); }
 };
 
 // Median ms/step of `steps` timed steps after `warmup`; `prof` (may be null) joins the hooks.
-double median_step_ms(const ShapeSpec& spec, int warmup, int steps, const train::ProfilerOptions* prof,
+double median_step_ms(const ShapeSpec& spec, int warmup, int steps, const observe::ProfilerOptions* prof,
                       const std::string& save_path, RegionCount* count = nullptr) {
   device::Device dev(device::DeviceProfile{}, 0);
   model::GptModel m(spec.config, dev);
@@ -96,17 +96,17 @@ double median_step_ms(const ShapeSpec& spec, int warmup, int steps, const train:
   sc.style = "constant";
   optim::LrScheduler sched(sc);
   RandomSource src(spec.config.micro_batch, spec.config.seq_length, spec.config.vocab);
-  train::HookList hooks;
+  observe::HookList hooks;
   auto times = std::make_shared<StepTimes>();
   hooks.add(times);
   if (count) hooks.add(std::shared_ptr<RegionCount>(count, [](RegionCount*) {}));
   PosixFileSystem pfs;
   if (prof) {
-    train::ProfilerOptions o = *prof;
+    observe::ProfilerOptions o = *prof;
     o.save_path = save_path;
     o.print_summary = false;
     o.quiet = true;
-    hooks.add(std::make_shared<train::ProfilerHook>(o, dev, nullptr, 0, pfs));
+    hooks.add(std::make_shared<observe::ProfilerHook>(o, dev, nullptr, 0, pfs));
   }
   train::TrainerOptions to;
   to.train_iters = warmup + steps;
@@ -137,19 +137,19 @@ int main(int argc, char** argv) {
   const bench::ShapeSpec spec = bench::tiny_llama();
   // The window covers every timed step (warmup steps are not recorded).
   auto window = [&](profiler::Kind level, const char* name) {
-    train::ProfilerOptions o;
+    observe::ProfilerOptions o;
     o.schedule = profiler::Schedule::from_step_window(warmup, warmup + steps);
     o.level = level;
     o.level_name = name;
     return o;
   };
-  train::ProfilerOptions outside = window(profiler::Kind::kKernel, "level2");
+  observe::ProfilerOptions outside = window(profiler::Kind::kKernel, "level2");
   outside.schedule = profiler::Schedule::from_step_window(warmup + steps + 10, warmup + steps + 12);
-  train::ProfilerOptions all = window(profiler::Kind::kKernel, "level2");
+  observe::ProfilerOptions all = window(profiler::Kind::kKernel, "level2");
   all.with_cpu = all.with_memory = all.with_stack = all.record_shapes = true;
   struct Mode {
     const char* name;
-    std::optional<train::ProfilerOptions> opts;
+    std::optional<observe::ProfilerOptions> opts;
   };
   const std::vector<Mode> modes = {{"off (no profiler)", std::nullopt},
                                    {"--profile, outside the window", outside},

@@ -25,7 +25,7 @@
 
 #include "common/progress.h"
 #include "common/progress_terminal.h"
-#include "train/progress_hook.h"
+#include "observe/progress_hook.h"
 
 namespace mtrain::bench {
 namespace {
@@ -100,10 +100,10 @@ double hook_us_per_step(int steps) {
   ProgressRecordSink sink(out);
   // A clock that moves 0.2 s per call: every update is past min_interval and redraws.
   double now = 0;
-  train::ProgressHook hook(&sink, [&] { return now += 0.2; });
-  train::TrainInfo info;
+  observe::ProgressHook hook(&sink, [&] { return now += 0.2; });
+  observe::TrainInfo info;
   info.train_iters = steps;
-  train::StepMetrics m;
+  observe::StepMetrics m;
   m.train_iters = steps;
   m.tokens = 16 * 128;
   m.elapsed_ms = 95;

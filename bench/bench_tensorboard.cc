@@ -1,6 +1,6 @@
 // bench_tensorboard: what TensorBoard logging costs a training step. Two
 // measurements, then their ratio:
-//  1. the TensorBoardHook (train/tensorboard_hook.h) with every tag on
+//  1. the TensorBoardHook (observe/tensorboard_hook.h) with every tag on
 //     (timers, memory, world size, params norm, num zeros: 25 scalars per
 //     iteration, --tensorboard_log_interval 1) fed synthetic step metrics,
 //     the queue written at every --log_interval as in a run: microseconds per
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "device/device.h"
-#include "train/tensorboard_hook.h"
+#include "observe/tensorboard_hook.h"
 
 namespace mtrain::bench {
 namespace {
@@ -37,13 +37,13 @@ double median(std::vector<double> v) {
 // Microseconds per iteration of the hook over `iters` iterations.
 double hook_us_per_iteration(const fs::path& dir, int iters, int log_interval) {
   device::Device dev(device::DeviceProfile{}, 0);
-  train::TensorBoardOptions o;
+  observe::TensorBoardOptions o;
   o.dir = dir.string();
   o.log_interval = log_interval;
   o.timers = o.memory = o.validation_ppl = o.world_size = true;
-  train::TensorBoardHook hook(o, dev);
+  observe::TensorBoardHook hook(o, dev);
   hook.on_train_begin({});
-  train::StepMetrics m;
+  observe::StepMetrics m;
   m.train_iters = iters;
   m.global_batch_size = 16;
   m.has_params_norm = m.has_num_zeros = true;

@@ -16,7 +16,7 @@
 #include "parallel/mpi_comm.h"
 #include "plan/plan_command.h"
 #include "report/report.h"
-#include "train/precision_compare.h"
+#include "observe/precision_compare.h"
 
 namespace mtrain::app {
 
@@ -115,10 +115,10 @@ std::vector<Subcommand> make_subcommands() {
       [](const data::TokenizerCommandOptions& o, const RunContext&) {
         return data::run_tokenizer_command(o, std::cout);
       }));
-  all.push_back(command<train::CompareOptions>(
+  all.push_back(command<observe::CompareOptions>(
       "compare", "compare two precision dumps (--precision_dump_path) and name the first diverging module",
-      Processes::kOne, Progress::kNone, plain(train::parse_compare_args), train::compare_help,
-      [](const train::CompareOptions& o, const RunContext&) { return train::run_compare(o, std::cout); }));
+      Processes::kOne, Progress::kNone, plain(observe::parse_compare_args), observe::compare_help,
+      [](const observe::CompareOptions& o, const RunContext&) { return observe::run_compare(o, std::cout); }));
   all.push_back(command<plan::PlanOptions>(  // one process plans the whole world
       "plan",
       "search TP/PP/VPP/DP, micro-batch, recompute, distributed optimizer and SP for the fastest "

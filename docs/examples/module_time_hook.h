@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
 namespace mtrain::examples {
 
-class ModuleTimeHook : public train::TrainHook {
+class ModuleTimeHook : public observe::TrainHook {
  public:
   struct Total {
     int64_t calls = 0;
@@ -53,7 +53,7 @@ class ModuleTimeHook : public train::TrainHook {
     open_.pop_back();
   }
 
-  void on_train_end(const train::TrainInfo&) override {
+  void on_train_end(const observe::TrainInfo&) override {
     for (const auto& [name, t] : totals_) fmt::print("{:<60} {:6d} calls {:10.3f} ms\n", name, t.calls, t.ms);
   }
 

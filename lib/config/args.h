@@ -226,14 +226,14 @@ struct Args {
   bool override_opt_param_scheduler = false;
   bool use_checkpoint_opt_param_scheduler = false;
 
-  // ---- precision debugging (train/precision_dump.h) -------------------------
+  // ---- precision debugging (observe/precision_dump.h) -------------------------
   std::string precision_dump_path;                // empty: no dump
   std::string precision_dump_level = "L1";        // L0 (modules) | L1 (ops) | mix
   std::vector<std::string> precision_dump_steps;  // 1-based iterations; empty: all
   std::vector<std::string> precision_dump_ranks;  // global ranks; empty: all
   bool precision_dump_tensors = false;            // also write each tensor as .npy
 
-  // ---- profiling (train/profiler_hook.h) ------------------------------------
+  // ---- profiling (observe/profiler_hook.h) ------------------------------------
   bool profile = false;
   int profile_step_start = 10;  // skip_first: iterations start+1..end are profiled
   int profile_step_end = 12;
@@ -245,7 +245,7 @@ struct Args {
   bool profile_record_shapes = false;
   std::string profile_save_path = "./profile_dir";
 
-  // ---- TensorBoard (train/tensorboard_hook.h, config/tensorboard_args.h) ----
+  // ---- TensorBoard (observe/tensorboard_hook.h, config/tensorboard_args.h) ----
   std::optional<std::string> tensorboard_dir;            // None: <output_dir>/runs (swift)
   std::vector<std::string> report_to = {"tensorboard"};  // swift v4: tensorboard | none (| all)
   int tensorboard_log_interval = 1;                      // Megatron: scalars every N iterations

@@ -1,5 +1,5 @@
 // Flag table, part 9: precision debugging (msprobe's dump, built in;
-// train/precision_dump.h, docs/PRECISION.md).
+// observe/precision_dump.h, docs/PRECISION.md).
 #include "config/flag_table_parts.h"
 
 namespace mtrain::config::detail {

@@ -1,5 +1,5 @@
 // Flag table, part: profiling (Megatron-LM's --profile and step window,
-// MindSpeed's --profile_* options; train/profiler_hook.h does the work).
+// MindSpeed's --profile_* options; observe/profiler_hook.h does the work).
 #include "config/flag_table_parts.h"
 
 namespace mtrain::config::detail {

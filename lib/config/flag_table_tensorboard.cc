@@ -1,6 +1,6 @@
 // Flag table, part: TensorBoard event files (Megatron-LM's --tensorboard-*
 // and --log-*-to-tensorboard, swift's --report_to and default directory;
-// train/tensorboard_hook.h does the work).
+// observe/tensorboard_hook.h does the work).
 #include "config/flag_table_parts.h"
 
 namespace mtrain::config::detail {

@@ -1,5 +1,5 @@
 // The precision-dump flags (--precision_dump_*) in checked, parsed form:
-// validate() calls check_precision_dump; the dumper (train/precision_dump.h)
+// validate() calls check_precision_dump; the dumper (observe/precision_dump.h)
 // reads the lists through parse_int_list (config/int_list.h).
 #pragma once
 

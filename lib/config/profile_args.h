@@ -1,6 +1,6 @@
 // The profiling flags (--profile, --profile_step_start/_end, --profile_ranks,
 // --profile_level, --profile_with_*, --profile_save_path): validate() calls
-// check_profile; the profiler (train/profiler_hook.h) reads the rank list
+// check_profile; the profiler (observe/profiler_hook.h) reads the rank list
 // through profile_ranks.
 #pragma once
 

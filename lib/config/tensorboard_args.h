@@ -1,6 +1,6 @@
 // The TensorBoard flags (--report_to, --tensorboard_dir, --tensorboard_*,
 // --log_*_to_tensorboard): validate() calls check_tensorboard; the trainer's
-// TensorBoard hook (train/tensorboard_hook.h) is installed when
+// TensorBoard hook (observe/tensorboard_hook.h) is installed when
 // tensorboard_enabled.
 #pragma once
 

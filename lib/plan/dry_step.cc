@@ -16,7 +16,7 @@ namespace {
 // This rank's micro-batches of a global batch with their shape only: a dry
 // run reads no dataset. Every row is the model's full sequence length (what
 // pretraining always feeds; SFT pads to the longest row, at most this).
-class ShapeOnlyBatches : public train::BatchSource {
+class ShapeOnlyBatches : public data::BatchSource {
  public:
   ShapeOnlyBatches(int64_t micro_batches, int64_t B, int64_t T, int64_t global_batch)
       : micro_batches_(micro_batches), B_(B), T_(T), global_batch_(global_batch) {}
@@ -68,7 +68,7 @@ DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::Tr
                            args.global_batch_size);
   const int dtype_bytes = model.config().dtype == DType::kF32 ? 4 : 2;
   auto recorder = std::make_shared<StepRecorder>(1, dtype_bytes);
-  train::HookList hooks;
+  observe::HookList hooks;
   hooks.add(recorder);
   profiler::ShapeOnlyScope shape_only;
   train::Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), batches, nullptr, hooks,

@@ -9,22 +9,22 @@
 
 #include "config/args.h"
 #include "model/gpt.h"
+#include "observe/step_record.h"
 #include "parallel/parallel_state.h"
 #include "train/rank_build.h"
-#include "train/step_record.h"
 
 namespace mtrain::plan {
 
 // The recorder and its cost live in lib/train (a real run's --log_throughput
 // uses them too); the planner speaks of them in its own namespace.
-using train::CommRecord;
-using train::KernelRecord;
-using train::OverlappedComm;
-using train::PhaseRecord;
-using train::record_cost;
-using train::RecordCost;
-using train::StepRecord;
-using train::StepRecorder;
+using observe::CommRecord;
+using observe::KernelRecord;
+using observe::OverlappedComm;
+using observe::PhaseRecord;
+using observe::record_cost;
+using observe::RecordCost;
+using observe::StepRecord;
+using observe::StepRecorder;
 
 // What a dry step executed, in order, and the device's accounting while the
 // trainer still stands (its pipeline receive buffers included, as a real
@@ -38,6 +38,6 @@ struct DryStep {
 // model's Device as in a real step, so its peak includes the step's
 // transient buffers.
 DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
-                        parallel::ParallelState& state, train::TrainerOptions to);
+                     parallel::ParallelState& state, train::TrainerOptions to);
 
 }  // namespace mtrain::plan

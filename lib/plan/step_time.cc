@@ -155,7 +155,7 @@ std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vecto
     sim.p2p_s = std::max(sim.p2p_s, c.p2p_message_s);
     for (size_t i = 0; i < k.step.phases.size(); ++i) {
       const PhaseRecord& p = k.step.phases[i];
-      if (!train::is_microbatch_phase(p)) continue;
+      if (!observe::is_microbatch_phase(p)) continue;
       const ActionKey key{p.name == "forward_step" ? 0 : 1, p.microbatch, p.chunk * r.pp + st.stage};
       double& d = sim.duration[st.stage][key];
       d = std::max(d, c.phase_s[i]);

@@ -1,6 +1,6 @@
 // The simulated step time of a dry run: the cost model (device/cost_model.h)
 // applied to every kernel and collective a rank class's shape-only step
-// recorded (train/step_record.h), then the pipeline schedule played on the device
+// recorded (observe/step_record.h), then the pipeline schedule played on the device
 // clock of every stage, and Megatron's throughput figures from the result.
 //
 // Model (what it assumes, so a reader can judge the numbers):

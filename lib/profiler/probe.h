@@ -2,7 +2,7 @@
 // phase (forward or backward of a micro-batch, the gradient reduction, the
 // optimizer step), a module, an op, a kernel) and the tensors
 // it shows at their edges. Whoever listens (the profiler, the precision
-// dumper, a user's hook through train/hooks.h) sees them; nobody listening
+// dumper, a user's hook through observe/hooks.h) sees them; nobody listening
 // costs a thread-local load and a branch per region (and filling the small
 // TensorRefs a site passes, on the stack).
 //
@@ -115,7 +115,7 @@ inline bool wants_tensors() { return detail::t_probe.listener != nullptr && deta
 
 // Rethrows (and clears) what a listener threw while a Scope was destroyed:
 // a destructor must not throw, so ~Scope keeps the exception for the caller
-// that closes the step (train::HookList) to raise.
+// that closes the step (observe::HookList) to raise.
 void rethrow_pending();
 // Forgets such an exception (left by a step that ended in another one).
 inline void discard_pending() { detail::t_probe.pending = nullptr; }

@@ -177,14 +177,14 @@ CheckpointHook::CheckpointHook(FileSystem& fs, SaveSettings s, TrainingState t, 
                                std::shared_ptr<Watchdog> watchdog)
     : fs_(fs), s_(std::move(s)), t_(t), trainer_(trainer), watchdog_(std::move(watchdog)) {}
 
-void CheckpointHook::on_train_begin(const TrainInfo& info) { last_saved_ = info.start_iteration; }
+void CheckpointHook::on_train_begin(const observe::TrainInfo& info) { last_saved_ = info.start_iteration; }
 
 void CheckpointHook::on_iteration_end(int64_t iteration) {
   if (s_.interval > 0 && iteration % s_.interval == 0) save();
 }
 
 // Megatron saves once more after the loop unless the last iteration was saved.
-void CheckpointHook::on_train_end(const TrainInfo&) { save(); }
+void CheckpointHook::on_train_end(const observe::TrainInfo&) { save(); }
 
 void CheckpointHook::save() {
   const TrainerCounters c = trainer_.counters();

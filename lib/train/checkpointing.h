@@ -40,11 +40,11 @@
 #include "config/args.h"
 #include "model/gpt.h"
 #include "nlohmann/json.hpp"
+#include "observe/hooks.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
 #include "train/checkpoint_schedule.h"
-#include "train/hooks.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
 
@@ -55,7 +55,7 @@ struct TrainingState {
   model::GptModel& model;
   optim::Optimizer& optimizer;
   optim::GradScaler* scaler;  // null: no loss scaling
-  BatchSource& data;
+  data::BatchSource& data;
   parallel::ParallelState& parallel;
   int64_t bucket_elems = 0;          // the DP buckets (distributed optimizer shards)
   ProgressSink* progress = nullptr;  // loading's and saving's progress line (the rank that shows it)
@@ -135,14 +135,14 @@ void load_hf_model(FileSystem& fs, const std::string& dir, TrainingState& t);
 // on rank 0. A failed save stops the run (CheckpointError, exit 5) or, with
 // continue_on_error, is reported and training goes on; every rank decides
 // alike because save_checkpoint agrees on the failure.
-class CheckpointHook : public TrainHook {
+class CheckpointHook : public observe::TrainHook {
  public:
   CheckpointHook(FileSystem& fs, SaveSettings s, TrainingState t, const Trainer& trainer,
                  std::shared_ptr<Watchdog> watchdog);
-  void on_train_begin(const TrainInfo& info) override;
+  void on_train_begin(const observe::TrainInfo& info) override;
   void on_iteration_end(int64_t iteration) override;
   bool reads_params(int64_t iteration) const override { return s_.interval > 0 && iteration % s_.interval == 0; }
-  void on_train_end(const TrainInfo& info) override;
+  void on_train_end(const observe::TrainInfo& info) override;
 
  private:
   void save();

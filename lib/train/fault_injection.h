@@ -28,7 +28,7 @@
 
 #include "common/fault_file_system.h"
 #include "common/file_system.h"
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
 namespace mtrain::train {
 
@@ -90,7 +90,7 @@ std::unique_ptr<FileSystem> checkpoint_file_system(const std::optional<InjectedF
 
 // Carries out `fault` in on_step_begin of its iteration on its rank: hangs or
 // exits, or arms `fs` for a save fault (when `fs` is a SaveFaultFileSystem).
-class FaultInjectionHook : public TrainHook {
+class FaultInjectionHook : public observe::TrainHook {
  public:
   FaultInjectionHook(InjectedFault fault, int rank, FileSystem& fs);
   void on_step_begin(int64_t iteration) override;

@@ -18,9 +18,17 @@
 #include "config/profiles.h"
 #include "config/tensorboard_args.h"
 #include "config/validate.h"
+#include "data/data_pipeline.h"
 #include "device/cost_model.h"
 #include "model/flops.h"
 #include "model/gpt.h"
+#include "observe/logger.h"
+#include "observe/npu_status_hook.h"
+#include "observe/precision_dump.h"
+#include "observe/profiler_hook.h"
+#include "observe/progress_hook.h"
+#include "observe/step_record.h"
+#include "observe/tensorboard_hook.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
@@ -30,19 +38,11 @@
 #include "train/base_reference.h"
 #include "train/checkpointing.h"
 #include "train/cpu_binding.h"
-#include "train/data_pipeline.h"
 #include "train/fault_injection.h"
 #include "train/generate.h"
 #include "train/grad_sync.h"
-#include "train/logger.h"
-#include "train/npu_status_hook.h"
-#include "train/precision_dump.h"
-#include "train/profiler_hook.h"
-#include "train/progress_hook.h"
 #include "train/rank_build.h"
 #include "train/shared_paths.h"
-#include "train/step_record.h"
-#include "train/tensorboard_hook.h"
 #include "train/trainer.h"
 #include "train/watchdog.h"
 
@@ -110,7 +110,7 @@ static std::string indent(const std::string& s) {
   return out;
 }
 
-static void print_answers(const config::Args& args, model::GptModel& model, const DataPipeline& data,
+static void print_answers(const config::Args& args, model::GptModel& model, const data::DataPipeline& data,
                           parallel::ParallelState& state) {
   const auto prompts = data.sample_prompts(args.num_generate_samples);
   if (prompts.empty()) return;
@@ -152,7 +152,7 @@ parallel::ProcessGrid process_grid_from_args(const config::Args& a) {
 // watchdog (world size > 1 only: one process has no peer to wait for) and its
 // beats, then the fault-injection test seam (which may arm the checkpoint
 // file system `fs`). Returns the watchdog or null.
-static std::shared_ptr<Watchdog> add_watchdog_hooks(HookList& hooks, const config::Args& args,
+static std::shared_ptr<Watchdog> add_watchdog_hooks(observe::HookList& hooks, const config::Args& args,
                                                     const parallel::ParallelState& state,
                                                     const std::optional<InjectedFault>& fault, FileSystem& fs) {
   std::shared_ptr<Watchdog> watchdog;
@@ -168,13 +168,13 @@ static std::shared_ptr<Watchdog> add_watchdog_hooks(HookList& hooks, const confi
 // logger prints (installed only with the flag, so a run without it records
 // nothing), priced on this rank's device profile; groups span nodes as this
 // launch places ranks (`local_ranks` per node).
-static std::function<double()> simulated_step_clock(HookList& hooks, const config::Args& args,
+static std::function<double()> simulated_step_clock(observe::HookList& hooks, const config::Args& args,
                                                     const parallel::ParallelState& state, const device::Device& dev,
                                                     const model::ModelConfig& mc, int64_t train_iters,
                                                     int local_ranks) {
   const int64_t interval = args.log_interval;
   const bool sixteen_bit = mc.dtype != DType::kF32;
-  auto recorder = std::make_shared<StepRecorder>(
+  auto recorder = std::make_shared<observe::StepRecorder>(
       [interval, train_iters](int64_t it) { return it % interval == 0 || it == train_iters; }, sixteen_bit ? 2 : 4);
   hooks.add(recorder);
   const auto spans = state.grid().groups_spanning_nodes(state.rank(), std::max(1, local_ranks));
@@ -184,7 +184,7 @@ static std::function<double()> simulated_step_clock(HookList& hooks, const confi
         if (name == g) return inter;
       return false;
     };
-    return record_cost(recorder->record(), cost, sixteen_bit, inter_node).busy_s();
+    return observe::record_cost(recorder->record(), cost, sixteen_bit, inter_node).busy_s();
   };
 }
 
@@ -194,7 +194,7 @@ struct Throughput {
   double flops_per_iteration = 0;
   std::function<double()> simulated_step_seconds;
 };
-static Throughput throughput(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
+static Throughput throughput(observe::HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
                              const device::Device& dev, const model::ModelConfig& mc, int64_t train_iters,
                              int local_ranks) {
   if (!args.log_throughput || state.rank() != state.world_size() - 1) return {};
@@ -205,9 +205,9 @@ static Throughput throughput(HookList& hooks, const config::Args& args, const pa
 
 // Megatron's logging ranks: iteration and validation lines (and
 // logging.jsonl) on the last rank, memory lines on every DP-rank-0 rank.
-static void add_logger(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
+static void add_logger(observe::HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
                        const device::Device& dev, const Throughput& tput, ProgressSink* progress) {
-  LoggerOptions lo;
+  observe::LoggerOptions lo;
   lo.log_interval = args.log_interval;
   lo.log_throughput = args.log_throughput;
   lo.rank = state.rank();
@@ -217,16 +217,16 @@ static void add_logger(HookList& hooks, const config::Args& args, const parallel
   lo.print_memory = state.coords().dp == 0;
   lo.flops_per_iteration = tput.flops_per_iteration;
   lo.simulated_step_seconds = tput.simulated_step_seconds;
-  if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<MegatronLogger>(lo, dev));
+  if (lo.print_log || lo.print_memory) hooks.add(std::make_shared<observe::MegatronLogger>(lo, dev));
   // After the logger: its line goes out first, the progress line is drawn below it.
-  if (lo.print_log && args.progress && progress) hooks.add(std::make_shared<ProgressHook>(progress));
+  if (lo.print_log && args.progress && progress) hooks.add(std::make_shared<observe::ProgressHook>(progress));
 }
 
 // TensorBoard event files: written by the last rank, as Megatron's writer.
-static void add_tensorboard(HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
+static void add_tensorboard(observe::HookList& hooks, const config::Args& args, const parallel::ParallelState& state,
                             const device::Device& dev, const Throughput& tput) {
   if (!config::tensorboard_enabled(args) || state.rank() != state.world_size() - 1) return;
-  TensorBoardOptions o;
+  observe::TensorBoardOptions o;
   o.dir = config::tensorboard_dir(args);
   o.interval = args.tensorboard_log_interval;
   o.log_interval = args.log_interval;
@@ -240,7 +240,7 @@ static void add_tensorboard(HookList& hooks, const config::Args& args, const par
   o.log_throughput = args.log_throughput;
   o.flops_per_iteration = tput.flops_per_iteration;
   o.simulated_step_seconds = tput.simulated_step_seconds;
-  hooks.add(std::make_shared<TensorBoardHook>(std::move(o), dev));
+  hooks.add(std::make_shared<observe::TensorBoardHook>(std::move(o), dev));
 }
 
 // --report: the rank that wrote logging.jsonl writes the report. Training is
@@ -299,14 +299,15 @@ struct RunGuards {
 // The step hooks that watch the run (log, TensorBoard, npu status, precision
 // dump, the caller's), then the watchdog and fault injection. The checkpoint
 // and profiler hooks come later, with the trainer they read.
-static RunGuards add_observer_hooks(HookList& hooks, const config::Args& args, const RunContext& ctx,
+static RunGuards add_observer_hooks(observe::HookList& hooks, const config::Args& args, const RunContext& ctx,
                                     const parallel::ParallelState& state, const device::Device& dev,
                                     const model::ModelConfig& mc, int64_t train_iters) {
   const Throughput tput = throughput(hooks, args, state, dev, mc, train_iters, ctx.local_ranks);
   add_logger(hooks, args, state, dev, tput, ctx.progress);
   add_tensorboard(hooks, args, state, dev, tput);
-  hooks.add(std::make_shared<NpuStatusHook>(dev, npu_status_identity(args, ctx, state, dev), args.log_interval));
-  if (auto dump = make_precision_dump_hook(args, state, dtype_name(mc.dtype))) hooks.add(dump);
+  hooks.add(
+      std::make_shared<observe::NpuStatusHook>(dev, npu_status_identity(args, ctx, state, dev), args.log_interval));
+  if (auto dump = observe::make_precision_dump_hook(args, state, dtype_name(mc.dtype))) hooks.add(dump);
   for (const auto& h : ctx.hooks) hooks.add(h);
   // fault_injection.h: the only reader of these variables; a save fault
   // makes the checkpoint file system a fault-injecting one.
@@ -359,7 +360,7 @@ static RunStart load_start(const config::Args& args, FileSystem& fs, TrainingSta
 // After training: the report, the watchdog's end, the sample answers and this
 // rank's device accounting for the caller.
 static void finish_run(const config::Args& args, const RunContext& ctx, model::GptModel& model,
-                       const DataPipeline& data, parallel::ParallelState& state, const device::Device& dev,
+                       const data::DataPipeline& data, parallel::ParallelState& state, const device::Device& dev,
                        Watchdog* watchdog) {
   if (args.report && state.rank() == state.world_size() - 1) write_run_report(args.output_dir);
   // Without TP/PP the sample answers are one rank's own compute: no peer to wait for.
@@ -384,7 +385,8 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   const int threads = prepare_rank(args, ctx, *state);
   // May derive train_iters from epochs. Every rank tokenizes; the first shows
   // it (the progress line, when stdout is a terminal).
-  DataPipeline data = build_data_pipeline(args, first_rank, first_rank && args.progress ? ctx.progress : nullptr);
+  data::DataPipeline data =
+      data::build_data_pipeline(args, first_rank, first_rank && args.progress ? ctx.progress : nullptr);
   if (!args.vocab_size) args.vocab_size = static_cast<int>(data.vocab_size());  // recorded in args.json
   prepare_output_dir(args, first_rank);
 
@@ -399,12 +401,13 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   print_model_summary(args, model, mc, dev, *state, threads);
 
   TrainerSetup setup(args, model, dev, *state, to);
-  HookList hooks;
+  observe::HookList hooks;
   const RunGuards guards = add_observer_hooks(hooks, args, ctx, *state, dev, mc, to.train_iters);
   // Rows are padded so that they split into the 2*CP chunks of context
   // parallelism, each a whole number of sequence-parallel shards.
-  const DataShard shard{rc.dp, state->grid().dp(), (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
-  std::unique_ptr<BatchSource> source = data.train_source(args, shard);
+  const data::DataShard shard{rc.dp, state->grid().dp(),
+                              (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
+  std::unique_ptr<data::BatchSource> source = data.train_source(args, shard);
   const std::vector<data::Batch> val = data.validation_batches(args, shard);
 
   FileSystem& fs = *guards.checkpoint_fs;
@@ -419,7 +422,8 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   hooks.add(std::make_shared<CheckpointHook>(fs, std::move(start.save), ts, trainer, guards.watchdog));
   PosixFileSystem profile_fs;
   if (args.profile)
-    hooks.add(std::make_shared<ProfilerHook>(profiler_options(args), dev, state, state->rank(), profile_fs));
+    hooks.add(std::make_shared<observe::ProfilerHook>(observe::profiler_options(args), dev, state, state->rank(),
+                                                      profile_fs));
   trainer.train();
   finish_run(args, ctx, model, data, *state, dev, guards.watchdog.get());
   return 0;

@@ -11,8 +11,8 @@
 #include "config/args.h"
 #include "device/cpu_affinity.h"
 #include "device/device.h"
+#include "observe/hooks.h"
 #include "parallel/parallel_state.h"
-#include "train/hooks.h"
 
 namespace mtrain::train {
 
@@ -28,7 +28,7 @@ struct RunContext {
   // (the recorded peak a dry run of the same flags must predict).
   device::MemoryStats* memory_out = nullptr;
   // Extra step hooks (e.g. a recorder a test compares with a dry run).
-  std::vector<std::shared_ptr<TrainHook>> hooks;
+  std::vector<std::shared_ptr<observe::TrainHook>> hooks;
   // Where the progress line's states go (common/progress.h; the last rank
   // uses it unless --progress false); null: stdout is nobody's terminal.
   ProgressSink* progress = nullptr;

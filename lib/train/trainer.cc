@@ -64,8 +64,9 @@ static parallel::ProcessGrid single_device_grid() {
 }
 
 Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer,
-                 optim::LrScheduler& scheduler, optim::GradScaler* scaler, BatchSource& train_data,
-                 const std::vector<data::Batch>* val_batches, HookList& hooks, parallel::ParallelState* parallel)
+                 optim::LrScheduler& scheduler, optim::GradScaler* scaler, data::BatchSource& train_data,
+                 const std::vector<data::Batch>* val_batches, observe::HookList& hooks,
+                 parallel::ParallelState* parallel)
     : opts_(opts),
       model_(model),
       optimizer_(optimizer),
@@ -88,8 +89,8 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
       parallel::PipelineBuffers(model.device(), shape, c.tokens_local(c.micro_batch * c.seq_local()) * c.hidden,
                                 c.dtype, model.params().params().is_meta());
   state_->set_observer([this](const parallel::CommEvent& e) {
-    const CommTotals add{1, e.bytes + e.recv_bytes, e.seconds};
-    for (CommTotals* t : {&step_comm_, &step_comm_by_group_[std::string(e.group)]}) {
+    const observe::CommTotals add{1, e.bytes + e.recv_bytes, e.seconds};
+    for (observe::CommTotals* t : {&step_comm_, &step_comm_by_group_[std::string(e.group)]}) {
       t->calls += add.calls;
       t->bytes += add.bytes;
       t->seconds += add.seconds;
@@ -114,7 +115,7 @@ void Trainer::restore(const TrainerCounters& c) {
 }
 
 void Trainer::train() {
-  TrainInfo info;
+  observe::TrainInfo info;
   info.start_iteration = iteration_;
   info.train_iters = opts_.train_iters;
   info.num_params = model_.params().numel();
@@ -122,10 +123,10 @@ void Trainer::train() {
   hooks_.train_begin(info);
   while (iteration_ < opts_.train_iters) {
     hooks_.step_begin(iteration_ + 1);
-    StepMetrics m = train_step();
+    observe::StepMetrics m = train_step();
     hooks_.step_end(m);
     if (eval_enabled() && iteration_ % opts_.eval_interval == 0) {
-      hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), false});
+      hooks_.eval_end(observe::EvalMetrics{iteration_, evaluate(*val_batches_), false});
     }
     // --overlap_param_gather: a hook about to read the weights (a save) gets
     // them whole, as Megatron forces the parameter sync before saving.
@@ -136,7 +137,7 @@ void Trainer::train() {
   hooks_.train_end(info);
   // Megatron evaluates once more after training is done.
   if (eval_enabled() && iteration_ > info.start_iteration) {
-    hooks_.eval_end(EvalMetrics{iteration_, evaluate(*val_batches_), true});
+    hooks_.eval_end(observe::EvalMetrics{iteration_, evaluate(*val_batches_), true});
   }
 }
 
@@ -211,12 +212,12 @@ double Trainer::share_loss(double local) {
   return local;
 }
 
-StepMetrics Trainer::train_step() {
+observe::StepMetrics Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t it = iteration_ + 1;
   profiler::Scope region({profiler::Kind::kIteration, profiler::Pass::kNone, "iteration", it});
   StepLoss loss = forward_backward(it);
-  StepMetrics m;
+  observe::StepMetrics m;
   const StepUpdate update = optimizer_step(it, loss.lm_loss, m);
   if (opts_.log_params_norm) {
     m.has_params_norm = true;
@@ -260,7 +261,7 @@ Trainer::StepLoss Trainer::forward_backward(int64_t it) {
 
 // Megatron's optimizer.step(): unscale and check, grad norm, update, param
 // copy and (distributed optimizer) the all-gather; their kernels belong here.
-Trainer::StepUpdate Trainer::optimizer_step(int64_t it, double lm_loss, StepMetrics& m) {
+Trainer::StepUpdate Trainer::optimizer_step(int64_t it, double lm_loss, observe::StepMetrics& m) {
   model::ParamStore& ps = model_.params();
   float* grads = ps.grads().data();
   StepUpdate u;
@@ -324,7 +325,7 @@ void Trainer::count_skip(int64_t it) {
   }
 }
 
-void Trainer::fill_step_metrics(StepMetrics& m, int64_t it, StepLoss loss, const StepUpdate& u) const {
+void Trainer::fill_step_metrics(observe::StepMetrics& m, int64_t it, StepLoss loss, const StepUpdate& u) const {
   m.iteration = it;
   m.train_iters = opts_.train_iters;
   m.consumed_samples = consumed_samples_;

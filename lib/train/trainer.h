@@ -16,33 +16,19 @@
 #include <vector>
 
 #include "config/args.h"
+#include "data/batch_source.h"
 #include "data/loader.h"
 #include "device/device.h"
 #include "model/gpt.h"
+#include "observe/hooks.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline_schedule.h"
 #include "train/grad_sync.h"
-#include "train/hooks.h"
 
 namespace mtrain::train {
-
-// Yields this DP rank's micro-batches of successive global batches: local
-// micro-batch m is micro-batch m * dp + dp_rank of the global batch
-// (Megatron's sampler), so its dropout masks match the single-device run.
-class BatchSource {
- public:
-  virtual ~BatchSource() = default;
-  virtual std::vector<data::Batch> next_global_batch() = 0;
-  virtual int64_t global_batch_samples() const = 0;
-  // Where the next global batch starts (the same on every DP rank): what a
-  // checkpoint saves so a resumed run reads exactly the samples a straight
-  // run would have, under any DP size.
-  virtual data::DataLoader::State position() const = 0;
-  virtual void set_position(const data::DataLoader::State& s) = 0;
-};
 
 // The loop's own counters, saved in a checkpoint and restored on resume.
 struct TrainerCounters {
@@ -67,15 +53,15 @@ struct TrainerOptions {
   int64_t bucket_elems = 0;            // DP gradient bucket size; <= 0: Megatron's default
   bool overlap_grad_reduce = false;    // start each bucket's reduction during the last backward
   bool overlap_param_gather = false;   // distributed optimizer: the next forward waits for each chunk's buckets
-  bool log_params_norm = false;        // StepMetrics::params_norm after each step
-  bool log_num_zeros_in_grad = false;  // StepMetrics::num_zeros of each step's gradients
+  bool log_params_norm = false;        // observe::StepMetrics::params_norm after each step
+  bool log_num_zeros_in_grad = false;  // observe::StepMetrics::num_zeros of each step's gradients
 };
 
 class Trainer {
  public:
   Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& optimizer, optim::LrScheduler& scheduler,
-          optim::GradScaler* scaler, BatchSource& train_data, const std::vector<data::Batch>* val_batches,
-          HookList& hooks, parallel::ParallelState* parallel = nullptr);
+          optim::GradScaler* scaler, data::BatchSource& train_data, const std::vector<data::Batch>* val_batches,
+          observe::HookList& hooks, parallel::ParallelState* parallel = nullptr);
   ~Trainer();
 
   // Runs iterations start+1 .. train_iters, then evaluates once more (as
@@ -95,7 +81,7 @@ class Trainer {
 
  private:
   // One iteration: forward_backward, optimizer_step, then the metrics.
-  StepMetrics train_step();
+  observe::StepMetrics train_step();
   // What forward and backward of one global batch leave for the step.
   struct StepLoss {
     double loss_tokens = 0;  // of the whole global batch (all DP and CP ranks)
@@ -112,13 +98,13 @@ class Trainer {
   StepLoss forward_backward(int64_t it);
   // Unscale and check, grad norm, then the update (clipped) or a skip;
   // m gets the gradient's zeros when they are logged.
-  StepUpdate optimizer_step(int64_t it, double lm_loss, StepMetrics& m);
+  StepUpdate optimizer_step(int64_t it, double lm_loss, observe::StepMetrics& m);
   // A non-finite loss or grad norm: counts it; throws NonFiniteError unless
   // skipping was asked for; returns whether the step is skipped.
   bool on_nonfinite(int64_t it, double lm_loss, double grad_norm);
   // A skipped step: counts it; throws NonFiniteError past the consecutive-skip cap.
   void count_skip(int64_t it);
-  void fill_step_metrics(StepMetrics& m, int64_t it, StepLoss loss, const StepUpdate& u) const;
+  void fill_step_metrics(observe::StepMetrics& m, int64_t it, StepLoss loss, const StepUpdate& u) const;
   // Runs the schedule over `micro`; returns this rank's weighted loss sum
   // (non-zero only on the last stage's TP rank 0).
   double run_schedule(const std::vector<data::Batch>& micro, int64_t it, double dloss_scale);
@@ -134,9 +120,9 @@ class Trainer {
   optim::Optimizer& optimizer_;
   optim::LrScheduler& scheduler_;
   optim::GradScaler* scaler_;  // null unless fp16
-  BatchSource& train_data_;
+  data::BatchSource& train_data_;
   const std::vector<data::Batch>* val_batches_;
-  HookList& hooks_;
+  observe::HookList& hooks_;
   int64_t iteration_ = 0;
   int64_t successful_steps_ = 0;
   int64_t consumed_samples_ = 0;
@@ -148,8 +134,8 @@ class Trainer {
   parallel::ParallelState* state_;
   std::unique_ptr<GradSync> grad_sync_;
   parallel::PipelineBuffers pipe_buffers_;  // PP > 1: the receive buffers, on the model's device
-  CommTotals step_comm_;                    // this step's communication (observer)
-  std::map<std::string, CommTotals> step_comm_by_group_;
+  observe::CommTotals step_comm_;           // this step's communication (observer)
+  std::map<std::string, observe::CommTotals> step_comm_by_group_;
 };
 
 model::TokenBatch token_batch(const data::Batch& b);

@@ -112,7 +112,7 @@ void Watchdog::watch() {
 
 // --- WatchdogHook ------------------------------------------------------------
 
-void WatchdogHook::on_train_begin(const TrainInfo& info) {
+void WatchdogHook::on_train_begin(const observe::TrainInfo& info) {
   iteration_ = info.start_iteration;
   watchdog_->beat("training begins");
 }
@@ -124,13 +124,13 @@ void WatchdogHook::on_step_begin(int64_t iteration) {
   watchdog_->beat(std::string_view(buf, std::min(r.size, sizeof buf)));
 }
 
-void WatchdogHook::on_step_end(const StepMetrics& m) {
+void WatchdogHook::on_step_end(const observe::StepMetrics& m) {
   char buf[64];
   const auto r = fmt::format_to_n(buf, sizeof buf, "finished iteration {}", m.iteration);
   watchdog_->beat(std::string_view(buf, std::min(r.size, sizeof buf)));
 }
 
-void WatchdogHook::on_eval_end(const EvalMetrics& m) {
+void WatchdogHook::on_eval_end(const observe::EvalMetrics& m) {
   char buf[64];
   const auto r = fmt::format_to_n(buf, sizeof buf, "evaluation at iteration {}", m.iteration);
   watchdog_->beat(std::string_view(buf, std::min(r.size, sizeof buf)));
@@ -143,7 +143,7 @@ void WatchdogHook::on_comm(const parallel::CommEvent& e) {
   watchdog_->beat(std::string_view(buf, std::min(r.size, sizeof buf)));
 }
 
-void WatchdogHook::on_train_end(const TrainInfo&) { watchdog_->beat("training ends"); }
+void WatchdogHook::on_train_end(const observe::TrainInfo&) { watchdog_->beat("training ends"); }
 
 // --- the rank's watchdog ----------------------------------------------------------
 

@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "common/errors.h"
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
 namespace mtrain::train {
 
@@ -82,15 +82,15 @@ class Watchdog {
 
 // Beats from the training loop: step begin/end, evaluation and every
 // completed collective or transfer ("all_reduce on group dp, iteration 12").
-class WatchdogHook : public TrainHook {
+class WatchdogHook : public observe::TrainHook {
  public:
   explicit WatchdogHook(std::shared_ptr<Watchdog> watchdog) : watchdog_(std::move(watchdog)) {}
-  void on_train_begin(const TrainInfo& info) override;
+  void on_train_begin(const observe::TrainInfo& info) override;
   void on_step_begin(int64_t iteration) override;
-  void on_step_end(const StepMetrics& m) override;
-  void on_eval_end(const EvalMetrics& m) override;
+  void on_step_end(const observe::StepMetrics& m) override;
+  void on_eval_end(const observe::EvalMetrics& m) override;
   void on_comm(const parallel::CommEvent& e) override;
-  void on_train_end(const TrainInfo& info) override;
+  void on_train_end(const observe::TrainInfo& info) override;
 
  private:
   std::shared_ptr<Watchdog> watchdog_;

@@ -1,4 +1,4 @@
-// TensorBoard event files of real runs (train/tensorboard_hook.h), read back
+// TensorBoard event files of real runs (observe/tensorboard_hook.h), read back
 // by two readers that share no code with the writer: the tests' C++ reader
 // (tests/tensorboard/event_file_reader.h: own framing parser and bitwise
 // CRC-32C, protobuf decoding) and a Python one under Debian's python3

@@ -40,7 +40,7 @@ inline config::Args parse(const std::string& flags, int world) {
 // real data and math: each rank's device accounting at the end. hooks[rank],
 // when given, joins that rank's step hooks.
 inline std::vector<device::MemoryStats> run_real(const config::Args& args, int ranks,
-                                                 const std::vector<std::shared_ptr<train::TrainHook>>& hooks = {}) {
+                                                 const std::vector<std::shared_ptr<observe::TrainHook>>& hooks = {}) {
   std::vector<device::MemoryStats> real(ranks);
   parallel::SimWorld world(ranks);
   const parallel::ProcessGrid grid = train::process_grid_from_args(args);

@@ -115,7 +115,7 @@ TEST_P(StepAgrees, KernelsCollectivesAndPeakMemory) {
   std::vector<std::shared_ptr<StepRecorder>> recorders;
   for (int r = 0; r < l.ranks; ++r) recorders.push_back(std::make_shared<StepRecorder>(1, dtype_bytes));
   const std::vector<device::MemoryStats> real =
-      run_real(args, l.ranks, std::vector<std::shared_ptr<train::TrainHook>>(recorders.begin(), recorders.end()));
+      run_real(args, l.ranks, std::vector<std::shared_ptr<observe::TrainHook>>(recorders.begin(), recorders.end()));
   const DryRun dry = dry_run(args);
   expect_time_is_the_real_runs_cost(dry, recorders);
   for (const ClassMemory& c : dry.classes) {

@@ -27,13 +27,13 @@ namespace fs = std::filesystem;
 // Each step's loss and grad norm, and when the non-blocking all-gathers
 // completed: inside iteration i's step (the previous step's gather, waited
 // for by the forward) or after it (before a save, at the end of training).
-class Watch : public TrainHook {
+class Watch : public observe::TrainHook {
  public:
   void on_step_begin(int64_t it) override {
     iteration_ = it;
     in_step_ = true;
   }
-  void on_step_end(const StepMetrics& m) override {
+  void on_step_end(const observe::StepMetrics& m) override {
     steps.emplace_back(m.lm_loss, m.grad_norm);
     in_step_ = false;
   }
@@ -92,7 +92,7 @@ class OverlapParamGather : public plan::DryRunTest {
         "--use_distributed_optimizer --overlap_grad_reduce --ddp_bucket_size 20000 --output_dir " +
             r.out.string() + " " + extra,
         2);
-    std::vector<std::shared_ptr<TrainHook>> hooks;
+    std::vector<std::shared_ptr<observe::TrainHook>> hooks;
     for (int rank = 0; rank < 2; ++rank) {
       r.watch.push_back(std::make_shared<Watch>());
       hooks.push_back(r.watch.back());

@@ -17,13 +17,13 @@
 namespace mtrain::train {
 namespace {
 
-struct Recorder : TrainHook {
-  std::vector<StepMetrics> steps;
-  void on_step_end(const StepMetrics& m) override { steps.push_back(m); }
+struct Recorder : observe::TrainHook {
+  std::vector<observe::StepMetrics> steps;
+  void on_step_end(const observe::StepMetrics& m) override { steps.push_back(m); }
 };
 
 struct RunResult {
-  std::vector<StepMetrics> steps;
+  std::vector<observe::StepMetrics> steps;
   std::vector<float> params;
 };
 
@@ -38,7 +38,7 @@ RunResult train_with(int64_t mbs, int iters, float poison = 0.f, bool skip = fal
   optim::Optimizer opt(dev, ranges, m.params().numel(), DType::kF32, oc);
   optim::LrScheduler sched(constant_lr(1e-2));
   FixedSource src(mbs);
-  HookList hooks;
+  observe::HookList hooks;
   auto rec = std::make_shared<Recorder>();
   hooks.add(rec);
   TrainerOptions to;

@@ -42,7 +42,7 @@ std::vector<data::Sample> samples(int n) {
 }
 
 // Global batch i is samples [4i, 4i+4), cut into micro-batches of `mbs`.
-class FixedSource : public BatchSource {
+class FixedSource : public data::BatchSource {
  public:
   FixedSource(int64_t mbs) : samples_(samples(64)), mbs_(mbs) {}
   std::vector<data::Batch> next_global_batch() override {

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 inline constexpr int kExitDiverged = 9;
 
@@ -62,4 +62,4 @@ CompareReport compare_dumps(const CompareOptions& o);
 // Prints the report; returns 0 or kExitDiverged.
 int run_compare(const CompareOptions& o, std::ostream& out);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -1,4 +1,4 @@
-#include "train/step_record.h"
+#include "observe/step_record.h"
 
 #include <algorithm>
 #include <string_view>
@@ -6,7 +6,7 @@
 #include "parallel/grad_buckets.h"
 #include "profiler/kernel_region.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 void StepRecorder::on_step_begin(int64_t iteration) {
   recording_ = records_(iteration);
@@ -135,4 +135,4 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
   return c;
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

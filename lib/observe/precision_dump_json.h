@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "train/precision_dump.h"
+#include "observe/precision_dump.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 inline constexpr const char* kDumpFormat = "mtrain-precision-dump";
 inline constexpr int kDumpVersion = 1;
@@ -28,4 +28,4 @@ nlohmann::json dump_file_to_json(const DumpFile& f);
 // Throws DataError naming `path` when `j` is not a dump of this format.
 DumpFile dump_file_from_json(const nlohmann::json& j, const std::string& path);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -2,9 +2,9 @@
 // to the character (users grep and parse them).
 #include <gtest/gtest.h>
 
-#include "train/logger.h"
+#include "observe/logger.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 namespace {
 
 TEST(MegatronLogLine, MatchesTheReferenceRendering) {
@@ -103,4 +103,4 @@ TEST(MegatronLogLine, ValidationLine) {
 }
 
 }  // namespace
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

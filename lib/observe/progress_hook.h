@@ -8,9 +8,9 @@
 #include <memory>
 
 #include "common/progress.h"
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 class ProgressHook : public TrainHook {
  public:
@@ -29,4 +29,4 @@ class ProgressHook : public TrainHook {
 // "loss=2.31, tokens/s=5.10k" for one step (no loss on a skipped step).
 std::string training_postfix(const StepMetrics& m);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

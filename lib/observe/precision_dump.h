@@ -25,11 +25,11 @@
 
 #include "common/file_system.h"
 #include "config/args.h"
+#include "observe/hooks.h"
 #include "parallel/parallel_state.h"
 #include "profiler/tensor_stats.h"
-#include "train/hooks.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 enum class DumpLevel { kL0, kL1, kMix };   // modules, ops, both
 const char* dump_level_name(DumpLevel l);  // "L0", "L1", "mix"
@@ -129,4 +129,4 @@ std::shared_ptr<PrecisionDumpHook> make_precision_dump_hook(const config::Args& 
                                                             const parallel::ParallelState& state,
                                                             const std::string& dtype);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "config/args.h"
+#include "data/batch_source.h"
 #include "data/blended_dataset.h"
+#include "data/data_pipeline.h"
 #include "data/sample.h"
-#include "train/data_pipeline.h"
-#include "train/trainer.h"
 
-namespace mtrain::train {
+namespace mtrain::data {
 
 struct IndexedPretrainData {
   std::shared_ptr<const data::BlendedGptDataset> train;
@@ -35,4 +35,4 @@ std::unique_ptr<BatchSource> make_indexed_source(std::shared_ptr<const data::Ble
                                                  const config::Args& args, int32_t pad_id, int64_t vocab_size,
                                                  const DataShard& shard);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::data

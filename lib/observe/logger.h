@@ -12,16 +12,16 @@
 #include <vector>
 
 #include "device/device.h"
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 struct LoggerOptions {
   int64_t log_interval = 5;
   // --log_throughput: Megatron's throughput from its FLOPs per iteration
   // (model/flops.h, the whole global batch) over the elapsed time per
   // iteration and the world size; and, when simulated_step_seconds is set,
-  // the logged iteration's time on this rank's simulated device (train/
+  // the logged iteration's time on this rank's simulated device (observe/
   // step_record.h RecordCost::busy_s) with the same FLOPs over it.
   bool log_throughput = false;
   double flops_per_iteration = 0;
@@ -70,6 +70,10 @@ class MegatronLogger : public TrainHook {
 
  private:
   LogThroughput throughput(double avg_ms) const;
+  // Adds step m to the interval's sums (loss, time, skips, router losses).
+  void accumulate(const StepMetrics& m);
+  // One line of logging.jsonl for the logged step m.
+  void write_jsonl(const StepMetrics& m, double avg_loss, double avg_ms, const LogThroughput* shown);
 
   LoggerOptions opts_;
   const device::Device& dev_;
@@ -82,4 +86,4 @@ class MegatronLogger : public TrainHook {
   int64_t start_iteration_ = 0;
 };
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

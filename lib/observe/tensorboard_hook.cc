@@ -1,12 +1,12 @@
-#include "train/tensorboard_hook.h"
+#include "observe/tensorboard_hook.h"
 
 #include <algorithm>
 #include <cmath>
 
+#include "observe/logger.h"
 #include "tensorboard/event_writer.h"
-#include "train/logger.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 // The file is created here, before training: a directory that cannot hold
 // it stops the run before its first step. A new file on every start, so a
@@ -70,7 +70,7 @@ void TensorBoardHook::on_step_end(const StepMetrics& m) {
   interval_ms_ += m.elapsed_ms;
   ++interval_steps_;
   if (m.iteration % opts_.interval == 0) write_iteration(m);
-  // The log line's iterations (train/logger.h): timers, then the queue goes to the file.
+  // The log line's iterations (observe/logger.h): timers, then the queue goes to the file.
   if (m.iteration % opts_.log_interval != 0 && m.iteration != m.train_iters) return;
   if (opts_.timers) write_timers(m);
   interval_ms_ = 0;
@@ -87,4 +87,4 @@ void TensorBoardHook::on_eval_end(const EvalMetrics& m) {
 
 void TensorBoardHook::on_train_end(const TrainInfo&) { writer_->flush(); }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

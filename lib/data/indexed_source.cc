@@ -1,11 +1,11 @@
 // Indexed pretraining data for the trainer (indexed_source.h).
-#include "train/indexed_source.h"
+#include "data/indexed_source.h"
 
 #include <fmt/format.h>
 
 #include "common/errors.h"
 
-namespace mtrain::train {
+namespace mtrain::data {
 
 namespace {
 
@@ -128,4 +128,4 @@ std::unique_ptr<BatchSource> make_indexed_source(std::shared_ptr<const data::Ble
   return std::make_unique<IndexedSource>(std::move(train), a, pad_id, vocab_size, shard);
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::data

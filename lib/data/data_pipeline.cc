@@ -1,4 +1,4 @@
-#include "train/data_pipeline.h"
+#include "data/data_pipeline.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,13 +7,13 @@
 
 #include "common/errors.h"
 #include "config/validate.h"
+#include "data/indexed_source.h"
 #include "data/packing.h"
 #include "data/pretrain.h"
 #include "data/sft.h"
 #include "data/sft_files.h"
-#include "train/indexed_source.h"
 
-namespace mtrain::train {
+namespace mtrain::data {
 
 namespace {
 
@@ -119,6 +119,64 @@ bool use_null_tokenizer(const config::Args& a) {
   return true;
 }
 
+// What loading the --dataset / --val_dataset files counted, for the summary line.
+// Samples longer than --max_length are dropped (delete) or cut (left/right);
+// samples left without loss tokens are always dropped.
+struct LoadCounts {
+  int64_t dropped = 0, truncated = 0, tokens = 0;
+  data::SftRecords malformed;  // --strict false: records skipped over all datasets
+};
+
+// The samples of `paths`: sft conversations through the chat template (kept in
+// `conversations` when it is not null), pt documents cut into windows.
+std::vector<data::Sample> load_samples(const std::vector<std::string>& paths, const config::Args& a,
+                                       const data::Tokenizer& tok, const data::SftOptions& sft, ProgressSink* progress,
+                                       LoadCounts& counts, std::vector<data::Conversation>* conversations) {
+  std::vector<data::Sample> out;
+  if (a.command != "pt") {
+    std::vector<data::Conversation> conv =
+        data::read_sft_datasets(paths, {a.strict, a.max_malformed}, static_cast<uint64_t>(a.data_seed),
+                                conversations ? 0 : 1000, counts.malformed);
+    data::SftDataset d = data::build_sft_dataset(conv, tok, sft, fmt::format("{}", fmt::join(paths, " ")), progress);
+    (a.truncation_strategy == "delete" ? counts.dropped : counts.truncated) += d.num_too_long;
+    counts.dropped += d.num_no_loss;
+    counts.tokens += d.num_tokens;
+    if (conversations) *conversations = std::move(conv);
+    return std::move(d.samples);
+  }
+  for (const std::string& path : paths) {
+    data::PretrainDataset d = data::load_pretrain_dataset(path, tok, a.seq_length.value(), a.text_key);
+    counts.tokens += d.num_tokens;
+    std::move(d.samples.begin(), d.samples.end(), std::back_inserter(out));
+  }
+  return out;
+}
+
+// --num_train_epochs -> --train_iters over `samples` training samples (or rows).
+void set_train_iters_from_epochs(config::Args& a, int64_t samples) {
+  // swift: len(ds) // (mbs*dp) * (mbs*dp) * epochs // gbs.
+  const int64_t per = static_cast<int64_t>(a.micro_batch_size) * a.data_parallel_size;
+  const int64_t n = samples / per * per * a.num_train_epochs.value() / a.global_batch_size;
+  if (n < 1)
+    throw ConfigError(fmt::format("--num_train_epochs {} over {} samples gives no full global batch of {}",
+                                  a.num_train_epochs.value(), samples, a.global_batch_size),
+                      "lower --global_batch_size or raise --num_train_epochs");
+  config::set_train_iters(a, static_cast<int>(n));
+}
+
+// The " > data: ..." line: `train_samples` before packing, `train_rows` after it.
+void print_data_summary(const config::Args& a, const LoadCounts& c, int64_t train_samples, size_t val_size,
+                        size_t train_rows) {
+  fmt::print(
+      " > data: {} training samples, {} validation {}, {} tokens{}{}{}; {} iterations of {} {} "
+      "({:.2f} epochs)\n",
+      train_samples, val_size, a.packing ? "rows" : "samples", c.tokens, dropped_text(c.dropped, c.truncated, a),
+      malformed_text(c.malformed, a),
+      a.packing ? fmt::format("; packed into {} rows of <= {} tokens", train_rows, a.max_length.value()) : "",
+      a.train_iters.value(), a.global_batch_size, a.packing ? "rows" : "samples",
+      static_cast<double>(a.train_iters.value()) * a.global_batch_size / train_rows);
+}
+
 }  // namespace
 
 DataPipeline build_data_pipeline(config::Args& a, bool verbose, ProgressSink* progress) {
@@ -140,35 +198,12 @@ DataPipeline build_data_pipeline(config::Args& a, bool verbose, ProgressSink* pr
     throw ConfigError("no training data: --dataset is not set", "pass --dataset <file.jsonl> [more files]");
   DataPipeline p(data::Tokenizer::load(*a.tokenizer));
   const data::Tokenizer& tok = *p.tokenizer_;
-  // Samples longer than --max_length are dropped (delete) or cut (left/right);
-  // samples left without loss tokens are always dropped.
-  int64_t dropped = 0, truncated = 0, tokens = 0;
-  data::SftRecords malformed;  // --strict false: records skipped over all datasets
+  LoadCounts counts;
   const data::SftOptions sft = a.command == "pt" ? data::SftOptions{} : sft_options(a, tok);
   p.chat_template_ = sft.chat_template;
-  auto load = [&](const std::vector<std::string>& paths, bool keep_conversations) {
-    std::vector<data::Sample> out;
-    if (a.command != "pt") {
-      std::vector<data::Conversation> conv =
-          data::read_sft_datasets(paths, {a.strict, a.max_malformed}, static_cast<uint64_t>(a.data_seed),
-                                  keep_conversations ? 0 : 1000, malformed);
-      data::SftDataset d = data::build_sft_dataset(conv, tok, sft, fmt::format("{}", fmt::join(paths, " ")), progress);
-      (a.truncation_strategy == "delete" ? dropped : truncated) += d.num_too_long;
-      dropped += d.num_no_loss;
-      tokens += d.num_tokens;
-      if (keep_conversations) p.conversations_ = std::move(conv);
-      return std::move(d.samples);
-    }
-    for (const std::string& path : paths) {
-      data::PretrainDataset d = data::load_pretrain_dataset(path, tok, a.seq_length.value(), a.text_key);
-      tokens += d.num_tokens;
-      std::move(d.samples.begin(), d.samples.end(), std::back_inserter(out));
-    }
-    return out;
-  };
-  p.train_ = load(a.dataset, true);
+  p.train_ = load_samples(a.dataset, a, tok, sft, progress, counts, &p.conversations_);
   if (!a.val_dataset.empty()) {
-    p.val_ = load(a.val_dataset, false);
+    p.val_ = load_samples(a.val_dataset, a, tok, sft, progress, counts, nullptr);
   } else if (a.split_dataset_ratio > 0) {
     data::TrainValSplit s =
         data::split_train_val(std::move(p.train_), a.split_dataset_ratio, static_cast<uint64_t>(a.data_seed));
@@ -182,26 +217,8 @@ DataPipeline build_data_pipeline(config::Args& a, bool verbose, ProgressSink* pr
     p.train_ = data::pack_samples(p.train_, a.max_length.value());
     if (!p.val_.empty()) p.val_ = data::pack_samples(p.val_, a.max_length.value());
   }
-  if (!a.train_iters) {
-    // swift: len(ds) // (mbs*dp) * (mbs*dp) * epochs // gbs.
-    const int64_t per = static_cast<int64_t>(a.micro_batch_size) * a.data_parallel_size;
-    const int64_t n =
-        static_cast<int64_t>(p.train_.size()) / per * per * a.num_train_epochs.value() / a.global_batch_size;
-    if (n < 1)
-      throw ConfigError(fmt::format("--num_train_epochs {} over {} samples gives no full global batch of {}",
-                                    a.num_train_epochs.value(), p.train_.size(), a.global_batch_size),
-                        "lower --global_batch_size or raise --num_train_epochs");
-    config::set_train_iters(a, static_cast<int>(n));
-  }
-  if (verbose)
-    fmt::print(
-        " > data: {} training samples, {} validation {}, {} tokens{}{}{}; {} iterations of {} {} "
-        "({:.2f} epochs)\n",
-        train_samples, p.val_.size(), a.packing ? "rows" : "samples", tokens, dropped_text(dropped, truncated, a),
-        malformed_text(malformed, a),
-        a.packing ? fmt::format("; packed into {} rows of <= {} tokens", p.train_.size(), a.max_length.value()) : "",
-        a.train_iters.value(), a.global_batch_size, a.packing ? "rows" : "samples",
-        static_cast<double>(a.train_iters.value()) * a.global_batch_size / p.train_.size());
+  if (!a.train_iters) set_train_iters_from_epochs(a, static_cast<int64_t>(p.train_.size()));
+  if (verbose) print_data_summary(a, counts, train_samples, p.val_.size(), p.train_.size());
   return p;
 }
 
@@ -260,4 +277,4 @@ std::string DataPipeline::decode_answer(const std::vector<int32_t>& tokens) cons
   return s;
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::data

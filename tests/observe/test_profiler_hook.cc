@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "../train/tiny_training.h"
-#include "train/profiler_hook.h"
+#include "observe/profiler_hook.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 namespace {
 
 namespace fs = std::filesystem;
@@ -46,13 +46,13 @@ std::string slurp(const fs::path& p) {
 // Trains `iters` iterations with micro-batches of 2 (2 per global batch).
 Profiled run(ProfilerOptions o, int iters = 3, bool fused = true) {
   device::Device dev(device::DeviceProfile{}, 0);
-  model::ModelConfig c = tiny();
+  model::ModelConfig c = train::tiny();
   if (!fused) c.fusions = model::Fusions{false, false, false, false, false, false, false, false};
   model::GptModel m(c, dev);
   optim::OptimizerConfig oc;
-  optim::Optimizer opt(dev, optimizer_ranges(m.params()), m.params().numel(), DType::kF32, oc);
-  optim::LrScheduler sched(constant_lr(1e-2));
-  FixedSource src(2);
+  optim::Optimizer opt(dev, train::optimizer_ranges(m.params()), m.params().numel(), DType::kF32, oc);
+  optim::LrScheduler sched(train::constant_lr(1e-2));
+  train::FixedSource src(2);
   HookList hooks;
   Profiled out;
   out.dir = temp_dir("run");
@@ -61,10 +61,10 @@ Profiled run(ProfilerOptions o, int iters = 3, bool fused = true) {
   PosixFileSystem pfs;
   auto hook = std::make_shared<ProfilerHook>(o, dev, nullptr, 0, pfs);
   hooks.add(hook);
-  TrainerOptions to;
+  train::TrainerOptions to;
   to.train_iters = iters;
   to.global_batch_size = 4;
-  Trainer t(to, m, opt, sched, nullptr, src, nullptr, hooks);
+  train::Trainer t(to, m, opt, sched, nullptr, src, nullptr, hooks);
   t.train();
   out.written = hook->written();
   if (fs::exists(out.dir / "rank_0_trace.json")) out.trace = json::parse(slurp(out.dir / "rank_0_trace.json"));
@@ -298,4 +298,4 @@ TEST(Profiler, UnprofiledRankRecordsNothing) {
 }
 
 }  // namespace
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -1,8 +1,8 @@
-#include "train/progress_hook.h"
+#include "observe/progress_hook.h"
 
 #include <cmath>
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 std::string training_postfix(const StepMetrics& m) {
   std::string s;
@@ -28,4 +28,4 @@ void ProgressHook::on_train_end(const TrainInfo&) {
   bar_.reset();
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -26,13 +26,13 @@
 #include <string>
 
 #include "device/device.h"
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
 namespace mtrain::tensorboard {
 class EventFileWriter;
 }
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 struct TensorBoardOptions {
   std::string dir;
@@ -46,7 +46,7 @@ struct TensorBoardOptions {
   bool loss_scale = true;
   int world_size_value = 1;
   // --log_throughput: Megatron's FLOPs per iteration and, when set, the
-  // logged iteration's simulated device time (train/logger.h).
+  // logged iteration's simulated device time (observe/logger.h).
   bool log_throughput = false;
   double flops_per_iteration = 0;
   std::function<double()> simulated_step_seconds;
@@ -77,4 +77,4 @@ class TensorBoardHook : public TrainHook {
   int64_t consumed_samples_ = 0;  // after the last step: validation's "vs samples" step
 };
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -1,4 +1,4 @@
-#include "train/precision_compare.h"
+#include "observe/precision_compare.h"
 
 #include <fmt/format.h>
 
@@ -13,9 +13,9 @@
 
 #include "common/errors.h"
 #include "config/flags.h"
-#include "train/precision_dump_json.h"
+#include "observe/precision_dump_json.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 namespace fs = std::filesystem;
 using profiler::TensorStats;
@@ -367,4 +367,4 @@ int run_compare(const CompareOptions& o, std::ostream& out) {
   return kExitDiverged;
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -1,4 +1,4 @@
-// train/tensorboard_hook.h fed synthetic step metrics, read back with the
+// observe/tensorboard_hook.h fed synthetic step metrics, read back with the
 // tests' own reader (tests/tensorboard/event_file_reader.h): which tags at
 // which steps for --tensorboard_log_interval, --log_interval and each
 // --log_*_to_tensorboard flag, and when the queue reaches the file.
@@ -8,10 +8,10 @@
 #include <cmath>
 #include <map>
 
+#include "observe/tensorboard_hook.h"
 #include "tensorboard/event_file_reader.h"
-#include "train/tensorboard_hook.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 namespace {
 
 namespace fs = std::filesystem;
@@ -126,4 +126,4 @@ TEST_F(TensorBoardHookTest, OptionalTagsFollowTheirFlagsAndValues) {
 }
 
 }  // namespace
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

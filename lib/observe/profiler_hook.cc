@@ -1,6 +1,6 @@
 // ProfilerHook: recording (the hot path) and the window's life cycle. The
 // writer is in profiler_trace.cc.
-#include "train/profiler_hook.h"
+#include "observe/profiler_hook.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "config/profile_args.h"
 #include "profiler/kernel_region.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 ProfilerOptions profiler_options(const config::Args& a) {
   ProfilerOptions o;
@@ -256,4 +256,4 @@ void ProfilerHook::on_comm(const parallel::CommEvent& e) {
   if (!e.nonblocking) place_on_device(c.npu_begin, dur);
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -1,8 +1,8 @@
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
 #include <algorithm>
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 void HookList::step_begin(int64_t it) {
   profiler::discard_pending();
@@ -44,4 +44,4 @@ void HookList::stop_listening() {
   listening_ = false;
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

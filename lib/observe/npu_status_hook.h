@@ -7,9 +7,9 @@
 #include <cstdint>
 
 #include "device/npu_status.h"
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 class NpuStatusHook : public TrainHook {
  public:
@@ -26,4 +26,4 @@ class NpuStatusHook : public TrainHook {
   int64_t log_interval_;
 };
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

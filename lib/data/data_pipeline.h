@@ -12,16 +12,14 @@
 
 #include "common/progress.h"
 #include "config/args.h"
+#include "data/batch_source.h"
 #include "data/chat_template.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
-#include "train/trainer.h"
 
 namespace mtrain::data {
-class BlendedGptDataset;
-}  // namespace mtrain::data
 
-namespace mtrain::train {
+class BlendedGptDataset;
 
 // Which share of the data this rank reads: DP rank dp_rank of dp_size, rows
 // padded to a multiple of pad_multiple tokens (sequence parallelism: TP).
@@ -70,4 +68,4 @@ class DataPipeline {
 // `progress` (may be null): sft tokenization's progress line.
 DataPipeline build_data_pipeline(config::Args& args, bool verbose = true, ProgressSink* progress = nullptr);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::data

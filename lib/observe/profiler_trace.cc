@@ -11,9 +11,9 @@
 
 #include "common/atomic_file.h"
 #include "common/errors.h"
-#include "train/profiler_hook.h"
+#include "observe/profiler_hook.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 namespace {
 
@@ -298,4 +298,4 @@ void ProfilerHook::save() {
   discard_recording();
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

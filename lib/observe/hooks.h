@@ -31,7 +31,7 @@
 #include "parallel/comm.h"
 #include "profiler/probe.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 // Communication of one step on this rank, per group ("tp", "pp", "dp", ...).
 struct CommTotals {
@@ -166,4 +166,4 @@ class HookList : public profiler::Listener {
   bool listening_ = false;
 };
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

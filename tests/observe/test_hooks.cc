@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "../../docs/examples/module_time_hook.h"
-#include "tiny_training.h"
+#include "../train/tiny_training.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 namespace {
 
 // Records every region it sees as "<kind> <name> <pass> <index>" with its
@@ -64,14 +64,15 @@ struct RegionLog : TrainHook {
 
 void run(HookList& hooks, int iters, int64_t mbs = 2) {
   device::Device dev(device::DeviceProfile{}, 0);
-  model::GptModel m(tiny(), dev);
-  optim::Optimizer opt(dev, optimizer_ranges(m.params()), m.params().numel(), DType::kF32, optim::OptimizerConfig{});
-  optim::LrScheduler sched(constant_lr(1e-3));
-  FixedSource src(mbs);
-  TrainerOptions to;
+  model::GptModel m(train::tiny(), dev);
+  optim::Optimizer opt(dev, train::optimizer_ranges(m.params()), m.params().numel(), DType::kF32,
+                       optim::OptimizerConfig{});
+  optim::LrScheduler sched(train::constant_lr(1e-3));
+  train::FixedSource src(mbs);
+  train::TrainerOptions to;
   to.train_iters = iters;
   to.global_batch_size = 4;
-  Trainer t(to, m, opt, sched, nullptr, src, nullptr, hooks);
+  train::Trainer t(to, m, opt, sched, nullptr, src, nullptr, hooks);
   t.train();
 }
 
@@ -178,4 +179,4 @@ TEST(Hooks, TheDocumentedExampleHookTimesEveryModule) {
 }
 
 }  // namespace
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -15,14 +15,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../train/tiny_training.h"
 #include "common/errors.h"
 #include "config/int_list.h"
 #include "config/precision_dump_args.h"
-#include "tiny_training.h"
-#include "train/precision_compare.h"
-#include "train/precision_dump.h"
+#include "observe/precision_compare.h"
+#include "observe/precision_dump.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 namespace {
 
 namespace fs = std::filesystem;
@@ -111,7 +111,7 @@ struct TinyRun {
 
 std::shared_ptr<PrecisionDumpHook> run_tiny(const TinyRun& run) {
   device::Device dev(device::DeviceProfile{}, 0);
-  model::ModelConfig c = tiny();
+  model::ModelConfig c = train::tiny();
   if (!run.fusions) {
     c.fusions.bias_dropout = false;
     c.fusions.bias_activation = false;
@@ -123,21 +123,22 @@ std::shared_ptr<PrecisionDumpHook> run_tiny(const TinyRun& run) {
     const int w = m.params().find("embedding.word_embeddings.weight");
     run.initial_wte->assign(m.params().param(w), m.params().param(w) + c.padded_vocab * c.hidden);
   }
-  optim::Optimizer opt(dev, optimizer_ranges(m.params()), m.params().numel(), DType::kF32, optim::OptimizerConfig{});
-  optim::LrScheduler sched(constant_lr(1e-2));
-  FixedSource src(run.mbs);
+  optim::Optimizer opt(dev, train::optimizer_ranges(m.params()), m.params().numel(), DType::kF32,
+                       optim::OptimizerConfig{});
+  optim::LrScheduler sched(train::constant_lr(1e-2));
+  train::FixedSource src(run.mbs);
   if (run.first_tokens) {
-    FixedSource copy(4);
+    train::FixedSource copy(4);
     *run.first_tokens = copy.next_global_batch()[0].tokens;
   }
   HookList hooks;
   for (const auto& h : run.before) hooks.add(h);
   auto dump = std::make_shared<PrecisionDumpHook>(run.dump, DumpRankInfo{});
   hooks.add(dump);
-  TrainerOptions to;
+  train::TrainerOptions to;
   to.train_iters = run.iters;
   to.global_batch_size = 4;
-  Trainer t(to, m, opt, sched, nullptr, src, nullptr, hooks);
+  train::Trainer t(to, m, opt, sched, nullptr, src, nullptr, hooks);
   t.train();
   return dump;
 }
@@ -213,7 +214,7 @@ TEST(PrecisionDump, StatisticsAreThoseOfTheModelsTensors) {
   const nlohmann::json d = read_json(dir / "step1" / "rank0" / "dump.json");
   const auto& out = record(d, "embedding.forward.0")["outputs"][0];
   // The embedding's output is the word-embedding rows of the tokens (no dropout).
-  const int64_t C = tiny().hidden;
+  const int64_t C = train::tiny().hidden;
   ASSERT_EQ(capture->out.size(), tokens.size() * C);
   double sum = 0, sum_sq = 0, mx = -1e30, mn = 1e30;
   for (size_t t = 0; t < tokens.size(); ++t)
@@ -466,4 +467,4 @@ TEST(PrecisionCompare, RefusesWhatIsNotADump) {
 }
 
 }  // namespace
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -1,4 +1,4 @@
-#include "train/logger.h"
+#include "observe/logger.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "common/errors.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 std::string now_timestamp() {
   std::time_t t = std::time(nullptr);
@@ -123,7 +123,7 @@ static void add_memory_keys(nlohmann::json& j, const device::MemoryStats& st) {
   }
 }
 
-void MegatronLogger::on_step_end(const StepMetrics& m) {
+void MegatronLogger::accumulate(const StepMetrics& m) {
   ++steps_;
   sum_ms_ += m.elapsed_ms;
   total_ms_ += m.elapsed_ms;
@@ -139,6 +139,47 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
     if (it == sum_aux_.end()) it = sum_aux_.insert(sum_aux_.end(), {name, 0.0});
     it->second += value;
   }
+}
+
+void MegatronLogger::write_jsonl(const StepMetrics& m, double avg_loss, double avg_ms, const LogThroughput* shown) {
+  const auto& st = dev_.stats();
+  const int64_t done = m.iteration - start_iteration_;
+  const double per_it = total_ms_ / 1000.0 / std::max<int64_t>(1, done);
+  nlohmann::json j = {
+      {"loss", avg_loss},
+      {"grad_norm", m.has_grad_norm ? nlohmann::json(m.grad_norm) : nlohmann::json(nullptr)},
+      {"learning_rate", m.learning_rate},
+      {"iteration", fmt::format("{}/{}", m.iteration, m.train_iters)},
+      {"consumed_samples", m.consumed_samples},
+      {"global_batch_size", m.global_batch_size},
+      {"loss_scale", m.loss_scale},
+      {"skipped_iterations", skipped_},
+      {"nan_iterations", nans_},
+      {"elapsed_time_per_iteration_ms", avg_ms},
+      {"elapsed_time", hms(total_ms_ / 1000.0)},
+      {"remaining_time", hms(per_it * static_cast<double>(m.train_iters - m.iteration))},
+      {"memory(GiB)", st.max_reserved / double(1LL << 30)},
+      {"train_speed(s/it)", per_it},
+      {"tokens_per_second", m.tokens / (m.elapsed_ms / 1000.0)},
+      {"comm_seconds", m.comm.seconds},
+      {"comm_bytes", m.comm.bytes},
+      {"grad_buckets_overlapped", m.grad_buckets_overlapped},
+  };
+  add_memory_keys(j, st);
+  if (m.has_num_zeros) j["num_zeros"] = m.num_zeros;
+  if (m.has_params_norm) j["params_norm"] = m.params_norm;
+  for (const auto& [name, value] : m.aux_losses) j[name] = value;
+  if (shown) j["throughput_tflops_per_gpu"] = shown->tflops_per_gpu;
+  if (shown && shown->simulated) {
+    j["simulated_device_time_per_iteration_ms"] = shown->simulated_ms;
+    j["simulated_throughput_tflops_per_gpu"] = shown->simulated_tflops_per_gpu;
+  }
+  std::fprintf(jsonl_, "%s\n", j.dump().c_str());
+  std::fflush(jsonl_);
+}
+
+void MegatronLogger::on_step_end(const StepMetrics& m) {
+  accumulate(m);
   if (m.iteration % opts_.log_interval != 0 && m.iteration != m.train_iters) return;
 
   const double avg_loss = counted_ ? sum_loss_ / counted_ : 0.0;
@@ -161,41 +202,7 @@ void MegatronLogger::on_step_end(const StepMetrics& m) {
         py_float(st.reserved / kMB), py_float(st.max_reserved / kMB));
   }
   std::fflush(stdout);
-  if (jsonl_) {
-    const int64_t done = m.iteration - start_iteration_;
-    const double per_it = total_ms_ / 1000.0 / std::max<int64_t>(1, done);
-    nlohmann::json j = {
-        {"loss", avg_loss},
-        {"grad_norm", m.has_grad_norm ? nlohmann::json(m.grad_norm) : nlohmann::json(nullptr)},
-        {"learning_rate", m.learning_rate},
-        {"iteration", fmt::format("{}/{}", m.iteration, m.train_iters)},
-        {"consumed_samples", m.consumed_samples},
-        {"global_batch_size", m.global_batch_size},
-        {"loss_scale", m.loss_scale},
-        {"skipped_iterations", skipped_},
-        {"nan_iterations", nans_},
-        {"elapsed_time_per_iteration_ms", avg_ms},
-        {"elapsed_time", hms(total_ms_ / 1000.0)},
-        {"remaining_time", hms(per_it * static_cast<double>(m.train_iters - m.iteration))},
-        {"memory(GiB)", st.max_reserved / double(1LL << 30)},
-        {"train_speed(s/it)", per_it},
-        {"tokens_per_second", m.tokens / (m.elapsed_ms / 1000.0)},
-        {"comm_seconds", m.comm.seconds},
-        {"comm_bytes", m.comm.bytes},
-        {"grad_buckets_overlapped", m.grad_buckets_overlapped},
-    };
-    add_memory_keys(j, st);
-    if (m.has_num_zeros) j["num_zeros"] = m.num_zeros;
-    if (m.has_params_norm) j["params_norm"] = m.params_norm;
-    for (const auto& [name, value] : m.aux_losses) j[name] = value;
-    if (shown) j["throughput_tflops_per_gpu"] = tp.tflops_per_gpu;
-    if (shown && tp.simulated) {
-      j["simulated_device_time_per_iteration_ms"] = tp.simulated_ms;
-      j["simulated_throughput_tflops_per_gpu"] = tp.simulated_tflops_per_gpu;
-    }
-    std::fprintf(jsonl_, "%s\n", j.dump().c_str());
-    std::fflush(jsonl_);
-  }
+  if (jsonl_) write_jsonl(m, avg_loss, avg_ms, shown);
   sum_loss_ = sum_ms_ = 0;
   for (auto& entry : sum_aux_) entry.second = 0;
   steps_ = counted_ = skipped_ = nans_ = 0;
@@ -224,4 +231,4 @@ void MegatronLogger::on_train_end(const TrainInfo&) {
   std::fflush(stdout);
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

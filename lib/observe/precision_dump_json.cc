@@ -1,4 +1,4 @@
-#include "train/precision_dump_json.h"
+#include "observe/precision_dump_json.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 #include "common/errors.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 using nlohmann::json;
 
@@ -144,4 +144,4 @@ DumpFile dump_file_from_json(const json& j, const std::string& path) {
   }
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

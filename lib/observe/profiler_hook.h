@@ -38,11 +38,11 @@
 #include "config/args.h"
 #include "device/cost_model.h"
 #include "device/device.h"
+#include "observe/hooks.h"
 #include "parallel/parallel_state.h"
 #include "profiler/schedule.h"
-#include "train/hooks.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 struct ProfilerOptions {
   profiler::Schedule schedule = profiler::Schedule::from_step_window(10, 12);
@@ -174,4 +174,4 @@ class ProfilerHook : public TrainHook {
   std::vector<std::string> written_;
 };
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

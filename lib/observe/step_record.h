@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "device/cost_model.h"
-#include "train/hooks.h"
+#include "observe/hooks.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 // A phase of the step (probe.h Kind::kPhase): forward_step / backward_step of
 // one micro-batch through one model chunk, grad_sync, optimizer_step.
@@ -130,4 +130,4 @@ struct RecordCost {
 RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
                        const std::function<bool(std::string_view)>& inter_node);
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe

@@ -1,4 +1,4 @@
-#include "train/precision_dump.h"
+#include "observe/precision_dump.h"
 
 #include <fmt/format.h>
 
@@ -13,9 +13,9 @@
 #include "config/int_list.h"
 #include "config/precision_dump_args.h"
 #include "data/npy_file.h"
-#include "train/precision_dump_json.h"
+#include "observe/precision_dump_json.h"
 
-namespace mtrain::train {
+namespace mtrain::observe {
 
 namespace pf = profiler;
 
@@ -235,4 +235,4 @@ std::shared_ptr<PrecisionDumpHook> make_precision_dump_hook(const config::Args& 
   return std::make_shared<PrecisionDumpHook>(std::move(o), dump_rank_info(state, dtype));
 }
 
-}  // namespace mtrain::train
+}  // namespace mtrain::observe
