@@ -33,6 +33,7 @@
 #include "mtrain/launch/rendezvous.h"
 #include "parallel/mpi_comm.h"
 #include "plan/dry_run_command.h"
+#include "train/rank_build.h"
 #include "train/run.h"
 
 namespace {

@@ -17,7 +17,7 @@
 #include "train/base_reference.h"
 #include "train/checkpointing.h"
 #include "train/rank_build.h"
-#include "train/run.h"
+#include "train/cpu_binding.h"
 
 namespace mtrain::infer {
 

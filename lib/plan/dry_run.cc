@@ -8,7 +8,6 @@
 #include "parallel/parallel_state.h"
 #include "plan/dry_step.h"
 #include "train/rank_build.h"
-#include "train/run.h"
 
 namespace mtrain::plan {
 

@@ -1,10 +1,13 @@
 #include "train/cpu_binding.h"
 
+#include <cblas.h>
 #include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace mtrain::train {
@@ -37,6 +40,27 @@ std::string bind_rank_threads(int mode, const device::AffinityPlan& plan, int th
   return fmt::format(
       "CPU_AFFINITY_CONF mode 2: main thread on core {}, compute threads on {}, other threads on {} ({})", cores[0],
       fmt::join(compute, ","), format_core_list(rest), plan.note);
+}
+
+int configure_threads(const config::Args& args, int local_ranks, int affinity_cores) {
+  int n = 0;
+  if (args.num_threads) {
+    n = *args.num_threads;
+  } else if (const char* e = std::getenv("OMP_NUM_THREADS")) {
+    n = std::atoi(e);
+  } else if (const char* e2 = std::getenv("OPENBLAS_NUM_THREADS")) {
+    n = std::atoi(e2);
+  }
+  if (n <= 0 && affinity_cores > 0) n = affinity_cores;
+  if (n <= 0) n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_ranks));
+  // The OpenMP OpenBLAS build runs its GEMMs on this OpenMP pool, but (Debian's
+  // 0.3.21 at least) sizes them from its own count, fixed at load time from
+  // OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / the core count and not from
+  // omp_set_num_threads. Set both, or --num_threads 1 (or one rank per core
+  // under mpirun) would still run 2-thread GEMMs and oversubscribe the cores.
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+  return n;
 }
 
 }  // namespace mtrain::train

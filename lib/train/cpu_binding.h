@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "config/args.h"
 #include "device/cpu_affinity.h"
 
 namespace mtrain::train {
@@ -18,5 +19,10 @@ namespace mtrain::train {
 // Binds as above for `threads` OpenMP threads; returns the log line. Throws
 // Error when the kernel refuses a binding.
 std::string bind_rank_threads(int mode, const device::AffinityPlan& plan, int threads);
+
+// Threads for OpenBLAS and mtrain's kernels: --num_threads, else
+// OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else the rank's CPU_AFFINITY_CONF
+// cores (`affinity_cores` > 0), else cores / ranks on this node.
+int configure_threads(const config::Args& args, int local_ranks, int affinity_cores = 0);
 
 }  // namespace mtrain::train

@@ -81,4 +81,17 @@ TrainerSetup::TrainerSetup(const config::Args& args, model::GptModel& model, dev
   scaler = optim::make_grad_scaler(model.config().dtype, args.static_loss_scale.value_or(0), sc);
 }
 
+parallel::ProcessGrid process_grid_from_args(const config::Args& a) {
+  parallel::ProcessGridConfig g;
+  g.world_size = a.world_size;
+  g.tensor_model_parallel_size = a.tensor_model_parallel_size;
+  g.pipeline_model_parallel_size = a.pipeline_model_parallel_size;
+  g.context_parallel_size = a.context_parallel_size;
+  g.expert_model_parallel_size = a.expert_model_parallel_size;
+  // The expert grid's tensor size is the experts' split (1: whole experts), so expt-dp holds the TP peers.
+  if (a.num_experts) g.expert_tensor_parallel_size = a.expert_tensor_parallel_size;
+  g.use_tp_pp_dp_mapping = a.use_tp_pp_dp_mapping;
+  return parallel::ProcessGrid(g);
+}
+
 }  // namespace mtrain::train

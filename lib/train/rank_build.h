@@ -19,6 +19,9 @@
 
 namespace mtrain::train {
 
+// The process grid of validated flags (world size, TP, PP, CP, EP, rank order).
+parallel::ProcessGrid process_grid_from_args(const config::Args& args);
+
 // The simulated NPU of --device_profile.
 device::DeviceProfile device_profile(const config::Args& args);
 TrainerOptions trainer_options(const config::Args& args);

@@ -1,8 +1,6 @@
 #include "train/run.h"
 
-#include <cblas.h>
 #include <fmt/format.h>
-#include <omp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <thread>
 
 #include "common/errors.h"
 #include "common/file_system.h"
@@ -49,27 +46,6 @@
 namespace mtrain::train {
 
 namespace fs = std::filesystem;
-
-int configure_threads(const config::Args& args, int local_ranks, int affinity_cores) {
-  int n = 0;
-  if (args.num_threads) {
-    n = *args.num_threads;
-  } else if (const char* e = std::getenv("OMP_NUM_THREADS")) {
-    n = std::atoi(e);
-  } else if (const char* e2 = std::getenv("OPENBLAS_NUM_THREADS")) {
-    n = std::atoi(e2);
-  }
-  if (n <= 0 && affinity_cores > 0) n = affinity_cores;
-  if (n <= 0) n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, local_ranks));
-  // The OpenMP OpenBLAS build runs its GEMMs on this OpenMP pool, but (Debian's
-  // 0.3.21 at least) sizes them from its own count, fixed at load time from
-  // OPENBLAS_NUM_THREADS / OMP_NUM_THREADS / the core count and not from
-  // omp_set_num_threads. Set both, or --num_threads 1 (or one rank per core
-  // under mpirun) would still run 2-thread GEMMs and oversubscribe the cores.
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);
-  return n;
-}
 
 // Every rank creates the directory (a no-op after check_shared_paths, which
 // proved it is one directory on every node); the first rank records the
@@ -133,19 +109,6 @@ static void print_answers(const config::Args& args, model::GptModel& model, cons
                  indent(data.decode_answer(out)));
   }
   std::fflush(stdout);
-}
-
-parallel::ProcessGrid process_grid_from_args(const config::Args& a) {
-  parallel::ProcessGridConfig g;
-  g.world_size = a.world_size;
-  g.tensor_model_parallel_size = a.tensor_model_parallel_size;
-  g.pipeline_model_parallel_size = a.pipeline_model_parallel_size;
-  g.context_parallel_size = a.context_parallel_size;
-  g.expert_model_parallel_size = a.expert_model_parallel_size;
-  // The expert grid's tensor size is the experts' split (1: whole experts), so expt-dp holds the TP peers.
-  if (a.num_experts) g.expert_tensor_parallel_size = a.expert_tensor_parallel_size;
-  g.use_tp_pp_dp_mapping = a.use_tp_pp_dp_mapping;
-  return parallel::ProcessGrid(g);
 }
 
 // A rank that waits for a stuck or dead peer ends instead of hanging: the

@@ -36,12 +36,4 @@ struct RunContext {
 
 int run_training(const config::Args& args, const RunContext& ctx = {});
 
-// The process grid of validated flags (world size, TP, PP, CP, EP, rank order).
-parallel::ProcessGrid process_grid_from_args(const config::Args& args);
-
-// Threads for OpenBLAS and mtrain's kernels: --num_threads, else
-// OMP_NUM_THREADS / OPENBLAS_NUM_THREADS, else the rank's CPU_AFFINITY_CONF
-// cores (`affinity_cores` > 0), else cores / ranks on this node.
-int configure_threads(const config::Args& args, int local_ranks, int affinity_cores = 0);
-
 }  // namespace mtrain::train

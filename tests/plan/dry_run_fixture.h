@@ -13,6 +13,7 @@
 
 #include "config/cli.h"
 #include "parallel/sim_comm.h"
+#include "train/rank_build.h"
 #include "train/run.h"
 
 namespace mtrain::plan {

@@ -1,4 +1,4 @@
-// Reading logging.jsonl as the logger writes it (train/logger.cc): training
+// Reading logging.jsonl as the logger writes it (observe/logger.cc): training
 // and validation rows, a truncated last line, missing keys, resumed runs;
 // and the errors for a directory that is not a run.
 #include <gtest/gtest.h>

@@ -14,7 +14,6 @@
 #include "config/args.h"
 #include "config/profiles.h"
 #include "train/cpu_binding.h"
-#include "train/run.h"
 
 namespace mtrain::launch {
 
