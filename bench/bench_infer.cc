@@ -20,7 +20,7 @@
 
 namespace {
 
-using mtrain::train::GenerationConfig;
+using mtrain::infer::GenerationConfig;
 
 // FLOPs of decoding one token at position p: 2 per weight of every linear
 // (LM head included) plus causal attention over p+1 keys (QK^T and PV).

@@ -23,7 +23,7 @@ struct Answer {
 inline Answer greedy_answer(const std::vector<std::string>& args) {
   infer::InferOptions o = infer::parse_infer_args(concat(args, {"--num_threads", "1"}));
   infer::InferModel m = infer::load_infer_model(o, infer::InferContext{});
-  train::GenerationConfig g;
+  infer::GenerationConfig g;
   g.max_new_tokens = 8;
   g.sampling.temperature = 0;
   infer::InferenceSession s(*m.model, *m.dev, m.state);

@@ -9,10 +9,10 @@
 
 #include "../model/model_test_util.h"
 #include "device/device.h"
+#include "infer/inference_session.h"
 #include "model/gpt.h"
 #include "test_util/fp32_bounds.h"
 #include "train/generate.h"
-#include "infer/inference_session.h"
 
 namespace mtrain::infer {
 namespace {
@@ -60,7 +60,7 @@ void check_cache_matches_recompute(const model::ModelConfig& c) {
   }
   g.use_cache = false;
   EXPECT_EQ(session.generate(prompt, g), cached);
-  EXPECT_EQ(greedy_generate(m, prompt, 100, {}), cached);
+  EXPECT_EQ(train::greedy_generate(m, prompt, 100, {}), cached);
 }
 
 TEST(InferenceSession, CachedLogitsEqualFullRecomputeLlamaGqaRope) {
