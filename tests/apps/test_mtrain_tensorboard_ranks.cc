@@ -5,7 +5,12 @@
 // may differ by a few fp32 ulps (2^-23 relative each); the norm's relative
 // difference is bounded by the largest one: 1e-6 allows 8 ulps. The zeros
 // are structural (embedding rows of tokens absent from the batch get no
-// gradient in any layout), so their count is exact.
+// gradient in any layout): whole rows of hidden_size elements, the same rows
+// in every layout. Beside them a gradient element can be exactly zero by
+// cancellation, and whether a sum cancels exactly depends on its order (TP
+// all-reduces partial sums): seen on a Zen 3 machine, TP 2 had 937 rows + 1
+// such element where one device had 937 rows. So the rows are compared
+// exactly (count / hidden_size), and the scattered rest must stay below one row.
 #include <cmath>
 
 #include "mtrain_runner.h"
@@ -20,6 +25,9 @@ std::vector<std::string> job(const fs::path& out) {
                       "--log_num_zeros_in_grad --output_dir"),
                 {out.string()});
 }
+
+// configs/models/demo.yaml's hidden_size: the length of an embedding row.
+constexpr int64_t kHidden = 256;
 
 class TensorBoardRanks : public MtrainTest {};
 
@@ -40,7 +48,9 @@ TEST_F(TensorBoardRanks, ParamsNormAndZerosOfEveryLayoutEqualOneDevices) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const double norm = want[i].at("params_norm").get<double>();
       EXPECT_NEAR(rows[i].at("params_norm").get<double>(), norm, 1e-6 * norm) << layout << " iteration " << i + 1;
-      EXPECT_EQ(rows[i].at("num_zeros").get<int64_t>(), want[i].at("num_zeros").get<int64_t>()) << layout;
+      const int64_t zeros = rows[i].at("num_zeros").get<int64_t>(), want_zeros = want[i].at("num_zeros").get<int64_t>();
+      EXPECT_EQ(zeros / kHidden, want_zeros / kHidden) << layout << " iteration " << i + 1 << ": zero rows";
+      EXPECT_LT(std::abs(zeros - want_zeros), kHidden) << layout << " iteration " << i + 1;
     }
     EXPECT_EQ(tbtest::event_files(out / "runs").size(), 1u) << layout << ": the last rank alone writes";
   }
