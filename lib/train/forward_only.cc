@@ -6,9 +6,8 @@ SequenceForward::SequenceForward(model::GptModel& model, parallel::ParallelState
     : model_(model), parallel_(parallel), stage_buffers_(stage_buffers) {
   const model::ModelConfig& c = model.config();
   if (stage_buffers && pipelined())
-    buffers_ =
-        parallel::PipelineBuffers(model.device(), {parallel->grid().pp(), parallel->coords().pp, model.num_chunks(), 1},
-                                  c.tokens_local(c.seq_length) * c.hidden, c.dtype, /*meta=*/false);
+    buffers_ = parallel::PipelineBuffers(model.device(), pipeline_shape(), c.tokens_local(c.seq_length) * c.hidden,
+                                         c.dtype, /*meta=*/false);
 }
 
 void SequenceForward::run(const int32_t* tokens, int64_t first, int64_t n, const ChunkForward& forward) {
@@ -24,11 +23,10 @@ void SequenceForward::run(const int32_t* tokens, int64_t first, int64_t n, const
     for (int ch = 0; ch < model_.num_chunks(); ++ch) h = forward(ch, b, h);
     return;
   }
-  const parallel::PipelineShape shape{parallel_->grid().pp(), parallel_->coords().pp, model_.num_chunks(), 1};
   parallel::PipelineCallbacks cb;
   cb.message_elems = [&](int, int) { return model_.hidden_elems(b); };
   cb.forward = [&](const parallel::PipeAction& a, const float* input) { return forward(a.chunk, b, input); };
-  parallel::run_pipeline_forward_only(parallel_->pp(), shape, cb, parallel::Wire{},
+  parallel::run_pipeline_forward_only(parallel_->pp(), pipeline_shape(), cb, parallel::Wire{},
                                       stage_buffers_ ? &buffers_ : nullptr);
 }
 

@@ -35,6 +35,10 @@ class SequenceForward {
 
  private:
   bool pipelined() const { return parallel_ && parallel_->grid().pp() > 1; }
+  // This rank's place in the pipeline, one micro-batch (under PP only).
+  parallel::PipelineShape pipeline_shape() const {
+    return {parallel_->grid().pp(), parallel_->coords().pp, model_.num_chunks(), 1};
+  }
 
   model::GptModel& model_;
   parallel::ParallelState* parallel_;
