@@ -70,6 +70,8 @@ struct Args {
   std::optional<int> virtual_pipeline_model_parallel_size;  // derived from the above; None when 1
   bool overlap_grad_reduce = false;
   bool overlap_param_gather = false;   // needs the distributed optimizer and overlap_grad_reduce
+  bool tp_comm_overlap = false;        // needs sequence_parallel; the simulated timeline only
+  bool use_ascend_mc2 = false;         // MindSpeed MC2; needs sequence_parallel; as tp_comm_overlap
   std::optional<int> ddp_bucket_size;  // None: Megatron's max(40M, 1M * DP)
   std::optional<std::string> recompute_granularity = "selective";  // full | selective; "none" -> None
   std::optional<std::string> recompute_method;                     // uniform | block (full only)
@@ -202,6 +204,7 @@ struct Args {
   int max_new_tokens = 64;
   std::string device_profile = "Ascend910B3";  // configs/devices/<name>.yaml or a path
   bool dry_run = false;                        // lib/plan: memory plan, no training
+  bool json = false;                           // with dry_run: the report as JSON
   // The launch's world (torchrun's flags), over NNODES / NPROC_PER_NODE; read
   // by the launcher before any rank exists (apps/mtrain/launch/launch_flags.h).
   std::optional<int> nnodes;

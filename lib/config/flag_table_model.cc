@@ -218,6 +218,19 @@ std::vector<FlagSpec> parallel_flags() {
                "without waiting, and wait for it just before the next forward of the model chunk that reads it. "
                "Needs --use_distributed_optimizer and --overlap_grad_reduce (Megatron-LM). The results are "
                "bit-identical to the gather in the optimizer step; a checkpoint save waits for it first."},
+      {.name = "tp_comm_overlap",
+       .field = &Args::tp_comm_overlap,
+       .group = P,
+       .help = "Overlap the tensor-parallel all-gather / reduce-scatter of sequence parallelism with the GEMM "
+               "beside it, split into TP-size chunks (Megatron-LM's userbuffers overlap). Needs "
+               "--sequence_parallel. The math is unchanged: it changes the simulated device timeline "
+               "(--dry_run, --log_throughput)."},
+      {.name = "use_ascend_mc2",
+       .field = &Args::use_ascend_mc2,
+       .group = P,
+       .help = "MindSpeed's MC2: the matmul fused with the tensor-parallel all-gather / reduce-scatter on "
+               "Ascend, priced as --tp_comm_overlap. Needs --sequence_parallel. The math is unchanged: it "
+               "changes the simulated device timeline (--dry_run, --log_throughput)."},
       {.name = "ddp_bucket_size",
        .field = &Args::ddp_bucket_size,
        .group = P,

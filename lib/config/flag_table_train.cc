@@ -298,6 +298,12 @@ std::vector<FlagSpec> logging_flags() {
                "(no data read, nothing allocated on the host) and report peak HBM per pipeline stage by category; "
                "--nnodes/--nproc_per_node (or NNODES/NPROC_PER_NODE) set the planned world (no ranks are "
                "launched). Exit 6 if it does not fit."},
+      {.name = "json",
+       .field = &Args::json,
+       .group = L,
+       .help = "With --dry_run: print the whole report as one JSON document (per pipeline stage: memory by "
+               "category in bytes with peaks, capacity and verdict; the step time by line, adding up to the "
+               "step; tokens/s, TFLOP/s, MFU) instead of the text report. The exit code is the same."},
       {.name = "nnodes",
        .field = &Args::nnodes,
        .group = L,

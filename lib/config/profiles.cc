@@ -137,11 +137,31 @@ Setters cost_setters(const std::string& file, device::CostConstants& c) {
     });
   };
   return {{"compute_efficiency", number(&c.compute_efficiency, 1)},
+          {"flash_forward_efficiency", number(&c.flash_forward_efficiency, 1)},
+          {"flash_backward_efficiency", number(&c.flash_backward_efficiency, 1)},
           {"memory_efficiency", number(&c.memory_efficiency, 1)},
           {"intra_link_efficiency", number(&c.intra_link_efficiency, 1)},
           {"inter_link_efficiency", number(&c.inter_link_efficiency, 1)},
           {"launch_overhead_us", number(&c.launch_overhead_s, 1e-6)},
           {"comm_latency_us", number(&c.comm_latency_s, 1e-6)}};
+}
+
+// all_gather_bus_gbps: [[ranks, GB/s], ...], group sizes rising.
+std::vector<device::BusBandwidth> bus_table(const std::string& file, const std::string& key, const YAML::Node& v) {
+  std::vector<device::BusBandwidth> out;
+  const auto bad = [&](const YAML::Node& at, const std::string& why) {
+    return ConfigError(fmt::format("{}: {}: {}", where(file, at.Mark()), key, why),
+                       "write one [group size, GB/s] pair per measured group size, e.g. [[2, 38], [4, 64], [8, 149]]");
+  };
+  if (!v.IsSequence() || v.size() == 0) throw bad(v, "expected a list of [group size, GB/s] pairs");
+  for (const auto& e : v) {
+    if (!e.IsSequence() || e.size() != 2) throw bad(e, "expected a [group size, GB/s] pair");
+    device::BusBandwidth b{scalar_as<int>(file, key, e[0]), scalar_as<double>(file, key, e[1])};
+    if (b.ranks < 2 || !(b.gbps > 0)) throw bad(e, "the group size must be at least 2 and the bandwidth positive");
+    if (!out.empty() && b.ranks <= out.back().ranks) throw bad(e, "group sizes must rise");
+    out.push_back(b);
+  }
+  return out;
 }
 
 device::IntraNodeTopology topology(const std::string& file, const YAML::Node& v) {
@@ -187,6 +207,15 @@ Setters profile_setters(const std::string& file, DeviceProfileSpec& p, bool& has
       {"devices_per_node", count(&p.devices_per_node)},
       {"allocator_block_bytes", integer(&p.allocator_block_bytes, 0, nullptr)},
       {"cpu_cores_per_node", count(&p.cpu_cores_per_node)},
+      {"compute_units", count(&p.compute_units)},
+      {"gemm_tile_m", count(&p.gemm_tile_m)},
+      {"gemm_tile_n", count(&p.gemm_tile_n)},
+      {"attention_block", count(&p.attention_block)},
+      {"tp_overlap_units", count(&p.tp_overlap_units)},
+      {"all_gather_bus_gbps",
+       [&file, &p](const std::string& k, const YAML::Node& v) { p.all_gather_bus_gbps = bus_table(file, k, v); }},
+      {"all_reduce_bus_gbps",
+       [&file, &p](const std::string& k, const YAML::Node& v) { p.all_reduce_bus_gbps = bus_table(file, k, v); }},
       {"cpu_affinity", [&file, &p](const std::string&, const YAML::Node& v) { p.cpu_affinity = core_ranges(file, v); }},
       {"cost", [&file, &p](const std::string&,
                            const YAML::Node& v) { apply_keys(file, v, cost_setters(file, p.cost), "cost."); }},
@@ -198,10 +227,14 @@ void check_profile(const std::string& file, const DeviceProfileSpec& p, bool has
     throw ConfigError(fmt::format("{}: device profile needs a positive hbm_bytes (or hbm_gib / hbm_mib)", file));
   }
   if (p.peak_tflops_16bit <= 0 || p.peak_tflops_fp32 <= 0 || p.hbm_gbps <= 0 || p.devices_per_node < 1 ||
-      p.allocator_block_bytes <= 0 || p.cpu_cores_per_node < 1) {
+      p.allocator_block_bytes <= 0 || p.cpu_cores_per_node < 1 || p.compute_units < 0 || p.gemm_tile_m < 0 ||
+      p.gemm_tile_n < 0 || p.attention_block < 1 || p.tp_overlap_units < 0 ||
+      (p.compute_units > 0 && p.tp_overlap_units >= p.compute_units)) {
     throw ConfigError(
         fmt::format("{}: peak_tflops_16bit, peak_tflops_fp32, hbm_gbps, devices_per_node, "
-                    "allocator_block_bytes and cpu_cores_per_node must be positive",
+                    "allocator_block_bytes, cpu_cores_per_node and attention_block must be positive "
+                    "(compute_units, gemm_tile_m, gemm_tile_n and tp_overlap_units not negative, tp_overlap_units "
+                    "below compute_units)",
                     file));
   }
   if (!p.cpu_affinity.empty() && static_cast<int>(p.cpu_affinity.size()) != p.devices_per_node)

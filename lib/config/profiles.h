@@ -28,8 +28,11 @@ using DeviceProfileSpec = device::DeviceProfile;
 // peak_tflops_fp32, hbm_gbps, intra_node_link_gbps, inter_node_link_gbps,
 // intra_node_link, intra_node_topology (ring, the default | full_mesh |
 // switch: device/profile.h), devices_per_node, allocator_block_bytes,
-// cpu_cores_per_node, cpu_affinity (one "first-last" per device), and an
-// optional `cost:` map (compute_efficiency, memory_efficiency,
+// cpu_cores_per_node, cpu_affinity (one "first-last" per device), the shape
+// model's compute_units, gemm_tile_m, gemm_tile_n, attention_block,
+// tp_overlap_units, all_gather_bus_gbps / all_reduce_bus_gbps ([[ranks,
+// GB/s], ...]), and an optional `cost:` map (compute_efficiency,
+// flash_forward_efficiency, flash_backward_efficiency, memory_efficiency,
 // intra_link_efficiency, inter_link_efficiency, launch_overhead_us,
 // comm_latency_us; defaults in device/profile.h). Throws ConfigError
 // (file:line:col) on unknown keys, bad values or an unknown profile (listing

@@ -182,6 +182,20 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
   check_recompute(a);
   if (a.ddp_bucket_size) require_positive(*a.ddp_bucket_size, "ddp_bucket_size");
   // Megatron-LM's checks and messages (arguments.py).
+  if (a.json && !a.dry_run)
+    throw ConfigError("--json prints the dry run's report: it needs --dry_run",
+                      "add --dry_run, or drop --json (a training run logs to logging.jsonl)");
+  // Megatron-LM's message (arguments.py); MindSpeed requires the same of MC2.
+  if (a.tp_comm_overlap && !a.sequence_parallel)
+    throw ConfigError(
+        "--tp_comm_overlap: Tensor parallel communication/GEMM overlap can happen only when sequence "
+        "parallelism is enabled",
+        "add --sequence_parallel, or drop --tp_comm_overlap");
+  if (a.use_ascend_mc2 && !a.sequence_parallel)
+    throw ConfigError(
+        "--use_ascend_mc2: MC2 fuses the matmul with the sequence-parallel all-gather / "
+        "reduce-scatter, so it needs sequence parallelism",
+        "add --sequence_parallel, or drop --use_ascend_mc2");
   if (a.overlap_param_gather && !a.use_distributed_optimizer)
     throw ConfigError("--overlap-param-gather only supported with distributed optimizer",
                       "add --use_distributed_optimizer true, or drop --overlap_param_gather");

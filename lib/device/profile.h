@@ -12,9 +12,9 @@
 
 namespace mtrain::device {
 
-// Efficiency and fixed costs of the cost model (cost_model.h). The defaults
-// are the reference's (estimator-formulas.md §4); a profile may override each
-// under its `cost:` key.
+// Efficiency and fixed costs of the cost model (cost_model.h). These
+// defaults serve a profile without a `cost:` key (tests, tiny_test); the
+// shipped profiles set every constant with its source (configs/devices/).
 // - compute_efficiency 0.95: Calculon's matrix efficiency for large GEMMs
 //   (systems/a100_80g.json); the 910B measurement (BF16 matmul 328 of
 //   ~320-354 nominal TFLOPS) supports a value near 1.
@@ -25,8 +25,15 @@ namespace mtrain::device {
 // - launch_overhead 5 us per kernel and comm_latency 10 us per collective:
 //   our assumption (typical host-to-device launch and HCCL/NCCL small-message
 //   latency); not from the reference.
+//
+// The shape model (cost_model.h) adds, each 0 meaning "as compute_efficiency":
+// - flash_forward_efficiency / flash_backward_efficiency: a fused attention
+//   kernel's share of peak on the blocks it runs (FlashAttention-2/-3's
+//   published rates; the profile cites its source).
 struct CostConstants {
-  double compute_efficiency = 0.95;
+  double compute_efficiency = 0.95;  // a large GEMM's share of peak (the tile model's ceiling)
+  double flash_forward_efficiency = 0;
+  double flash_backward_efficiency = 0;
   double memory_efficiency = 0.4;
   double intra_link_efficiency = 0.65;
   double inter_link_efficiency = 0.9;
@@ -44,6 +51,15 @@ enum class IntraNodeTopology {
 };
 // "ring", "full_mesh", "switch".
 const char* topology_name(IntraNodeTopology t);
+
+// A measured collective bus bandwidth inside one node (nccl-tests' busbw
+// convention: all_reduce moves 2(n-1)/n of the buffer per rank, all_gather and
+// reduce_scatter (n-1)/n), for a group of `ranks` devices.
+struct BusBandwidth {
+  int ranks = 0;
+  double gbps = 0;
+  bool operator==(const BusBandwidth&) const = default;
+};
 
 // An inclusive range of CPU core ids, as `npu-smi info -t topo` prints it ("144-167").
 struct CoreRange {
@@ -71,6 +87,20 @@ struct DeviceProfile {
   std::string intra_node_link = "HCCS";  // the link kind `npu-smi info -t topo` shows between two devices of a node
   int devices_per_node = 8;
   int64_t allocator_block_bytes = 2LL << 20;  // reserved memory grows in these blocks
+  // The GEMM tile model (cost_model.h): the compute units a GEMM's output
+  // tiles are spread over (SMs, AI cores) and the tile (rows x columns of C)
+  // one unit computes at a time. 0: no tile model (the plain roofline).
+  int compute_units = 0;
+  int gemm_tile_m = 0, gemm_tile_n = 0;
+  int attention_block = 128;
+  // --tp_comm_overlap: the compute units a pipelined reduce-scatter's
+  // communication kernels take from the GEMM beside it (Transformer Engine's
+  // userbuffers "pipeline" method with set_sm_margin); 0: none.
+  int tp_overlap_units = 0;  // a fused attention kernel's query/key block (causal masks skip whole blocks)
+  // Measured bus bandwidth inside a node by group size, per collective
+  // (empty: the link formulas of cost_model.h). reduce_scatter uses
+  // all_gather's (the same traffic, reversed).
+  std::vector<BusBandwidth> all_gather_bus_gbps, all_reduce_bus_gbps;
   // The host CPU of one node: its core count and, per device, the cores of
   // the device's NUMA node (`npu-smi info -t topo`'s CPU Affinity column).
   // Empty affinity: the cores split evenly over the devices.

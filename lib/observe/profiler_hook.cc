@@ -143,7 +143,7 @@ void ProfilerHook::on_region_begin(const profiler::Region& r, std::span<const pr
   const double now = now_us();
   if (kernel && open_kernels_++ == 0) {
     // Outermost kernel: it runs on the device (nested ones are part of it).
-    const double dur = cost_.kernel_seconds(r.flops, r.bytes, opts_.dtype_bytes == 2) * 1e6;
+    const double dur = cost_.kernel_seconds(r.work, opts_.dtype_bytes == 2) * 1e6;
     const double begin = std::max(now, device_free_);
     place_on_device(now, dur);
     npu_kernel_us_ += dur;
@@ -167,11 +167,11 @@ void ProfilerHook::on_region_begin(const profiler::Region& r, std::span<const pr
     s.index = r.index;
     s.iteration = iteration_;
     s.host_begin = now;
-    s.flops = r.flops;
-    s.bytes = r.bytes;
-    s.m = r.m;
-    s.n = r.n;
-    s.k = r.k;
+    s.flops = r.work.flops;
+    s.bytes = r.work.bytes;
+    s.m = r.work.m;
+    s.n = r.work.n;
+    s.k = r.work.k;
     for (auto it = open_.rbegin(); it != open_.rend(); ++it)
       if (it->span >= 0) {
         s.parent = it->span;

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "parallel/grad_buckets.h"
+#include "parallel/ring_attention.h"
 #include "profiler/kernel_region.h"
 
 namespace mtrain::observe {
@@ -50,9 +51,10 @@ void StepRecorder::on_region_begin(const profiler::Region& r, std::span<const pr
     phase_ = static_cast<int>(record_.phases.size());
     record_.phases.push_back({r.name, static_cast<int>(r.index), r.chunk});
   }
-  if (r.kind == profiler::Kind::kKernel && open_kernels_++ == 0)
-    record_.kernels.push_back({r.name, r.flops, r.bytes, phase_});
+  if (r.kind == profiler::Kind::kKernel && open_kernels_++ == 0) record_.kernels.push_back({r.name, r.work, phase_});
   const std::string_view name = r.name;
+  if (r.kind == profiler::Kind::kOp && name == parallel::kRingBlockNeeded)
+    record_.ring_waits.push_back(static_cast<int64_t>(record_.kernels.size()));
   if (r.kind == profiler::Kind::kOp && (name == parallel::kStartGradReduce || name == parallel::kStartParamGather)) {
     CommRecord c;  // op and bytes follow when it completes
     c.phase = phase_;
@@ -83,54 +85,148 @@ bool is_dp_bucket_comm(const StepRecord& r, const CommRecord& m) {
 
 }  // namespace
 
+CommLine comm_line(std::string_view group) {
+  if (group == "cp") return CommLine::kContext;
+  if (group == "ep" || group == "expt-tp" || group == "tp-ep" || group == "tp-ep-pp") return CommLine::kExpert;
+  return CommLine::kTensor;
+}
+
+PhaseOverlap PhaseOverlap::of_profile(const device::DeviceProfile& p, bool tp_comm_overlap) {
+  PhaseOverlap o{tp_comm_overlap, 1.0};
+  if (p.compute_units > 0 && p.tp_overlap_units > 0 && p.tp_overlap_units < p.compute_units)
+    o.rs_gemm_slowdown = static_cast<double>(p.compute_units) / (p.compute_units - p.tp_overlap_units);
+  return o;
+}
+
+double priced_bytes(const CommRecord& m) {
+  if (m.op == parallel::CommOp::kSendRecv) return static_cast<double>(std::max(m.bytes, m.recv_bytes));
+  return static_cast<double>(m.bytes + m.recv_bytes);
+}
+
+namespace {
+
+// One micro-batch phase on two streams (PhaseOverlap): `c` the compute
+// stream's clock, `m` when the communication stream is free.
+struct PhaseClock {
+  double c = 0, m = 0;
+  bool ring_pending = false;  // a CP pass in flight
+  double last_gemm_s = -1;    // the item just placed was a GEMM of this time (-1: it was not)
+  double pending_gather_s = -1, pending_gather_chunks = 1;  // a TP all-gather waiting for its GEMM
+};
+
+bool tp_overlappable(const CommRecord& m, const PhaseOverlap& o) {
+  return o.tp_comm_overlap && m.group == "tp" && m.group_size > 1 &&
+         (m.op == parallel::CommOp::kAllGather || m.op == parallel::CommOp::kReduceScatter);
+}
+
+// The pipelined time of a collective split into `chunks` beside a GEMM.
+double pipelined(double comm, double gemm, double chunks) {
+  return std::max(comm, gemm) + std::min(comm, gemm) / std::max(1.0, chunks);
+}
+
+}  // namespace
+
 RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
-                       const std::function<bool(std::string_view)>& inter_node) {
+                       const std::function<bool(std::string_view)>& inter_node, const PhaseOverlap& overlap) {
   RecordCost c;
   c.phase_s.assign(r.phases.size(), 0.0);
-  // kernel_sum[i]: the kernels before kernel i; first_kernel: per phase (-1: none).
-  std::vector<double> kernel_sum(r.kernels.size() + 1, 0.0);
-  std::vector<int64_t> first_kernel(r.phases.size(), -1);
-  for (size_t i = 0; i < r.kernels.size(); ++i) {
+  std::vector<PhaseClock> clock(r.phases.size());
+  const auto in_microbatch = [&](int phase) { return phase >= 0 && is_microbatch_phase(r.phases[phase]); };
+  const auto add_comm_time = [&](PhaseClock& pc, CommLine line, double t) {
+    pc.c += t;
+    c.phase_comm_s += t;
+    c.phase_line_s[static_cast<int>(line)] += t;
+  };
+  const auto wait_ring = [&](PhaseClock& pc) {
+    if (!pc.ring_pending) return;
+    const double exposed = std::max(0.0, pc.m - pc.c);  // the part of the pass not beside kernels
+    add_comm_time(pc, CommLine::kContext, exposed);
+    c.phase_hidden_s -= exposed;
+    pc.ring_pending = false;
+  };
+  // Kernels and collectives in recorded order: a collective with
+  // kernels_before == i comes before kernel i.
+  size_t next_comm = 0;
+  const auto place_comm = [&](const CommRecord& m, bool next_is_gemm) {
+    const double t =
+        cost.comm_seconds(parallel::cost_collective(m.op), priced_bytes(m), m.group_size, inter_node(m.group));
+    if (m.overlapped) {
+      OverlappedComm o{m.phase, 0.0, t, m.op == parallel::CommOp::kAllGather};
+      if (m.phase >= 0) o.offset_s = clock[m.phase].c;
+      c.overlapped.push_back(o);
+      c.dp_comm_s += t;
+      return;
+    }
+    if (m.group == "pp") {
+      c.p2p_message_s = std::max(c.p2p_message_s, t);
+      return;
+    }
+    if (in_microbatch(m.phase)) {
+      PhaseClock& pc = clock[m.phase];
+      const CommLine line = comm_line(m.group);
+      if (pc.pending_gather_s >= 0) {  // the gather waiting for a GEMM got another collective instead
+        add_comm_time(pc, CommLine::kTensor, pc.pending_gather_s);
+        pc.pending_gather_s = -1;
+      }
+      if (m.group == "cp" && m.op == parallel::CommOp::kSendRecv) {
+        wait_ring(pc);
+        pc.m = std::max(pc.c, pc.m) + t;
+        pc.ring_pending = true;
+        c.phase_hidden_s += t;
+      } else if (tp_overlappable(m, overlap) && m.op == parallel::CommOp::kAllGather && next_is_gemm) {
+        pc.pending_gather_s = t;
+        pc.pending_gather_chunks = m.group_size;
+      } else if (tp_overlappable(m, overlap) && m.op == parallel::CommOp::kReduceScatter && pc.last_gemm_s >= 0) {
+        const double added = pipelined(t, pc.last_gemm_s * overlap.rs_gemm_slowdown, m.group_size) - pc.last_gemm_s;
+        add_comm_time(pc, line, added);
+        c.phase_hidden_s += t - added;
+      } else {
+        add_comm_time(pc, line, t);
+      }
+      pc.last_gemm_s = -1;
+      return;
+    }
+    c.tail_comm_s += t;
+    // The distributed optimizer's param all-gather: the optimizer phase's only all-gather.
+    if (m.op == parallel::CommOp::kAllGather && m.phase >= 0 && r.phases[m.phase].name == "optimizer_step")
+      c.param_gather_s += t;
+    if (is_dp_bucket_comm(r, m)) {
+      c.dp_comm_s += t;
+      c.dp_blocking_s += t;
+    }
+  };
+  size_t next_wait = 0;
+  for (size_t i = 0; i <= r.kernels.size(); ++i) {
+    for (; next_wait < r.ring_waits.size() && r.ring_waits[next_wait] <= static_cast<int64_t>(i); ++next_wait)
+      if (i < r.kernels.size() && in_microbatch(r.kernels[i].phase)) wait_ring(clock[r.kernels[i].phase]);
+    const bool gemm_next = i < r.kernels.size() && r.kernels[i].work.kind == KernelKind::kGemm;
+    for (; next_comm < r.comms.size() && r.comms[next_comm].kernels_before <= static_cast<int64_t>(i); ++next_comm)
+      place_comm(r.comms[next_comm], gemm_next && r.comms[next_comm].phase == r.kernels[i].phase);
+    if (i == r.kernels.size()) break;
     const KernelRecord& k = r.kernels[i];
-    const double t = cost.kernel_seconds(k.flops, k.bytes, sixteen_bit);
-    kernel_sum[i + 1] = kernel_sum[i] + t;
-    if (k.phase < 0 || !is_microbatch_phase(r.phases[k.phase])) {
+    const double t = cost.kernel_seconds(k.work, sixteen_bit);
+    if (!in_microbatch(k.phase)) {
       c.optimizer_s += t;
       continue;
     }
     c.compute_s += t;
-    c.phase_s[k.phase] += t;
-    if (first_kernel[k.phase] < 0) first_kernel[k.phase] = static_cast<int64_t>(i);
-  }
-  std::vector<double> phase_comm(r.phases.size(), 0.0);  // blocking collectives so far, per phase
-  for (const CommRecord& m : r.comms) {
-    const double t = cost.comm_seconds(parallel::cost_collective(m.op), static_cast<double>(m.bytes + m.recv_bytes),
-                                       m.group_size, inter_node(m.group));
-    if (m.overlapped) {
-      OverlappedComm o{m.phase, 0.0, t, m.op == parallel::CommOp::kAllGather};
-      if (m.phase >= 0) {
-        const int64_t first = first_kernel[m.phase];
-        if (first >= 0 && m.kernels_before > first) o.offset_s = kernel_sum[m.kernels_before] - kernel_sum[first];
-        o.offset_s += phase_comm[m.phase];
-      }
-      c.overlapped.push_back(o);
-      c.dp_comm_s += t;
-    } else if (m.group == "pp") {
-      c.p2p_message_s = std::max(c.p2p_message_s, t);
-    } else if (m.phase >= 0 && is_microbatch_phase(r.phases[m.phase])) {
-      c.phase_comm_s += t;
-      c.phase_s[m.phase] += t;
-      phase_comm[m.phase] += t;
+    PhaseClock& pc = clock[k.phase];
+    if (pc.pending_gather_s >= 0) {
+      const double both = pipelined(pc.pending_gather_s, t, pc.pending_gather_chunks);
+      pc.c += t;
+      add_comm_time(pc, CommLine::kTensor, both - t);
+      c.phase_hidden_s += pc.pending_gather_s - (both - t);
+      pc.pending_gather_s = -1;
     } else {
-      c.tail_comm_s += t;
-      // The distributed optimizer's param all-gather: the optimizer phase's only all-gather.
-      if (m.op == parallel::CommOp::kAllGather && m.phase >= 0 && r.phases[m.phase].name == "optimizer_step")
-        c.param_gather_s += t;
-      if (is_dp_bucket_comm(r, m)) {
-        c.dp_comm_s += t;
-        c.dp_blocking_s += t;
-      }
+      pc.c += t;
     }
+    pc.last_gemm_s = k.work.kind == KernelKind::kGemm ? t : -1;
+  }
+  for (size_t p = 0; p < r.phases.size(); ++p) {
+    PhaseClock& pc = clock[p];
+    if (pc.pending_gather_s >= 0) add_comm_time(pc, CommLine::kTensor, pc.pending_gather_s);  // no GEMM followed
+    wait_ring(pc);
+    c.phase_s[p] = in_microbatch(static_cast<int>(p)) ? pc.c : 0.0;
   }
   return c;
 }

@@ -38,8 +38,8 @@ struct PhaseRecord {
 
 struct KernelRecord {
   std::string name;
-  double flops = 0, bytes = 0;
-  int phase = -1;  // index into StepRecord::phases
+  KernelWork work;  // flops, bytes and the shape the cost model prices
+  int phase = -1;   // index into StepRecord::phases
   bool operator==(const KernelRecord&) const = default;
 };
 
@@ -62,6 +62,9 @@ struct StepRecord {
   // how many of the overlapped parameter all-gathers (in start order) its
   // first forward waits for (parallel::param_gather_prefix).
   std::vector<int> gathers_before_chunk;
+  // CP ring forward steps that need the block the previous pass brought
+  // (parallel::kRingBlockNeeded): the kernels recorded before each.
+  std::vector<int64_t> ring_waits;
 };
 
 // Records the iterations `records` selects (1-based), each replacing the
@@ -107,17 +110,49 @@ struct OverlappedComm {
   bool operator==(const OverlappedComm&) const = default;
 };
 
+// Which report line a collective inside a micro-batch phase belongs to, by
+// its communicator group (parallel/process_grid.h names): the CP group's
+// ring passes and Ulysses all-to-alls; the expert grid's groups ("ep",
+// "expt-tp", "tp-ep", "tp-ep-pp": the MoE token dispatch); the rest (the TP
+// group: TP/SP collectives, the router's sums over the token shards, and
+// the ETP = TP experts' row gather / reduce-scatter, which run on it).
+enum class CommLine { kTensor, kContext, kExpert };
+CommLine comm_line(std::string_view group);
+
+// Which collectives of a micro-batch phase run beside its kernels rather
+// than between them (the record is the same; only the device timeline
+// changes):
+// - the CP ring's K/V passes (parallel/ring_attention.cc, always: Megatron's
+//   ring sends the next block while the current one is computed): a pass
+//   runs on the communication stream from where it is issued; the next pass
+//   (or the phase's end) first waits for it;
+// - tp_comm_overlap (Megatron's --tp_comm_overlap, MindSpeed's
+//   --use_ascend_mc2; both need sequence parallelism): a TP all-gather
+//   right before a GEMM, or a reduce-scatter right after one, is split into
+//   TP-size chunks pipelined with the GEMM: max(comm, gemm) + min(comm,
+//   gemm) / TP instead of comm + gemm; beside a reduce-scatter the GEMM runs
+//   `rs_gemm_slowdown` times slower (the units its communication takes:
+//   of_profile).
+struct PhaseOverlap {
+  bool tp_comm_overlap = false;
+  double rs_gemm_slowdown = 1.0;
+  // compute_units / (compute_units - tp_overlap_units) of the profile.
+  static PhaseOverlap of_profile(const device::DeviceProfile& p, bool tp_comm_overlap);
+};
+
 // The cost model applied to one rank's step record.
 struct RecordCost {
-  double compute_s = 0;         // the kernels of the micro-batch phases
-  double optimizer_s = 0;       // the kernels outside them: unscale/check, grad norm, update, param copy
-  double param_gather_s = 0;    // the blocking param all-gather in tail_comm_s (distributed optimizer)
-  double phase_comm_s = 0;      // blocking collectives inside the micro-batch phases (TP / SP)
-  double tail_comm_s = 0;       // blocking collectives outside them, pipeline messages excepted
-  double p2p_message_s = 0;     // the longest pipeline message
-  double dp_comm_s = 0;         // DP bucket collectives (gradient reduction, parameter gather), blocking or not
-  double dp_blocking_s = 0;     // the blocking ones (part of tail_comm_s)
-  std::vector<double> phase_s;  // per StepRecord::phases entry: its kernels + its blocking collectives
+  double compute_s = 0;                // the kernels of the micro-batch phases
+  double optimizer_s = 0;              // the kernels outside them: unscale/check, grad norm, update, param copy
+  double param_gather_s = 0;           // the blocking param all-gather in tail_comm_s (distributed optimizer)
+  double phase_comm_s = 0;             // collectives inside the micro-batch phases: the time they add to them
+  double phase_line_s[3] = {0, 0, 0};  // phase_comm_s by CommLine (TP, CP, EP)
+  double phase_hidden_s = 0;           // the collectives' time inside the phases that ran beside kernels
+  double tail_comm_s = 0;              // blocking collectives outside them, pipeline messages excepted
+  double p2p_message_s = 0;            // the longest pipeline message
+  double dp_comm_s = 0;                // DP bucket collectives (gradient reduction, parameter gather), blocking or not
+  double dp_blocking_s = 0;            // the blocking ones (part of tail_comm_s)
+  std::vector<double> phase_s;         // per StepRecord::phases entry: its kernels + the time its collectives add
   std::vector<OverlappedComm> overlapped;  // in start order
   // This rank's device busy for the step: its kernels (the optimizer's too)
   // and its blocking collectives back to back. Pipeline messages, the wait for other stages
@@ -126,8 +161,12 @@ struct RecordCost {
   double busy_s() const { return compute_s + optimizer_s + phase_comm_s + tail_comm_s; }
   bool operator==(const RecordCost&) const = default;
 };
+// The bytes a collective's time is priced on: CommEvent's payload, except a
+// send_recv (the ring's shift), which sends and receives at once over
+// full-duplex links: the larger of the two.
+double priced_bytes(const CommRecord& m);
 // inter_node(group name): whether that group of the rank spans nodes.
 RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
-                       const std::function<bool(std::string_view)>& inter_node);
+                       const std::function<bool(std::string_view)>& inter_node, const PhaseOverlap& overlap = {});
 
 }  // namespace mtrain::observe

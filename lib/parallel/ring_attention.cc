@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "profiler/probe.h"
 #include "tensor/attention.h"
 
 namespace mtrain::parallel {
@@ -72,6 +73,7 @@ void ring_attention_forward(Comm& cp, float* out, float* lse, const float* q, co
     const float* kb = buf.travel[cur];
     const float* vb = kb + n;
     const int32_t* kdoc = doc ? buf.docs[cur] : nullptr;
+    if (step > 0) profiler::Scope needed({profiler::Kind::kOp, profiler::Pass::kNone, kRingBlockNeeded, step});
     // The next block is on its way while this one is used (one exchange per step).
     if (step + 1 < g.P) shift(cp, g, buf.travel[cur], buf.travel[1 - cur], 2 * n, kdoc, buf.docs[1 - cur], wire);
     for_visible_pairs(g, g.source(step), dropout, [&](int qh, int kh, bool causal, const k::BlockDropout& bd) {

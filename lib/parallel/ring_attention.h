@@ -39,6 +39,11 @@ struct CpDropout {
 };
 
 // Buffers one call uses (the layer's workspace owns them).
+// Marks (a profiler op region, index: the step) where a forward step needs
+// the block the previous step's pass brought: a step record waits there for
+// that pass (the pass itself runs beside the previous step's kernels).
+inline constexpr const char* kRingBlockNeeded = "ring_block_needed";
+
 struct RingBuffers {
   float* travel[2] = {nullptr, nullptr};  // each ring_travel_floats(): k | v | dk | dv of a block in flight
   int32_t* docs[2] = {nullptr, nullptr};  // each (B, T): the block's document ids (with doc ids only)

@@ -62,6 +62,7 @@ DryRun dry_run(const config::Args& input) {
   r.microbatches = args.num_micro_batches;
   r.global_batch = args.global_batch_size;
   r.seq_length = r.whole_model.seq_length;
+  r.overlap = observe::PhaseOverlap::of_profile(r.profile, args.tp_comm_overlap || args.use_ascend_mc2);
   // Measure the whole plan even where it does not fit; memory_report judges it.
   device::DeviceProfile planning = r.profile;
   planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;

@@ -45,6 +45,7 @@ struct DryRun {
   model::ModelConfig whole_model;    // rank 0's config: the whole model's shape and dtype
   int chunks = 1, microbatches = 1;  // model chunks per stage, micro-batches per DP rank
   int64_t global_batch = 0, seq_length = 0;
+  observe::PhaseOverlap overlap;  // --tp_comm_overlap / --use_ascend_mc2
   std::vector<ClassMemory> classes;
 };
 

@@ -9,6 +9,7 @@
 #include "plan/dry_run.h"
 #include "plan/formula_compare.h"
 #include "plan/memory_report.h"
+#include "plan/report_json.h"
 #include "plan/sim_trace.h"
 #include "plan/step_time.h"
 #include "train/checkpointing.h"
@@ -50,6 +51,13 @@ int run_dry_run(const config::Args& args, std::ostream& out) {
   check_load(args);
   const DryRun r = dry_run(args);
   const StepTime t = step_time(r);
+  if (args.json) {
+    nlohmann::json j = dry_run_json(r, t);
+    if (args.profile) j["simulated_trace"] = write_simulated_trace(r, t, args.profile_save_path);
+    out << j.dump(2) << "\n" << std::flush;
+    require_fit(r, args);
+    return 0;
+  }
   out << memory_report(r) << formula_comparison(r, args) << time_report(r, t);
   if (args.profile)
     out << "Simulated timeline (Chrome trace): " << write_simulated_trace(r, t, args.profile_save_path) << "\n";

@@ -15,12 +15,6 @@
 
 namespace mtrain::plan {
 
-CommLine comm_line(std::string_view group) {
-  if (group == "cp") return CommLine::kContext;
-  if (group == "ep" || group == "expt-tp" || group == "tp-ep" || group == "tp-ep-pp") return CommLine::kExpert;
-  return CommLine::kTensor;
-}
-
 namespace {
 
 // (op, micro-batch, virtual stage) of a pipeline action.
@@ -29,13 +23,16 @@ using ActionKey = std::tuple<int, int, int>;
 // Every stage plays its pipeline_actions order on its own clock; an action
 // starts once its stage is free and the action it needs (the previous
 // virtual stage's forward, the next one's backward) has ended, plus one
-// pipeline message when that ran on another stage. not_before[stage][chunk]:
-// the first forward of that chunk waits for its overlapped parameter gather.
+// pipeline message when that ran on another stage. bucket_ready[stage][chunk]:
+// when each overlapped parameter gather the first forward of that chunk
+// reads arrives, in the order it reads them; as Megatron's forward pre-hooks
+// wait per bucket, the forward runs in as many equal parts, each once its
+// bucket is there.
 struct PipelineSim {
   int stages, chunks, microbatches;
   double p2p_s;
-  std::vector<std::map<ActionKey, double>> duration;  // per stage
-  std::vector<std::vector<double>> not_before;        // (stages, chunks)
+  std::vector<std::map<ActionKey, double>> duration;           // per stage
+  std::vector<std::vector<std::vector<double>>> bucket_ready;  // (stages, chunks, buckets)
 
   std::vector<std::pair<double, double>> run(std::vector<TimelineSpan>* timeline) const {  // per stage: (end, busy)
     std::vector<std::vector<parallel::PipeAction>> order(stages);
@@ -50,7 +47,7 @@ struct PipelineSim {
         for (; next[s] < order[s].size(); ++next[s]) {
           const parallel::PipeAction& a = order[s][next[s]];
           const int op = a.op == parallel::PipeOp::kForward ? 0 : 1, v = a.chunk * stages + s;
-          double ready = op == 0 && a.microbatch == 0 ? not_before[s][a.chunk] : 0.0;
+          double ready = 0.0;
           const int dep_v = op == 0 ? v - 1 : v + 1;
           if (dep_v >= 0 && dep_v <= last_virtual) {
             auto it = done.find({op, a.microbatch, dep_v});
@@ -59,8 +56,14 @@ struct PipelineSim {
           }
           const double d = duration[s].at({op, a.microbatch, v});
           const double begin = std::max(clock[s].first, ready);
-          timeline->push_back({s, op == 0 ? "forward" : "backward", a.microbatch, a.chunk, begin, begin + d});
-          clock[s].first = begin + d;
+          double end = begin + d;
+          const std::vector<double>& buckets = bucket_ready[s][a.chunk];
+          if (op == 0 && a.microbatch == 0 && !buckets.empty()) {
+            end = begin;
+            for (double arrives : buckets) end = std::max(end, arrives) + d / static_cast<double>(buckets.size());
+          }
+          timeline->push_back({s, op == 0 ? "forward" : "backward", a.microbatch, a.chunk, begin, end});
+          clock[s].first = end;
           clock[s].second += d;
           done[{op, a.microbatch, v}] = clock[s].first;
           progress = true;
@@ -109,20 +112,6 @@ CommStream play_comm_stream(const RecordCost& c, int stage, double backward_end,
 }  // namespace
 namespace {
 
-// record_cost's phase_comm_s (the blocking collectives inside the micro-batch
-// phases, priced the same way) split by CommLine: (TP, CP, EP).
-std::tuple<double, double, double> phase_comm_split(const StepRecord& r, const device::CostModel& cost,
-                                                    const std::function<bool(std::string_view)>& inter_node) {
-  double line[3] = {0, 0, 0};
-  for (const CommRecord& m : r.comms) {
-    if (m.overlapped || m.group == "pp" || m.phase < 0 || !is_microbatch_phase(r.phases[m.phase])) continue;
-    line[static_cast<int>(comm_line(m.group))] +=
-        cost.comm_seconds(parallel::cost_collective(m.op), static_cast<double>(m.bytes + m.recv_bytes), m.group_size,
-                          inter_node(m.group));
-  }
-  return {line[0], line[1], line[2]};
-}
-
 struct ClassCost {
   const ClassMemory* k;
   RecordCost cost;
@@ -141,12 +130,16 @@ std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vecto
         if (name == g) return inter;
       return false;
     };
-    const RecordCost c = record_cost(k.step, cost, sixteen, spans);
+    const RecordCost c = record_cost(k.step, cost, sixteen, spans, r.overlap);
     StageTime& st = stages[k.rank_class.stage];
     st.stage = k.rank_class.stage;
     st.compute_s = std::max(st.compute_s, c.compute_s);
-    if (c.phase_comm_s >= st.tp_comm_s + st.cp_comm_s + st.ep_comm_s)  // the class with the most, split
-      std::tie(st.tp_comm_s, st.cp_comm_s, st.ep_comm_s) = phase_comm_split(k.step, cost, spans);
+    if (c.phase_comm_s >= st.tp_comm_s + st.cp_comm_s + st.ep_comm_s) {  // the class with the most, split
+      st.tp_comm_s = c.phase_line_s[0];
+      st.cp_comm_s = c.phase_line_s[1];
+      st.ep_comm_s = c.phase_line_s[2];
+      st.phase_hidden_s = c.phase_hidden_s;
+    }
     st.tail_comm_s = std::max(st.tail_comm_s, c.tail_comm_s);
     st.optimizer_s = std::max(st.optimizer_s, c.optimizer_s);
     st.param_gather_s = std::max(st.param_gather_s, c.param_gather_s);
@@ -160,11 +153,21 @@ std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vecto
       double& d = sim.duration[st.stage][key];
       d = std::max(d, c.phase_s[i]);
     }
+    // The gathers each chunk's first forward reads: those of its prefix
+    // (StepRecord::gathers_before_chunk) not read by an earlier chunk.
     const std::vector<double> gathers = play_comm_stream(c, st.stage, 0, [](int) { return 0.0; }).gather_end;
+    size_t read = 0;
     for (int ch = 0; ch < r.chunks && !gathers.empty(); ++ch) {
       const size_t n = k.step.gathers_before_chunk.empty() ? gathers.size()
                                                            : static_cast<size_t>(k.step.gathers_before_chunk.at(ch));
-      if (n > 0) sim.not_before[st.stage][ch] = std::max(sim.not_before[st.stage][ch], gathers.at(n - 1));
+      std::vector<double>& ready = sim.bucket_ready[st.stage][ch];
+      if (n > read) {
+        std::vector<double> mine(gathers.begin() + static_cast<std::ptrdiff_t>(read),
+                                 gathers.begin() + static_cast<std::ptrdiff_t>(n));
+        if (mine.size() > ready.size()) ready.resize(mine.size(), 0.0);
+        for (size_t j = 0; j < mine.size(); ++j) ready[j] = std::max(ready[j], mine[j]);
+        read = n;
+      }
     }
     out.push_back({&k, c});
   }
@@ -209,14 +212,15 @@ StepTime step_time(const DryRun& r) {
                   r.microbatches,
                   0.0,
                   std::vector<std::map<ActionKey, double>>(r.pp),
-                  std::vector<std::vector<double>>(r.pp, std::vector<double>(r.chunks, 0.0))};
+                  std::vector<std::vector<std::vector<double>>>(r.pp, std::vector<std::vector<double>>(r.chunks))};
   std::vector<StageTime> stages(r.pp);
   const std::vector<ClassCost> costs = stage_costs(r, sim, stages);
   StepTime t;
   const auto clocks = sim.run(&t.timeline);
   // The delay the parameter gathers add: the same pipeline without them.
   PipelineSim free = sim;
-  for (auto& row : free.not_before) std::fill(row.begin(), row.end(), 0.0);
+  for (auto& row : free.bucket_ready)
+    for (auto& chunk : row) chunk.clear();
   std::vector<TimelineSpan> unused;
   const auto free_clocks = free.run(&unused);
   const std::vector<double> exposed = exposed_reduction(r, costs, clocks, t);
@@ -275,6 +279,11 @@ std::string time_report(const DryRun& r, const StepTime& t) {
         "{:.1f}%\n",
         s.stage, s.compute_s * 1e3, phase_comm, s.dp_comm_s * 1e3, s.dp_exposed_s * 1e3,
         std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3, 100.0 * s.bubble);
+    if (s.phase_hidden_s > 0)
+      out += fmt::format(
+          "    micro-batch collectives beside the kernels (CP ring passes, --tp_comm_overlap): {:.1f} ms hidden, "
+          "not in the lines above\n",
+          s.phase_hidden_s * 1e3);
     out += fmt::format("    optimizer step {:.1f} ms (overflow check, grad norm, update, main-to-model param copy)\n",
                        s.optimizer_s * 1e3);
   }
@@ -284,8 +293,9 @@ std::string time_report(const DryRun& r, const StepTime& t) {
                   t.tokens_per_s_per_device, t.tflops_per_device, 100.0 * t.mfu,
                   sixteen ? r.profile.peak_tflops_16bit : r.profile.peak_tflops_fp32);
   out +=
-      "  (overlapped DP communication (--overlap_grad_reduce, --overlap_param_gather) shares no bandwidth or "
-      "compute with the kernels; nothing else overlaps)\n";
+      "  (communication beside compute (--overlap_grad_reduce, --overlap_param_gather, the CP ring, "
+      "--tp_comm_overlap) shares no bandwidth with the kernels; of the compute it takes only the units a "
+      "--tp_comm_overlap reduce-scatter takes from its GEMM)\n";
   return out;
 }
 

@@ -4,9 +4,13 @@
 // clock of every stage, and Megatron's throughput figures from the result.
 //
 // Model (what it assumes, so a reader can judge the numbers):
-// - A forward_step / backward_step phase lasts its kernels' roofline time plus
-//   its collectives (TP/SP all-reduce, all-gather, reduce-scatter, the EP / CP
-//   all-to-all: on the critical path, nothing overlapped).
+// - A forward_step / backward_step phase lasts its kernels' time (the cost
+//   model's shape model: GEMM tiles and waves, flash attention's blocks,
+//   memory-bound passes) plus what its collectives add (observe::record_cost:
+//   TP/SP collectives and the EP / CP all-to-alls on the critical path; the
+//   CP ring's K/V passes beside the block kernels; with --tp_comm_overlap /
+//   --use_ascend_mc2 the SP all-gather / reduce-scatter pipelined with
+//   the GEMM beside it).
 // - A pipeline message costs one point-to-point time between the phase that
 //   sends it and the one that needs it (Megatron's 1F1B / interleaved order,
 //   parallel::pipeline_actions); a stage waits for it (the bubble).
@@ -23,12 +27,13 @@
 //   backward: max(0, comm_end - backward_end), added after the blocking tail.
 //   Two streams share no bandwidth or compute here (an upper bound on overlap).
 // - --overlap_param_gather: the parameter all-gathers of the previous
-//   optimizer step run back to back on the communication stream from the
-//   start of the step (all stages end the previous step together, after the
-//   world's grad-norm sum); the first forward of each model chunk of a stage
-//   waits for the buckets it reads (StepRecord::gathers_before_chunk: the
-//   trainer waits per chunk, not per layer). Exposed is the delay this adds
-//   to the stage's last backward (the pipeline played with and without).
+//   optimizer step (16-bit parameters) run back to back on the communication
+//   stream from the start of the step (all stages end the previous step
+//   together, after the world's grad-norm sum); the first forward of each
+//   model chunk of a stage reads its buckets in order and, as Megatron's
+//   forward pre-hooks, waits per bucket: it runs in as many equal parts,
+//   each once its bucket has arrived. Exposed is the delay this adds to the
+//   stage's last backward (the pipeline played with and without).
 // - The optimizer's kernels (fp16 unscale-and-check, grad-norm pass, the
 //   update, the main->model param copy: lib/optim, memory-bound) run after
 //   the blocking DP reduction and before the distributed optimizer's
@@ -50,14 +55,8 @@ namespace mtrain::plan {
 
 struct DryRun;
 
-// Which line of the report a collective inside a micro-batch phase belongs
-// to, by its communicator group (parallel/process_grid.h names): the CP
-// group's ring passes and Ulysses all-to-alls; the expert grid's groups
-// ("ep", "expt-tp", "tp-ep", "tp-ep-pp": the MoE token dispatch); the rest
-// (the TP group: TP/SP collectives, the router's sums over the token shards,
-// and the ETP = TP experts' row gather / reduce-scatter, which run on it).
-enum class CommLine { kTensor, kContext, kExpert };
-CommLine comm_line(std::string_view group);
+using observe::comm_line;
+using observe::CommLine;
 
 struct StageTime {
   int stage = 0;
@@ -65,6 +64,7 @@ struct StageTime {
   // The blocking collectives inside the micro-batch phases, by CommLine (all
   // on the critical path): TP (and SP), CP, EP (expert dispatch).
   double tp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0;
+  double phase_hidden_s = 0;  // their time that ran beside the kernels (CP ring passes, --tp_comm_overlap)
   double optimizer_s = 0;     // the optimizer's kernels (after the blocking DP reduction)
   double param_gather_s = 0;  // the blocking param all-gather (part of tail_comm_s)
   double dp_comm_s = 0;       // DP gradient reduction + parameter gather, all of it

@@ -41,11 +41,13 @@ class ShapeOnlyScope {
 inline Region gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k) {
   Region r{Kind::kKernel, Pass::kNone, name};
   if (!listening(Kind::kKernel)) return r;
-  r.m = m;
-  r.n = n;
-  r.k = k;
-  r.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  r.bytes = (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n) *
+  KernelWork& w = r.work;
+  w.kind = KernelKind::kGemm;
+  w.m = m;
+  w.n = n;
+  w.k = k;
+  w.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  w.bytes = (static_cast<double>(m) * k + static_cast<double>(k) * n + static_cast<double>(m) * n) *
             detail::t_compute_dtype_bytes;
   return r;
 }
@@ -54,8 +56,8 @@ inline Region gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k) {
 inline Region elementwise_kernel(const char* name, double elements, double flops) {
   Region r{Kind::kKernel, Pass::kNone, name};
   if (!listening(Kind::kKernel)) return r;
-  r.flops = flops;
-  r.bytes = elements * detail::t_compute_dtype_bytes;
+  r.work.flops = flops;
+  r.work.bytes = elements * detail::t_compute_dtype_bytes;
   return r;
 }
 
@@ -65,19 +67,27 @@ inline Region elementwise_kernel(const char* name, double elements, double flops
 inline Region memory_kernel(const char* name, double bytes, double flops) {
   Region r{Kind::kKernel, Pass::kNone, name};
   if (!listening(Kind::kKernel)) return r;
-  r.flops = flops;
-  r.bytes = bytes;
+  r.work.flops = flops;
+  r.work.bytes = bytes;
   return r;
 }
 
-// A fused attention kernel over (B, H, T, D) with `gemms` T×T×D GEMMs per
-// head; `elements` read plus written.
-inline Region attention_kernel(const char* name, int64_t B, int64_t H, int64_t T, int64_t D, int gemms,
-                               double elements) {
-  Region r = elementwise_kernel(name, elements, 2.0 * gemms * static_cast<double>(B * H) * T * T * D);
-  r.m = T;
-  r.n = T;
-  r.k = D;
+// An attention kernel over B·H heads of Tq queries and Tk keys of head dim D
+// with `gemms` Tq×Tk×D GEMMs per head (flops counted over full blocks; a
+// causal one runs only the blocks on or below the diagonal, which the cost
+// model counts); `elements` read plus written. `kind`: flash forward or
+// backward, or unfused (its GEMMs plus the score tensor's passes).
+inline Region attention_kernel(const char* name, KernelKind kind, int64_t B, int64_t H, int64_t Tq, int64_t Tk,
+                               int64_t D, int gemms, bool causal, double elements) {
+  Region r = elementwise_kernel(name, elements, 2.0 * gemms * static_cast<double>(B * H) * Tq * Tk * D);
+  if (!listening(Kind::kKernel)) return r;
+  KernelWork& w = r.work;
+  w.kind = kind;
+  w.m = Tq;
+  w.n = Tk;
+  w.k = D;
+  w.batch = B * H;
+  w.causal = causal;
   return r;
 }
 

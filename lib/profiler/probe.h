@@ -22,6 +22,8 @@
 #include <initializer_list>
 #include <span>
 
+#include "common/kernel_work.h"
+
 namespace mtrain::profiler {
 
 // Outer to inner; a listener wants every kind up to its deepest.
@@ -77,10 +79,8 @@ struct Region {
   const char* fused_by = nullptr;
   // kPhase: the model chunk (virtual pipeline stage) of this rank it runs.
   int chunk = 0;
-  // Kernels: the work, for the simulated NPU's cost model; GEMMs give m, n, k.
-  double flops = 0;
-  double bytes = 0;
-  int64_t m = 0, n = 0, k = 0;
+  // Kernels: the work, for the simulated NPU's cost model (common/kernel_work.h).
+  KernelWork work{};
 };
 
 class Listener {

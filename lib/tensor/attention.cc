@@ -16,6 +16,17 @@ namespace mtrain::kernels {
 namespace {
 
 constexpr int64_t kParallelMin = 16384;
+// Passes over the (T, T) score tensor of one head as a device runs unfused
+// attention (Megatron's core attention: baddbmm, fused scale-mask-softmax,
+// dropout, bmm), in elements read plus written. Forward: the scores written
+// (1), softmax reads them and writes the probabilities (2), dropout reads
+// those and writes the dropped ones (2), the context GEMM reads them (1).
+// Backward: the probabilities' gradient written (1), dropout's backward
+// reads and writes it (2), softmax's backward reads it and the
+// probabilities and writes the scores' gradient (3), the two GEMMs read
+// that (2). What mtrain's CPU kernel moves is less (it fuses the passes).
+constexpr double kUnfusedForwardScorePasses = 6.0;
+constexpr double kUnfusedBackwardScorePasses = 8.0;
 // Multiply-adds of one attention call below which a parallel region costs
 // more than it saves (tiny calls run on the calling thread).
 constexpr int64_t kParallelWork = int64_t{1} << 18;
@@ -147,7 +158,8 @@ void attention_unfused_forward(float* out, float* probs, const float* q, const f
                                float dropout_p, uint64_t seed, bool masked_softmax_fusion, float* scratch,
                                int64_t head_offset, int64_t total_heads, int64_t mask_seq) {
   profiler::Scope prof(
-      profiler::attention_kernel("attention_unfused_forward", B, H, T, D, 2, B * H * T * (4.0 * D + T)));
+      profiler::attention_kernel("attention_unfused_forward", KernelKind::kUnfusedAttention, B, H, T, T, D, 2,
+                                 /*causal=*/false, B * H * T * (4.0 * D + kUnfusedForwardScorePasses * T)));
   if (profiler::shape_only()) return;
   const int64_t R = H / G;
   const detail::AttentionMask H_mask{detail::attention_dropout_heads(H, head_offset, total_heads),
@@ -184,7 +196,8 @@ void attention_unfused_backward(float* dq, float* dk, float* dv, const float* do
                                 int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed, float* scratch,
                                 int64_t head_offset, int64_t total_heads, int64_t mask_seq) {
   profiler::Scope prof(
-      profiler::attention_kernel("attention_unfused_backward", B, H, T, D, 4, B * H * T * (7.0 * D + 2.0 * T)));
+      profiler::attention_kernel("attention_unfused_backward", KernelKind::kUnfusedAttention, B, H, T, T, D, 4,
+                                 /*causal=*/false, B * H * T * (7.0 * D + kUnfusedBackwardScorePasses * T)));
   if (profiler::shape_only()) return;
   (void)doc_ids;  // invisible entries have probs == 0, so the mask is already in probs
   const int64_t R = H / G;

@@ -296,13 +296,11 @@ void backward_blocks(float* dq, float* dk, float* dv, const float* dout, const f
 }
 
 // A block kernel as the profiler and cost model see it: `gemms` Tq x Tk x D
-// GEMMs per head (full blocks; a causal diagonal does about half).
-profiler::Region block_region(const char* name, int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, int gemms,
-                              double elems_per_row_d) {
-  profiler::Region r = profiler::attention_kernel(name, B, H, Tq, D, gemms, B * H * Tq * (elems_per_row_d * D + 1));
-  r.flops = 2.0 * gemms * static_cast<double>(B * H) * Tq * Tk * D;
-  r.n = Tk;
-  return r;
+// GEMMs per head (flops over full blocks; the cost model runs only the
+// blocks a causal diagonal keeps).
+profiler::Region block_region(const char* name, KernelKind kind, int64_t B, int64_t H, int64_t Tq, int64_t Tk,
+                              int64_t D, int gemms, bool causal, double elems_per_row_d) {
+  return profiler::attention_kernel(name, kind, B, H, Tq, Tk, D, gemms, causal, B * H * Tq * (elems_per_row_d * D + 1));
 }
 
 // The kernels' Dropout of a ring block's BlockDropout on H local heads.
@@ -323,7 +321,8 @@ void attention_flash_forward(float* out, float* lse, const float* q, const float
                              const int32_t* doc_ids, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
                              float dropout_p, uint64_t seed, float* scratch, int64_t head_offset, int64_t total_heads,
                              int64_t mask_seq) {
-  profiler::Scope prof(profiler::attention_kernel("attention_flash_forward", B, H, T, D, 2, B * H * T * (4.0 * D + 1)));
+  profiler::Scope prof(profiler::attention_kernel("attention_flash_forward", KernelKind::kFlashForward, B, H, T, T, D,
+                                                  2, /*causal=*/true, B * H * T * (4.0 * D + 1)));
   if (profiler::shape_only()) return;
   const Dropout dr{{detail::attention_dropout_heads(H, head_offset, total_heads), std::max(T, mask_seq)},
                    head_offset,
@@ -336,8 +335,9 @@ void attention_flash_backward(float* dq, float* dk, float* dv, const float* dout
                               const float* v, const float* out, const float* lse, const int32_t* doc_ids, int64_t B,
                               int64_t H, int64_t G, int64_t T, int64_t D, float dropout_p, uint64_t seed,
                               float* scratch, int64_t head_offset, int64_t total_heads, int64_t mask_seq) {
-  profiler::Scope prof(
-      profiler::attention_kernel("attention_flash_backward", B, H, T, D, 5, B * H * T * (8.0 * D + 1)));
+  profiler::Scope prof(profiler::attention_kernel("attention_flash_backward", KernelKind::kFlashBackward, B, H, T, T, D,
+                                                  5,
+                                                  /*causal=*/true, B * H * T * (8.0 * D + 1)));
   if (profiler::shape_only()) return;
   const Dropout dr{{detail::attention_dropout_heads(H, head_offset, total_heads), std::max(T, mask_seq)},
                    head_offset,
@@ -355,7 +355,8 @@ void attention_flash_block_forward(float* out, float* lse, const float* q, const
                                    const int32_t* q_doc, const int32_t* k_doc, int64_t B, int64_t H, int64_t G,
                                    int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal,
                                    float* scratch, const BlockDropout& dropout) {
-  profiler::Scope prof(block_region("attention_flash_block_forward", B, H, Tq, Tk, D, 2, 4.0));
+  profiler::Scope prof(
+      block_region("attention_flash_block_forward", KernelKind::kFlashForward, B, H, Tq, Tk, D, 2, causal, 4.0));
   if (profiler::shape_only()) return;
   forward_blocks(out, lse, q, k, v, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk, causal,
                  block_dropout(dropout, H), scratch);
@@ -366,7 +367,8 @@ void attention_flash_block_backward(float* dq, float* dk, float* dv, const float
                                     const int32_t* k_doc, int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk,
                                     int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch,
                                     const BlockDropout& dropout) {
-  profiler::Scope prof(block_region("attention_flash_block_backward", B, H, Tq, Tk, D, 5, 8.0));
+  profiler::Scope prof(
+      block_region("attention_flash_block_backward", KernelKind::kFlashBackward, B, H, Tq, Tk, D, 5, causal, 8.0));
   if (profiler::shape_only()) return;
   backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk,
                   causal, block_dropout(dropout, H), scratch, /*accumulate=*/true);

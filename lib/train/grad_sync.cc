@@ -55,8 +55,9 @@ Intervals GradSync::optimizer_shard(const model::ParamStore& ps, const parallel:
 }
 
 GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
-                   int64_t bucket_elems, bool overlap, bool overlap_param_gather)
+                   int64_t bucket_elems, bool overlap, bool overlap_param_gather, parallel::Wire param_wire)
     : state_(state),
+      param_wire_(param_wire),
       regions_(grad_regions(ps, state, bucket_elems)),
       distributed_(distributed_optimizer && any_replicated(regions_)),
       overlap_enabled_(overlap && any_replicated(regions_)),
@@ -210,9 +211,9 @@ void GradSync::gather_params(float* params) {
     if (r.size == 1) continue;
     if (overlap_param_gather_) {
       param_gathers_.emplace_back(
-          i, std::make_unique<parallel::OverlappedParamGather>(r.buckets, comm(r), at(params, r.begin)));
+          i, std::make_unique<parallel::OverlappedParamGather>(r.buckets, comm(r), at(params, r.begin), param_wire_));
     } else {
-      r.buckets.all_gather(comm(r), at(params, r.begin));
+      r.buckets.all_gather(comm(r), at(params, r.begin), param_wire_);
     }
   }
 }

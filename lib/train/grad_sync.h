@@ -34,9 +34,12 @@ namespace mtrain::train {
 
 class GradSync {
  public:
-  // bucket_elems <= 0: Megatron's default bucket size.
+  // bucket_elems <= 0: Megatron's default bucket size. param_wire: the
+  // distributed optimizer's parameter all-gather moves the model's 16-bit
+  // parameters (Megatron's param buffer), not the fp32 main copy.
   GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
-           int64_t bucket_elems, bool overlap = false, bool overlap_param_gather = false);
+           int64_t bucket_elems, bool overlap = false, bool overlap_param_gather = false,
+           parallel::Wire param_wire = {});
 
   // The shard this rank's optimizer updates (empty: everything), i.e. the
   // updated() of a GradSync built with the same arguments.
@@ -84,6 +87,7 @@ class GradSync {
   parallel::Comm& comm(const GradRegion& r) { return state_.group(r.group); }
 
   parallel::ParallelState& state_;
+  parallel::Wire param_wire_;
   std::vector<GradRegion> regions_;  // dense, then expert-parallel (if any)
   bool distributed_;
   bool overlap_enabled_;

@@ -141,13 +141,15 @@ static std::function<double()> simulated_step_clock(observe::HookList& hooks, co
       [interval, train_iters](int64_t it) { return it % interval == 0 || it == train_iters; }, sixteen_bit ? 2 : 4);
   hooks.add(recorder);
   const auto spans = state.grid().groups_spanning_nodes(state.rank(), std::max(1, local_ranks));
-  return [recorder, cost = device::CostModel(dev.profile()), sixteen_bit, spans] {
+  const observe::PhaseOverlap overlap =
+      observe::PhaseOverlap::of_profile(dev.profile(), args.tp_comm_overlap || args.use_ascend_mc2);
+  return [recorder, cost = device::CostModel(dev.profile()), sixteen_bit, spans, overlap] {
     const auto inter_node = [&](std::string_view g) {
       for (const auto& [name, inter] : spans)
         if (name == g) return inter;
       return false;
     };
-    return observe::record_cost(recorder->record(), cost, sixteen_bit, inter_node).busy_s();
+    return observe::record_cost(recorder->record(), cost, sixteen_bit, inter_node, overlap).busy_s();
   };
 }
 

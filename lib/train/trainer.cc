@@ -81,7 +81,8 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
     state_ = own_state_.get();
   }
   grad_sync_ = std::make_unique<GradSync>(model.params(), *state_, opts.distributed_optimizer, opts.bucket_elems,
-                                          opts.overlap_grad_reduce, opts.overlap_param_gather);
+                                          opts.overlap_grad_reduce, opts.overlap_param_gather,
+                                          parallel::Wire::of(model.config().dtype));
   // Sized for the largest micro-batch the model's activation slots hold.
   const model::ModelConfig& c = model.config();
   const parallel::PipelineShape shape{state_->grid().pp(), state_->coords().pp, model.num_chunks(), 1};

@@ -66,9 +66,12 @@ TEST(DeviceProfiles, AscendHostCpuAndCostConstants) {
   const std::vector<device::CoreRange> topo = {{144, 167}, {144, 167}, {96, 119}, {96, 119},
                                                {0, 23},    {0, 23},    {48, 71},  {48, 71}};
   EXPECT_EQ(b3.cpu_affinity, topo);
-  EXPECT_DOUBLE_EQ(b3.cost.compute_efficiency, 0.95);
-  EXPECT_DOUBLE_EQ(b3.cost.memory_efficiency, 0.4);
-  EXPECT_DOUBLE_EQ(b3.cost.intra_link_efficiency, 0.65);
+  // The cost constants as the profile cites them (limulidae's 910B measurements, read as its scripts measure).
+  EXPECT_DOUBLE_EQ(b3.cost.compute_efficiency, 0.927);
+  EXPECT_DOUBLE_EQ(b3.cost.memory_efficiency, 0.8);
+  EXPECT_DOUBLE_EQ(b3.cost.intra_link_efficiency, 0.66);
+  EXPECT_EQ(b3.compute_units, 20);
+  EXPECT_EQ(load_device_profile("Ascend910B2").compute_units, 24);
   EXPECT_DOUBLE_EQ(b3.cost.inter_link_efficiency, 0.9);
   EXPECT_DOUBLE_EQ(b3.cost.launch_overhead_s, 5e-6);
   EXPECT_DOUBLE_EQ(b3.cost.comm_latency_s, 10e-6);
@@ -89,7 +92,15 @@ TEST(DeviceProfiles, GpuProfilesCarryTheDatasheetNumbers) {
   EXPECT_EQ(a100.intra_node_link, "NV12");
   EXPECT_EQ(a100.intra_node_topology, device::IntraNodeTopology::kSwitch);
   EXPECT_EQ(a100.devices_per_node, 8);
-  EXPECT_DOUBLE_EQ(a100.cost.memory_efficiency, 0.43);
+  EXPECT_DOUBLE_EQ(a100.cost.memory_efficiency, 0.88);
+  // The shape model: 108 SMs, cuBLAS's 256 x 128 tile, FlashAttention-2's rates, the MAMF GEMM ceiling.
+  EXPECT_EQ(a100.compute_units, 108);
+  EXPECT_EQ(a100.gemm_tile_m, 256);
+  EXPECT_EQ(a100.gemm_tile_n, 128);
+  EXPECT_DOUBLE_EQ(a100.cost.compute_efficiency, 0.869);
+  EXPECT_DOUBLE_EQ(a100.cost.flash_forward_efficiency, 0.73);
+  EXPECT_DOUBLE_EQ(a100.cost.flash_backward_efficiency, 0.63);
+  EXPECT_EQ(a100.tp_overlap_units, 24);
   const DeviceProfileSpec h100 = load_device_profile("H100-SXM-80GB");
   EXPECT_EQ(h100.hbm_bytes, 80LL << 30);
   EXPECT_DOUBLE_EQ(h100.peak_tflops_16bit, 989);
@@ -121,6 +132,29 @@ TEST(DeviceProfiles, CostAndAffinityKeysAreChecked) {
   const std::string count = dir.write("count.yaml", base + "cpu_affinity: [0-1]\n");
   EXPECT_EQ(error_of([&] { load_device_profile(count); }, ExitCode::kConfig),
             count + ": cpu_affinity lists 1 ranges for 8 devices_per_node");
+}
+
+TEST(DeviceProfiles, ShapeModelKeysAreChecked) {
+  TempDir dir;
+  const std::string base = "hbm_gib: 1\npeak_tflops_16bit: 1\npeak_tflops_fp32: 1\nhbm_gbps: 1\n";
+  const std::string ok = dir.write("ok.yaml", base +
+                                                  "compute_units: 4\ngemm_tile_m: 64\ngemm_tile_n: 32\n"
+                                                  "all_gather_bus_gbps: [[2, 19], [8, 130]]\n"
+                                                  "cost:\n  flash_forward_efficiency: 0.5\n");
+  const DeviceProfileSpec p = load_device_profile(ok);
+  EXPECT_EQ(p.compute_units, 4);
+  EXPECT_EQ(p.gemm_tile_m, 64);
+  EXPECT_EQ(p.gemm_tile_n, 32);
+  EXPECT_EQ(p.all_gather_bus_gbps, (std::vector<device::BusBandwidth>{{2, 19}, {8, 130}}));
+  EXPECT_TRUE(p.all_reduce_bus_gbps.empty());
+  EXPECT_DOUBLE_EQ(p.cost.flash_forward_efficiency, 0.5);
+  EXPECT_DOUBLE_EQ(p.cost.flash_backward_efficiency, 0.0);  // not given: as compute_efficiency
+  const std::string falling = dir.write("falling.yaml", base + "all_reduce_bus_gbps: [[8, 72], [2, 18]]\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(falling); }, ExitCode::kConfig),
+            falling + ":5:32: all_reduce_bus_gbps: group sizes must rise");
+  const std::string pair = dir.write("pair.yaml", base + "all_gather_bus_gbps: [38]\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(pair); }, ExitCode::kConfig),
+            pair + ":5:23: all_gather_bus_gbps: expected a [group size, GB/s] pair");
 }
 
 Args preset(const std::string& name) { return parse({"sft", "--model_preset", name, "--train_iters", "1"}).args; }

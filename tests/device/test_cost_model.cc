@@ -4,6 +4,8 @@
 // each node topology against their formulas, from the shipped profiles' numbers.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "config/profiles.h"
 #include "device/cost_model.h"
 
@@ -129,21 +131,21 @@ TEST(CostModel, FullMeshBeatsARingOverOneLinkByTheLinkCount) {
 
 // all_to_all(-v): S = bytes sent + bytes received (CommEvent bytes +
 // recv_bytes); D = S/2 per direction, D/n to each peer. The shipped
-// profiles' numbers written out: 910B3 HCCS 28 GB/s · 0.65 = 18.2e9 B/s per
-// link, RoCE 25 GB/s · 0.9 = 22.5e9 B/s; A100 NVSwitch 300 GB/s · 0.65 =
-// 195e9 B/s per GPU; latency 10 µs everywhere.
+// profiles' numbers written out: 910B3 HCCS 28 GB/s · 0.66 = 18.48e9 B/s per
+// link, RoCE 25 GB/s · 0.9 = 22.5e9 B/s; A100 NVSwitch 300 GB/s · 0.78 =
+// 234e9 B/s per GPU; latency 10 µs everywhere.
 TEST(CostModel, AllToAllOnEachTopology) {
   const double D = 64e6, S = 2 * D, latency = 10e-6;
   const CostModel mesh(config::load_device_profile("Ascend910B3"));
   // Full mesh: 8 ranks each send D/8 to 7 peers over 7 links at once:
-  // 8e6 / 18.2e9 = 439.56 µs.
-  EXPECT_NEAR(mesh.comm_seconds(Collective::kAllToAll, S, 8, false), 8e6 / 18.2e9 + latency, 1e-12);
-  EXPECT_NEAR(mesh.comm_seconds(Collective::kAllToAll, S, 2, false), 32e6 / 18.2e9 + latency, 1e-12);
+  // 8e6 / 18.48e9 = 432.9 µs.
+  EXPECT_NEAR(mesh.comm_seconds(Collective::kAllToAll, S, 8, false), 8e6 / 18.48e9 + latency, 1e-12);
+  EXPECT_NEAR(mesh.comm_seconds(Collective::kAllToAll, S, 2, false), 32e6 / 18.48e9 + latency, 1e-12);
   // Spanning nodes (16 ranks, two nodes): 15/16 of D through the NIC: 60e6 / 22.5e9 = 2.667 ms.
   EXPECT_NEAR(mesh.comm_seconds(Collective::kAllToAll, S, 16, true), 60e6 / 22.5e9 + latency, 1e-12);
-  // Switch: 7/8 of D through the GPU's own port: 56e6 / 195e9 = 287.18 µs.
+  // Switch: 7/8 of D through the GPU's own port: 56e6 / 234e9 = 239.3 µs.
   const CostModel nvswitch(config::load_device_profile("A100-SXM-80GB"));
-  EXPECT_NEAR(nvswitch.comm_seconds(Collective::kAllToAll, S, 8, false), 56e6 / 195e9 + latency, 1e-12);
+  EXPECT_NEAR(nvswitch.comm_seconds(Collective::kAllToAll, S, 8, false), 56e6 / 234e9 + latency, 1e-12);
   EXPECT_NEAR(nvswitch.comm_seconds(Collective::kAllToAll, S, 4, true), 48e6 / 22.5e9 + latency, 1e-12);
   // Ring (one link a device, 56 GB/s, bare formulas): the D/4 for the peer d
   // hops on crosses d links; each link carries (1 + 2 + 3) · D/4 = 1.5 D:
@@ -156,6 +158,114 @@ TEST(CostModel, AllToAllOnEachTopology) {
   EXPECT_NEAR(r.comm_seconds(Collective::kAllToAll, S, 2, false), 32e6 / 56e9, 1e-12);
   // A group of one keeps its block.
   EXPECT_EQ(mesh.comm_seconds(Collective::kAllToAll, S, 1, false), 0.0);
+}
+
+// The tile model (cost_model.h) on an A100-like profile with round numbers:
+// 108 units, 256 x 128 tiles, 312 TFLOPS, efficiency 1, no fixed costs.
+DeviceProfile tiled() {
+  DeviceProfile p;
+  p.peak_tflops_16bit = 312;
+  p.hbm_gbps = 2039;
+  p.compute_units = 108;
+  p.gemm_tile_m = 256;
+  p.gemm_tile_n = 128;
+  return p;
+}
+
+TEST(GemmTileModel, FullWavesRunAtThePeak) {
+  const CostModel m(tiled(), round_constants());
+  // 108 tiles x 2 waves: m = 256·12 = 3072, n = 128·18 = 2304 -> 216 tiles = 2 full waves; k 4096.
+  const double flops = 2.0 * 3072 * 2304 * 4096;
+  EXPECT_NEAR(m.gemm_compute_seconds(3072, 2304, 4096, 1, true), flops / 312e12, 1e-15);
+}
+
+TEST(GemmTileModel, APartTileAndAPartWavePayInFull) {
+  const CostModel m(tiled(), round_constants());
+  // NVIDIA's guide's wave example: M 2304 (9 tile rows of 256), K 4096, N varied. N = 1536: 12 tile
+  // columns, 108 tiles = 1 wave; N = 1664: 13 columns, 117 tiles -> 2 waves (the second has 9 tiles).
+  const double wave = 2.0 * 256 * 128 * 4096 / (312e12 / 108);  // one tile per unit
+  EXPECT_NEAR(m.gemm_compute_seconds(2304, 1536, 4096, 1, true), wave, 1e-15);
+  EXPECT_NEAR(m.gemm_compute_seconds(2304, 1664, 4096, 1, true), 2 * wave, 1e-15);
+  // One row more than a tile row: N = 1537 needs a 13th tile column too.
+  EXPECT_NEAR(m.gemm_compute_seconds(2304, 1537, 4096, 1, true), 2 * wave, 1e-15);
+  // Efficiency of the 1664 case: 2304·1664 / (2 waves · 108 tiles · 256·128) = 0.5417.
+  const double useful = 2.0 * 2304 * 1664 * 4096 / 312e12;
+  EXPECT_NEAR(useful / m.gemm_compute_seconds(2304, 1664, 4096, 1, true), 2304.0 * 1664 / (216.0 * 256 * 128), 1e-12);
+}
+
+TEST(GemmTileModel, SkinnyGemmIsMemoryBound) {
+  const CostModel m(tiled(), round_constants());
+  // A GEMV-like (m 1, n 8192, k 8192) at 2 bytes: bytes (8192 + 8192² + 8192) · 2 = 134.25 MB
+  // -> 65.8 µs at 2039 GB/s; its one row of 64 tiles, cut to 64 rows, costs one wave of 2·64·128·8192 flops
+  // (46.5 µs).
+  KernelWork w{KernelKind::kGemm, 2.0 * 8192 * 8192, (8192.0 + 8192.0 * 8192 + 8192) * 2, 1, 8192, 8192};
+  const double memory = w.bytes / 2039e9, wave = 2.0 * 64 * 128 * 8192 / (312e12 / 108);
+  EXPECT_GT(memory, wave);
+  EXPECT_NEAR(m.kernel_seconds(w, true), memory, 1e-15);
+}
+
+TEST(GemmTileModel, BatchedTilesShareTheWaves) {
+  const CostModel m(tiled(), round_constants());
+  // 27 independent 256 x 512 x 64 products: 4 tiles each, 108 tiles: one wave.
+  const double wave = 2.0 * 256 * 128 * 64 / (312e12 / 108);
+  EXPECT_NEAR(m.gemm_compute_seconds(256, 512, 64, 27, true), wave, 1e-15);
+  EXPECT_NEAR(m.gemm_compute_seconds(256, 512, 64, 28, true), 2 * wave, 1e-15);
+}
+
+TEST(GemmTileModel, NoUnitsMeansThePlainPeak) {
+  const CostModel m(DeviceProfile{}, round_constants());  // the default profile has no tile model
+  EXPECT_NEAR(m.gemm_compute_seconds(1000, 1000, 1000, 1, true), 2e9 / 294.9e12, 1e-15);
+}
+
+TEST(FlashAttention, CausalRunsTheBlocksOnAndBelowTheDiagonal) {
+  DeviceProfile p = tiled();
+  p.attention_block = 128;
+  CostConstants c = round_constants();
+  c.flash_forward_efficiency = 0.5;
+  c.flash_backward_efficiency = 0.25;
+  const CostModel m(p, c);
+  // T = 1024: 8 blocks a side, 8·9/2 = 36 of 64 run.
+  EXPECT_DOUBLE_EQ(m.causal_block_share(1024, 1024), 36.0 / 64);
+  // A query block shorter than the keys (aligned at the end): Tq 256 (2 blocks), Tk 1024 (8):
+  // row 0 runs 7 key blocks, row 1 all 8: 15 of 16.
+  EXPECT_DOUBLE_EQ(m.causal_block_share(256, 1024), 15.0 / 16);
+  // A block that does not fill: T 100 is one block.
+  EXPECT_DOUBLE_EQ(m.causal_block_share(100, 100), 1.0);
+  // B·H = 32 heads, T 1024, D 128, 2 GEMMs forward: flops 2·2·32·1024²·128.
+  const double full = 2.0 * 2 * 32 * 1024.0 * 1024 * 128;
+  KernelWork f{KernelKind::kFlashForward, full, 0, 1024, 1024, 128, 32, true};
+  EXPECT_NEAR(m.kernel_seconds(f, true), full * 36 / 64 / (312e12 * 0.5), 1e-15);
+  f.causal = false;
+  EXPECT_NEAR(m.kernel_seconds(f, true), full / (312e12 * 0.5), 1e-15);
+  KernelWork b{KernelKind::kFlashBackward, 2.5 * full, 0, 1024, 1024, 128, 32, true};
+  EXPECT_NEAR(m.kernel_seconds(b, true), 2.5 * full * 36 / 64 / (312e12 * 0.25), 1e-15);
+}
+
+TEST(UnfusedAttention, ItsGemmsByTheTileModelThenItsScorePasses) {
+  const CostModel m(tiled(), round_constants());
+  // B·H = 8 heads, T 2048, D 128, forward (2 GEMMs): QK^T 2048 x 2048 x 128 (8·16 = 128 tiles a head),
+  // PV 2048 x 128 x 2048 (8 tiles a head); bytes 1e9.
+  const double T = 2048, D = 128;
+  KernelWork w{KernelKind::kUnfusedAttention, 2 * 2.0 * 8 * T * T * D, 1e9, 2048, 2048, 128, 8, false};
+  const double qk = std::ceil(8 * 128 / 108.0) * 2.0 * 256 * 128 * D / (312e12 / 108);
+  const double pv = std::ceil(8 * 8 / 108.0) * 2.0 * 256 * 128 * T / (312e12 / 108);
+  EXPECT_NEAR(m.kernel_seconds(w, true), qk + pv + 1e9 / 2039e9, 1e-15);
+}
+
+TEST(MeasuredBusBandwidth, PricesCollectivesInsideANode) {
+  DeviceProfile p;
+  p.all_gather_bus_gbps = {{2, 19}, {8, 130}};
+  p.all_reduce_bus_gbps = {{2, 18}};
+  const CostModel m(p, round_constants());
+  // all_gather 2 ranks, 38 MB: 1/2 · 38e6 / 19e9 = 1 ms; reduce_scatter the same.
+  EXPECT_NEAR(m.comm_seconds(Collective::kAllGather, 38e6, 2, false), 1e-3, 1e-15);
+  EXPECT_NEAR(m.comm_seconds(Collective::kReduceScatter, 38e6, 2, false), 1e-3, 1e-15);
+  // 4 ranks: busbw 19 + (130 - 19)·2/6 = 56 GB/s; 3/4 · 56e6 / 56e9 = 0.75 ms.
+  EXPECT_NEAR(m.comm_seconds(Collective::kAllGather, 56e6, 4, false), 0.75e-3, 1e-15);
+  // all_reduce 8 ranks past the table's end: its last entry: 2·7/8 · 18e6 / 18e9 = 1.75 ms.
+  EXPECT_NEAR(m.comm_seconds(Collective::kAllReduce, 18e6, 8, false), 1.75e-3, 1e-15);
+  // Between nodes the table does not apply: the inter-node ring, 25 GB/s: 1/2 · 50e6 / 25e9 = 1 ms.
+  EXPECT_NEAR(m.comm_seconds(Collective::kAllGather, 50e6, 2, true), 1e-3, 1e-15);
 }
 
 }  // namespace

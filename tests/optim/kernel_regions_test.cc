@@ -32,7 +32,7 @@ class KernelLog : public profiler::Listener {
   KernelLog() : previous_(profiler::set_listener(this, profiler::Kind::kKernel, false)) {}
   ~KernelLog() override { profiler::set_listener(previous_, profiler::Kind::kKernel, false); }
   void begin(const profiler::Region& r, std::span<const profiler::TensorRef>) override {
-    if (r.kind == profiler::Kind::kKernel) seen.push_back({r.name, r.flops, r.bytes});
+    if (r.kind == profiler::Kind::kKernel) seen.push_back({r.name, r.work.flops, r.work.bytes});
   }
   void end(const profiler::Region&, std::span<const profiler::TensorRef>) override {}
   std::vector<Seen> seen;

@@ -42,7 +42,7 @@ std::string show(const PhaseRecord& p) {
   return p.name + " micro-batch " + std::to_string(p.microbatch) + " chunk " + std::to_string(p.chunk);
 }
 std::string show(const KernelRecord& k) {
-  return k.name + " flops " + std::to_string(k.flops) + " bytes " + std::to_string(k.bytes) + " phase " +
+  return k.name + " flops " + std::to_string(k.work.flops) + " bytes " + std::to_string(k.work.bytes) + " phase " +
          std::to_string(k.phase);
 }
 std::string show(const CommRecord& c) {
@@ -67,7 +67,7 @@ struct Cost {
 };
 Cost real_cost(const StepRecord& r, const device::CostModel& cm, bool sixteen) {
   Cost c;
-  for (const KernelRecord& k : r.kernels) c.compute_s += cm.kernel_seconds(k.flops, k.bytes, sixteen);
+  for (const KernelRecord& k : r.kernels) c.compute_s += cm.kernel_seconds(k.work, sixteen);
   for (const CommRecord& m : r.comms) {
     const auto op = m.op == parallel::CommOp::kAllReduce       ? device::Collective::kAllReduce
                     : m.op == parallel::CommOp::kAllGather     ? device::Collective::kAllGather

@@ -14,6 +14,9 @@
 namespace mtrain::plan {
 namespace {
 
+// A kernel the cost model prices by its roofline (flops and bytes, no shape).
+KernelWork work(double flops, double bytes) { return {KernelKind::kMemory, flops, bytes}; }
+
 // A synthetic plan: every stage's forward of one micro-batch through one
 // chunk is one kernel of `fwd` FLOPs, its backward one of 2 fwd.
 DryRun uniform_pipeline(int p, int v, int m, double fwd) {
@@ -34,7 +37,7 @@ DryRun uniform_pipeline(int p, int v, int m, double fwd) {
       for (int mb = 0; mb < m; ++mb)
         for (const char* name : {"forward_step", "backward_step"}) {
           const bool f = std::string(name) == "forward_step";
-          k.step.kernels.push_back({"gemm", f ? fwd : 2 * fwd, 0, static_cast<int>(k.step.phases.size())});
+          k.step.kernels.push_back({"gemm", work(f ? fwd : 2 * fwd, 0), static_cast<int>(k.step.phases.size())});
           k.step.phases.push_back({name, mb, c});
         }
     r.classes.push_back(k);
@@ -115,7 +118,7 @@ OverlapCase overlap_case(bool overlapped, bool gather) {
   ClassMemory k;
   k.rank_class.ranks = {0, 1};
   k.step.phases = {{"forward_step", 0, 0}, {"backward_step", 0, 0}, {"grad_sync", -1, 0}, {"optimizer_step", -1, 0}};
-  k.step.kernels = {{"gemm", 1e12, 0, 0}, {"gemm", 1e12, 0, 1}, {"gemm", 1e12, 0, 1}};
+  k.step.kernels = {{"gemm", work(1e12, 0), 0}, {"gemm", work(1e12, 0), 1}, {"gemm", work(1e12, 0), 1}};
   const auto bucket = [&](int64_t bytes, int phase, int64_t before) {
     CommRecord m;
     m.op = parallel::CommOp::kReduceScatter;
@@ -201,8 +204,8 @@ TEST(StepTime, OptimizerStepAfterTheGradReductionBeforeTheParamGather) {
   rec.phases.push_back({"grad_sync", -1, 0});
   rec.phases.push_back({"optimizer_step", -1, 0});
   rec.comms.push_back({parallel::CommOp::kReduceScatter, "dp", 8, 64 << 20, 0, grad_sync});
-  rec.kernels.push_back({"adam_update", 17e9, 28e9, grad_sync + 1});
-  rec.kernels.push_back({"main_to_model_params_copy", 1e9, 6e9, grad_sync + 1});
+  rec.kernels.push_back({"adam_update", work(17e9, 28e9), grad_sync + 1});
+  rec.kernels.push_back({"main_to_model_params_copy", work(1e9, 6e9), grad_sync + 1});
   rec.comms.push_back({parallel::CommOp::kAllGather, "dp", 8, 32 << 20, 0, grad_sync + 1});
   const device::CostModel cm(r.profile);
   const double phases = cm.kernel_seconds(1e12, 0, true) + cm.kernel_seconds(2e12, 0, true);

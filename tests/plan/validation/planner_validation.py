@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Dry-runs every row of ../shared/reference/planner-validation.md and holds
+mtrain's simulated step time to the published measurement.
+
+Each row is the published run's exact layout (the paper's or vendor's
+script); the published figure is a step time (s) or a per-device TFLOP/s by
+Megatron's formula, which this script turns into a step time with the same
+formula mtrain prints (step = F / (TFLOP/s x devices)).
+
+  planner_validation.py MTRAIN [--check] [--markdown]
+
+--check exits 1 unless, per table, the mean |error| <= 10 %, every row's
+|error| <= 20 %, and the rows' throughput order (Megatron-formula TFLOP/s per
+device) is the published one for every pair of rows whose published
+throughputs differ by more than 2 % (closer pairs are within the run-to-run
+spread of a measurement and carry no order). A table in OPEN is printed
+with its verdict and the reason it is open, and does not fail --check:
+the gap is known and stated, not hidden.
+
+No constant is fitted to these rows: every efficiency and rate comes from
+the device profiles (configs/devices/*.yaml), each with its source.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+# --- the rows -------------------------------------------------------------
+# Korthikanti et al. 2022 (arXiv 2205.05198) Table 5, A100-SXM-80GB on Selene:
+# GPT (LayerNorm, GELU, learned positions, biases, tied), s 2048, V 51200,
+# ffn 4h, fp16, TP 8, no DP, interleaving m = 3 for 175B and 530B, unfused core attention.
+GPT_SHAPES = {  # a, h, L, p, GPUs, B, layers per virtual stage (None: no interleaving)
+    "22B": (64, 6144, 48, 1, 8, 4, None),
+    "175B": (96, 12288, 96, 8, 64, 64, 4),
+    "530B": (128, 20480, 105, 35, 280, 280, 1),
+    "1T": (160, 25600, 128, 64, 512, 512, None),
+}
+TABLE5 = {  # model: (full recompute s, SP + selective recompute s)
+    "22B": (1.42, 1.10),
+    "175B": (18.13, 13.75),
+    "530B": (49.05, 37.83),
+    "1T": (94.42, 71.49),
+}
+
+
+def gpt_flags(a, h, L, p, gpus, B, vstage, micro):
+    f = ["pt", "--model_preset", "gpt3-175b", "--num_layers", L, "--hidden_size", h, "--ffn_hidden_size", 4 * h,
+         "--num_attention_heads", a, "--global_batch_size", B, "--micro_batch_size", micro,
+         "--tensor_model_parallel_size", 8, "--pipeline_model_parallel_size", p]
+    if vstage:
+        f += ["--num_layers_per_virtual_pipeline_stage", vstage]
+    return f
+
+
+def rows():
+    out = []
+    for name, (a, h, L, p, gpus, B, vstage) in GPT_SHAPES.items():
+        micro = 4 if name == "22B" else 1
+        base = gpt_flags(a, h, L, p, gpus, B, vstage, micro) + [
+            "--seq_length", 2048, "--max_position_embeddings", 2048, "--vocab_size", 51200, "--fp16",
+            "--device_profile", "A100-SXM-80GB",
+            # 2022 Megatron: core attention as baddbmm, fused softmax, dropout, bmm (no FlashAttention yet;
+            # selective recompute is the recompute of exactly that part).
+            "--attention_backend", "unfused"]
+        full, sel = TABLE5[name]
+        out.append(("A100 (Korthikanti Table 5)", f"{name} full recompute", gpus, "s", full,
+                    base + ["--recompute_granularity", "full", "--recompute_method", "uniform",
+                            "--recompute_num_layers", 1]))
+        out.append(("A100 (Korthikanti Table 5)", f"{name} SP + selective", gpus, "s", sel,
+                    base + ["--sequence_parallel", "--recompute_granularity", "selective"]))
+    # Megatron-LM README weak scaling (H100-SXM-80GB): GPT, s 4096, V 131072, DP 48,
+    # bf16, SP, distributed optimizer, DP and TP communication overlap; TFLOP/s/GPU.
+    for name, a, h, L, t, p, gpus, B, tflops in [
+        ("119B", 80, 10240, 92, 8, 4, 1536, 768, 420.5),
+        ("177B", 96, 12288, 96, 8, 6, 2304, 1152, 432.8),
+        ("314B", 128, 16384, 96, 8, 8, 3072, 1536, 474.4),
+        ("462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
+    ]:
+        f = ["pt", "--model_preset", "gpt3-175b", "--num_layers", L, "--hidden_size", h, "--ffn_hidden_size", 4 * h,
+             "--num_attention_heads", a, "--global_batch_size", B, "--micro_batch_size", 1,
+             "--tensor_model_parallel_size", t, "--pipeline_model_parallel_size", p,
+             "--seq_length", 4096, "--max_position_embeddings", 4096, "--vocab_size", 131072, "--bf16",
+             "--sequence_parallel", "--use_distributed_optimizer", "--overlap_grad_reduce",
+             "--overlap_param_gather", "--tp_comm_overlap", "--device_profile", "H100-SXM-80GB"]
+        out.append(("H100 (Megatron-LM weak scaling)", name, gpus, "tflops", tflops, f))
+    # MindSpeed-LLM long-context fine-tuning: Llama-2-7B, s 32768, TP 2, CP 4, one
+    # Atlas A2 node (8 x 910B), global batch 16; TFLOP/s per device.
+    for algo, tflops in [("megatron_cp_algo", 102.7), ("ulysses_cp_algo", 192.3)]:
+        f = ["pt", "--model_preset", "llama2-7b", "--seq_length", 32768, "--max_position_embeddings", 32768,
+             "--global_batch_size", 16, "--micro_batch_size", 1, "--tensor_model_parallel_size", 2,
+             "--context_parallel_size", 4, "--context_parallel_algo", algo, "--bf16", "--sequence_parallel",
+             "--use_distributed_optimizer", "--device_profile", "Ascend910B3"]
+        out.append(("910B (MindSpeed-LLM CP 32K)", algo, 8, "tflops", tflops, f))
+    return out
+
+
+# Tables whose bounds the cost model does not meet yet, and why.
+OPEN = {
+    "910B (MindSpeed-LLM CP 32K)":
+        "the ring (megatron_cp_algo) row is 1.9x slower than Ulysses in the published run; mtrain overlaps "
+        "the ring's K/V passes with the block kernels as Megatron's code intends and finds no sourced reason "
+        "for the rest (no 910B measurement of HCCL send/recv beside compute, or of the block-wise FA kernel)",
+}
+
+
+# --- running mtrain ---------------------------------------------------------
+STEP = re.compile(r"^Simulated step time on .*: ([0-9.]+) ms$", re.M)
+TFLOPS = re.compile(r"^  per device: .*?, ([0-9.]+) TFLOP/s \(Megatron's formula\)", re.M)
+
+
+def dry_run(mtrain, devices, flags, outdir):
+    env = dict(os.environ, NNODES=str(max(1, devices // 8)), NPROC_PER_NODE=str(min(8, devices)))
+    cmd = [mtrain] + [str(x) for x in flags] + ["--train_iters", "10", "--lr_warmup_iters", "0", "--output_dir",
+                                                outdir, "--dry_run"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    step, tf = STEP.search(p.stdout), TFLOPS.search(p.stdout)
+    if not step or not tf:
+        sys.exit(f"no step time from: {' '.join(cmd)}\n(exit {p.returncode})\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    return float(step.group(1)) / 1e3, float(tf.group(1))
+
+
+def rank_pairs_ok(published, predicted):
+    bad = []
+    for i in range(len(published)):
+        for j in range(len(published)):
+            if published[i] > published[j] * 1.02 and not predicted[i] > predicted[j]:
+                bad.append((i, j))
+    return bad
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    check, markdown = "--check" in sys.argv, "--markdown" in sys.argv
+    if len(args) != 1:
+        sys.exit(__doc__)
+    mtrain = args[0]
+    tables = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for table, name, devices, kind, value, flags in rows():
+            step, tf = dry_run(mtrain, devices, flags, os.path.join(tmp, "o"))
+            # Published step time: given, or Megatron's FLOPs / (TFLOP/s x devices), with
+            # mtrain's own FLOPs count (F = tf x step x devices) so both sides share it.
+            published_s = value if kind == "s" else tf * step / value
+            published_tf = tf * step / published_s
+            tables.setdefault(table, []).append((name, published_s, step, published_tf, tf))
+    failed = False
+    summaries = []
+    if markdown:
+        print("| table | row | published step (s) | mtrain (s) | error |")
+        print("|---|---|---|---|---|")
+    for table, rs in tables.items():
+        errs = [(pred - pub) / pub for _, pub, pred, _, _ in rs]
+        for (name, pub, pred, _, _), e in zip(rs, errs):
+            if markdown:
+                print(f"| {table} | {name} | {pub:.3f} | {pred:.3f} | {100 * e:+.1f}% |")
+            else:
+                print(f"{table:32} {name:22} published {pub:9.3f} s  mtrain {pred:9.3f} s  error {100 * e:+6.1f}%")
+        mean = sum(abs(e) for e in errs) / len(errs)
+        worst = max(abs(e) for e in errs)
+        # Order: the full-recompute and selective rows of a table are compared among themselves.
+        groups = {}
+        for name, _, _, ptf, tf in rs:
+            groups.setdefault(name.split(" ", 1)[1] if " " in name else "", []).append((name, ptf, tf))
+        order_bad = []
+        for g in groups.values():
+            for i, j in rank_pairs_ok([x[1] for x in g], [x[2] for x in g]):
+                order_bad.append(f"{g[i][0]} > {g[j][0]}")
+        ok = mean <= 0.10 and worst <= 0.20 and not order_bad
+        verdict = "" if ok else "  NOT MET (mean <= 10%, worst <= 20%, order)"
+        if not ok and table in OPEN:
+            verdict += f" - open: {OPEN[table]}"
+        else:
+            failed |= not ok
+        summaries.append(f"{table}: mean |error| {100 * mean:.1f}%, worst {100 * worst:.1f}%, "
+                         f"order {'kept' if not order_bad else 'broken: ' + ', '.join(order_bad)}{verdict}")
+    print()
+    for line in summaries:
+        print(f"- {line}" if markdown else line)
+    if check and failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
