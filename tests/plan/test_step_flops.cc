@@ -1,0 +1,50 @@
+// Every FLOP of a training step is inside a kernel region the cost model
+// prices: the GEMM and attention kernels a dry step records, summed over the
+// world, equal Megatron's num_floating_point_operations (model/flops.h;
+// estimator-formulas.md §1d: fwd + bwd, no recompute, causal attention not
+// halved), for a dense GQA SwiGLU model and a GPT-style one, at one device and
+// at TP 2 x PP 2. Unfused attention, whose backward is two GEMMs per forward
+// one as the formula assumes (flash recomputes the scores: 5 GEMMs to 2).
+#include <gtest/gtest.h>
+
+#include "model/flops.h"
+#include "plan/dry_run.h"
+#include "plan/dry_run_fixture.h"
+
+namespace mtrain::plan {
+namespace {
+
+class StepFlops : public DryRunTest {
+ protected:
+  std::string job(const std::string& preset, const std::string& extra) const {
+    return "pt --model_preset " + preset +
+           " --vocab_size 1024 --train_iters 1 --lr_warmup_iters 0 --global_batch_size 4 --micro_batch_size 1 "
+           "--recompute_granularity none --attention_backend unfused --output_dir " +
+           out_.string() + " " + extra;
+  }
+  // The recorded matrix work (GEMMs and attention) of every rank, by its class's rank count.
+  static double world_matrix_flops(const DryRun& r) {
+    double sum = 0;
+    for (const ClassMemory& c : r.classes) {
+      double mine = 0;
+      for (const KernelRecord& k : c.step.kernels)
+        if (k.work.kind != KernelKind::kMemory) mine += k.work.flops;
+      sum += mine * static_cast<double>(c.rank_class.ranks.size());
+    }
+    return sum;
+  }
+};
+
+TEST_F(StepFlops, RecordedMatrixFlopsAreMegatronsCount) {
+  for (const std::string preset : {"demo", "gpt2-124m"}) {
+    for (const auto& [layout, world] : std::vector<std::pair<std::string, int>>{
+             {"", 1}, {"--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2", 4}}) {
+      const DryRun r = dry_run(parse(job(preset, layout), world));
+      const double expected = model::megatron_flops_per_iteration(r.whole_model, r.global_batch, r.seq_length);
+      EXPECT_NEAR(world_matrix_flops(r), expected, 1e-9 * expected) << preset << " " << layout;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mtrain::plan
