@@ -150,6 +150,8 @@ struct Args {
   bool moe_shared_expert_gate = false;                     // Qwen2-MoE's sigmoid gate on the shared expert
   bool moe_grouped_gemm = true;                            // swift's default; false: a loop of per-expert GEMMs
   bool moe_permute_fusion = false;                         // one fused permute(+probs) pass instead of two
+  bool overlap_moe_expert_parallel_comm = false;           // refused (config/unsupported.cc)
+  bool moe_enable_deepep = false;                          // refused (config/unsupported.cc)
   std::string moe_token_dispatcher_type = "alltoall";      // alltoall | allgather (flex refused)
   int expert_tensor_parallel_size = 1;                     // swift >= 3.9: 1 (Megatron-LM: TP)
 

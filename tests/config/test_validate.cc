@@ -444,6 +444,11 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
        "--position_embedding_type none: this position embedding is not supported"},
       {[](Args& a) { a.attention_backend = "fused"; },
        "--attention_backend fused: the fused (cuDNN) attention backend does not exist on the simulated NPU"},
+      {[](Args& a) { a.overlap_moe_expert_parallel_comm = true; },
+       "--overlap_moe_expert_parallel_comm true: overlapping the expert-parallel all-to-all with compute is not "
+       "modelled: the dry run's step time would not show it"},
+      {[](Args& a) { a.moe_enable_deepep = true; },
+       "--moe_enable_deepep true: DeepEP's dispatch kernels (the flex dispatcher) are not supported"},
   };
   for (const auto& [set, message] : cases) {
     Args a = demo();
@@ -456,6 +461,14 @@ TEST(Validate, EveryNotYetImplementedSettingIsRejected) {
   Args cp = demo();  // a valid context-parallel layout (world 2)
   cp.context_parallel_size = 2;
   validate(cp, 2);
+  Args overlap = demo();  // Megatron-LM's message
+  overlap.tp_comm_overlap = true;
+  EXPECT_EQ(fails(overlap),
+            "--tp_comm_overlap: Tensor parallel communication/GEMM overlap can happen only when sequence "
+            "parallelism is enabled");
+  overlap.tp_comm_overlap = false;
+  overlap.use_ascend_mc2 = true;
+  EXPECT_NE(fails(overlap).find("--use_ascend_mc2: MC2"), std::string::npos);
   Args gather = demo();  // Megatron-LM's checks, in its order
   gather.overlap_param_gather = true;
   gather.use_distributed_optimizer = false;
