@@ -13,10 +13,13 @@ double CostModel::memory_seconds(double bytes) const {
   return hbm > 0 && c_.memory_efficiency > 0 ? bytes / (hbm * c_.memory_efficiency) : 0.0;
 }
 
+double CostModel::roofline(double compute_s, double bytes) const {
+  return std::max(compute_s, memory_seconds(bytes)) + c_.launch_overhead_s;
+}
+
 double CostModel::kernel_seconds(double flops, double bytes, bool sixteen_bit) const {
   const double peak = peak_flops(sixteen_bit);
-  const double compute = peak > 0 ? flops / (peak * c_.compute_efficiency) : 0.0;
-  return std::max(compute, memory_seconds(bytes)) + c_.launch_overhead_s;
+  return roofline(peak > 0 ? flops / (peak * c_.compute_efficiency) : 0.0, bytes);
 }
 
 namespace {
@@ -55,8 +58,7 @@ double CostModel::kernel_seconds(const KernelWork& w, bool sixteen_bit) const {
     case KernelKind::kMemory:
       return kernel_seconds(w.flops, w.bytes, sixteen_bit);
     case KernelKind::kGemm:
-      return std::max(gemm_compute_seconds(w.m, w.n, w.k, w.batch, sixteen_bit), memory_seconds(w.bytes)) +
-             c_.launch_overhead_s;
+      return roofline(gemm_compute_seconds(w.m, w.n, w.k, w.batch, sixteen_bit), w.bytes);
     case KernelKind::kFlashForward:
     case KernelKind::kFlashBackward: {
       const double set =
@@ -64,8 +66,7 @@ double CostModel::kernel_seconds(const KernelWork& w, bool sixteen_bit) const {
       const double eff = set > 0 ? set : c_.compute_efficiency;
       const double peak = peak_flops(sixteen_bit) * eff;
       const double share = w.causal ? causal_block_share(w.m, w.n) : 1.0;
-      const double compute = peak > 0 ? w.flops * share / peak : 0.0;
-      return std::max(compute, memory_seconds(w.bytes)) + c_.launch_overhead_s;
+      return roofline(peak > 0 ? w.flops * share / peak : 0.0, w.bytes);
     }
     case KernelKind::kUnfusedAttention: {
       // w.flops counts `gemms` Tq x Tk x D products per head: half of them

@@ -99,6 +99,8 @@ class CostModel {
   double all_to_all_factor(double n, bool inter_node) const;
   double peak_flops(bool sixteen_bit) const;
   double memory_seconds(double bytes) const;
+  // max(compute, bytes at memory speed) + launch overhead.
+  double roofline(double compute_s, double bytes) const;
 
   DeviceProfile p_;
   CostConstants c_;

@@ -30,7 +30,7 @@ nlohmann::json memory_json(const DryRun& r, const ReportGroup& g) {
 }
 
 nlohmann::json time_json(const StageTime& s, double step_s) {
-  const double other = std::max(0.0, s.tail_comm_s - (s.dp_comm_s - s.overlapped_s));
+  const double other = s.other_comm_s();
   const double dp_hidden = std::max(0.0, s.dp_comm_s - s.dp_exposed_s);
   const double named = s.compute_s + s.tp_comm_s + s.cp_comm_s + s.ep_comm_s + s.dp_exposed_s + other + s.optimizer_s;
   return {{"compute_s", s.compute_s},           {"tp_comm_s", s.tp_comm_s},

@@ -267,7 +267,6 @@ std::string time_report(const DryRun& r, const StepTime& t) {
       fmt::format("Simulated step time on {} (cost model, the pipeline schedule on the device clock): {:.1f} ms\n",
                   r.profile.name, t.step_s * 1e3);
   for (const StageTime& s : t.stages) {
-    const double other = s.tail_comm_s - (s.dp_comm_s - s.overlapped_s);
     // CP and EP lines where the layout has them (an MoE model's dispatch even at EP 1: its ETP exchange).
     std::string phase_comm = fmt::format("TP communication {:.1f} ms", s.tp_comm_s * 1e3);
     if (r.cp > 1) phase_comm += fmt::format(", CP communication {:.1f} ms", s.cp_comm_s * 1e3);
@@ -278,7 +277,7 @@ std::string time_report(const DryRun& r, const StepTime& t) {
         "({:.1f} ms exposed, {:.1f} ms hidden behind compute), other communication after backward {:.1f} ms, bubble "
         "{:.1f}%\n",
         s.stage, s.compute_s * 1e3, phase_comm, s.dp_comm_s * 1e3, s.dp_exposed_s * 1e3,
-        std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, std::max(0.0, other) * 1e3, 100.0 * s.bubble);
+        std::max(0.0, s.dp_comm_s - s.dp_exposed_s) * 1e3, s.other_comm_s() * 1e3, 100.0 * s.bubble);
     if (s.phase_hidden_s > 0)
       out += fmt::format(
           "    micro-batch collectives beside the kernels (CP ring passes, --tp_comm_overlap): {:.1f} ms hidden, "

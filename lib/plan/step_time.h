@@ -42,6 +42,7 @@
 //   backward.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -73,6 +74,9 @@ struct StageTime {
   double busy_s = 0;          // its phases, back to back
   double end_s = 0;           // its last backward ends (pipeline clock)
   double bubble = 0;          // idle share of the step time
+  // The blocking collectives after the last backward that are not DP's
+  // (loss and token counts, SP and embedding gradient sums, grad norm).
+  double other_comm_s() const { return std::max(0.0, tail_comm_s - (dp_comm_s - overlapped_s)); }
 };
 
 // One span of the simulated timeline (--profile with --dry_run).
