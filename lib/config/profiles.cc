@@ -129,6 +129,21 @@ std::vector<device::CoreRange> core_ranges(const std::string& file, const YAML::
   return out;
 }
 
+// host_dispatch_us_by_task_queue: [level 0, level 1, level 2] in µs.
+std::vector<double> task_queue_table(const std::string& file, const std::string& key, const YAML::Node& v) {
+  if (!v.IsSequence() || v.size() != 3)
+    throw ConfigError(
+        fmt::format("{}: cost.{}: expected [level 0, level 1, level 2] in us", where(file, v.Mark()), key),
+        "one host time per op for each TASK_QUEUE_ENABLE level, e.g. [18.8, 9.4, 9.4]");
+  std::vector<double> out;
+  for (const auto& e : v) {
+    const double us = scalar_as<double>(file, "cost." + key, e);
+    if (!(us >= 0)) throw ConfigError(fmt::format("{}: cost.{} must not be negative", where(file, e.Mark()), key));
+    out.push_back(us * 1e-6);
+  }
+  return out;
+}
+
 Setters cost_setters(const std::string& file, device::CostConstants& c) {
   auto number = [&file](double* out, double scale) {
     return Setter([&file, out, scale](const std::string& k, const YAML::Node& v) {
@@ -143,7 +158,18 @@ Setters cost_setters(const std::string& file, device::CostConstants& c) {
           {"intra_link_efficiency", number(&c.intra_link_efficiency, 1)},
           {"inter_link_efficiency", number(&c.inter_link_efficiency, 1)},
           {"launch_overhead_us", number(&c.launch_overhead_s, 1e-6)},
-          {"comm_latency_us", number(&c.comm_latency_s, 1e-6)}};
+          {"comm_latency_us", number(&c.comm_latency_s, 1e-6)},
+          {"intra_step_latency_us", number(&c.intra_step_latency_s, 1e-6)},
+          {"inter_step_latency_us", number(&c.inter_step_latency_s, 1e-6)},
+          {"ll_latency_us", number(&c.ll_latency_s, 1e-6)},
+          {"ll_intra_step_latency_us", number(&c.ll_intra_step_latency_s, 1e-6)},
+          {"ll_inter_step_latency_us", number(&c.ll_inter_step_latency_s, 1e-6)},
+          {"ll_bandwidth_share", number(&c.ll_bandwidth_share, 1)},
+          {"tree_bandwidth_share", number(&c.tree_bandwidth_share, 1)},
+          {"host_dispatch_us", number(&c.host_dispatch_s, 1e-6)},
+          {"host_dispatch_us_by_task_queue", [&file, &c](const std::string& k, const YAML::Node& v) {
+             c.host_dispatch_by_task_queue_s = task_queue_table(file, k, v);
+           }}};
 }
 
 // all_gather_bus_gbps: [[ranks, GB/s], ...], group sizes rising.
@@ -212,6 +238,7 @@ Setters profile_setters(const std::string& file, DeviceProfileSpec& p, bool& has
       {"gemm_tile_n", count(&p.gemm_tile_n)},
       {"attention_block", count(&p.attention_block)},
       {"tp_overlap_units", count(&p.tp_overlap_units)},
+      {"dp_comm_units", count(&p.dp_comm_units)},
       {"all_gather_bus_gbps",
        [&file, &p](const std::string& k, const YAML::Node& v) { p.all_gather_bus_gbps = bus_table(file, k, v); }},
       {"all_reduce_bus_gbps",
@@ -228,13 +255,13 @@ void check_profile(const std::string& file, const DeviceProfileSpec& p, bool has
   }
   if (p.peak_tflops_16bit <= 0 || p.peak_tflops_fp32 <= 0 || p.hbm_gbps <= 0 || p.devices_per_node < 1 ||
       p.allocator_block_bytes <= 0 || p.cpu_cores_per_node < 1 || p.compute_units < 0 || p.gemm_tile_m < 0 ||
-      p.gemm_tile_n < 0 || p.attention_block < 1 || p.tp_overlap_units < 0 ||
-      (p.compute_units > 0 && p.tp_overlap_units >= p.compute_units)) {
+      p.gemm_tile_n < 0 || p.attention_block < 1 || p.tp_overlap_units < 0 || p.dp_comm_units < 0 ||
+      (p.compute_units > 0 && (p.tp_overlap_units >= p.compute_units || p.dp_comm_units >= p.compute_units))) {
     throw ConfigError(
         fmt::format("{}: peak_tflops_16bit, peak_tflops_fp32, hbm_gbps, devices_per_node, "
                     "allocator_block_bytes, cpu_cores_per_node and attention_block must be positive "
-                    "(compute_units, gemm_tile_m, gemm_tile_n and tp_overlap_units not negative, tp_overlap_units "
-                    "below compute_units)",
+                    "(compute_units, gemm_tile_m, gemm_tile_n, tp_overlap_units and dp_comm_units not negative, "
+                    "tp_overlap_units and dp_comm_units below compute_units)",
                     file));
   }
   if (!p.cpu_affinity.empty() && static_cast<int>(p.cpu_affinity.size()) != p.devices_per_node)
@@ -248,6 +275,20 @@ void check_profile(const std::string& file, const DeviceProfileSpec& p, bool has
 }
 
 }  // namespace
+
+void apply_task_queue(DeviceProfileSpec& p, const char* env) {
+  if (p.cost.host_dispatch_by_task_queue_s.empty()) return;
+  int level = 1;  // torch_npu's default
+  if (env != nullptr && *env != '\0') {
+    const std::string v = env;
+    if (v != "0" && v != "1" && v != "2")
+      throw ConfigError(fmt::format("TASK_QUEUE_ENABLE={}: expected 0, 1 or 2", v),
+                        "torch_npu's task queue: 0 off, 1 two-stage dispatch (the default), 2 rebalanced two-stage");
+    level = v[0] - '0';
+  }
+  p.task_queue_enable = level;
+  p.cost.host_dispatch_s = p.cost.host_dispatch_by_task_queue_s[level];
+}
 
 DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std::string& config_dir) {
   const std::string file = resolve_device_path(name_or_path, config_dir);
@@ -270,6 +311,7 @@ DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std
   apply_keys(file, root, profile_setters(file, p, has_hbm), "");
   check_profile(file, p, has_hbm);
   if (p.chip_name.empty()) p.chip_name = p.name;
+  apply_task_queue(p, std::getenv("TASK_QUEUE_ENABLE"));
   return p;
 }
 

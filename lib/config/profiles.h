@@ -34,9 +34,22 @@ using DeviceProfileSpec = device::DeviceProfile;
 // GB/s], ...]), and an optional `cost:` map (compute_efficiency,
 // flash_forward_efficiency, flash_backward_efficiency, memory_efficiency,
 // intra_link_efficiency, inter_link_efficiency, launch_overhead_us,
-// comm_latency_us; defaults in device/profile.h). Throws ConfigError
+// comm_latency_us, intra_step_latency_us, inter_step_latency_us,
+// ll_latency_us, ll_intra_step_latency_us, ll_inter_step_latency_us,
+// ll_bandwidth_share, tree_bandwidth_share, host_dispatch_us,
+// host_dispatch_us_by_task_queue; defaults in device/profile.h). Throws ConfigError
 // (file:line:col) on unknown keys, bad values or an unknown profile (listing
 // the available ones).
+//
+// A profile with cost.host_dispatch_us_by_task_queue (Ascend: the host's time
+// per op at each TASK_QUEUE_ENABLE level) takes the level from the run's
+// environment (TASK_QUEUE_ENABLE, the config's ENV block; unset: 1, torch_npu's
+// default): apply_task_queue.
 DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std::string& config_dir = "");
+
+// Sets p.cost.host_dispatch_s and p.task_queue_enable from TASK_QUEUE_ENABLE's
+// value `env` (null or empty: 1) when the profile has the by-level table;
+// ConfigError naming the variable for a value other than 0, 1 or 2.
+void apply_task_queue(DeviceProfileSpec& p, const char* env);
 
 }  // namespace mtrain::config

@@ -1,6 +1,7 @@
 #include "device/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mtrain::device {
 
@@ -82,14 +83,6 @@ double CostModel::kernel_seconds(const KernelWork& w, bool sixteen_bit) const {
   return 0.0;
 }
 
-// Link-time factor of an all-to-all on S = sent + received bytes (cost_model.h).
-double CostModel::all_to_all_factor(double n, bool inter_node) const {
-  const double one_direction = 0.5;
-  if (inter_node || p_.intra_node_topology == IntraNodeTopology::kSwitch) return one_direction * (n - 1) / n;
-  if (p_.intra_node_topology == IntraNodeTopology::kFullMesh) return one_direction / n;
-  return one_direction * (n - 1) / 2;  // ring: relayed hop by hop
-}
-
 namespace {
 
 // busbw(n) of a measured table: linear between its group sizes, the nearest
@@ -104,45 +97,101 @@ double bus_gbps_at(const std::vector<BusBandwidth>& table, int n) {
   return table.back().gbps;
 }
 
+// The share of the buffer a rank moves: all_reduce 2(n-1)/n, all_gather / reduce_scatter (n-1)/n.
+double ring_factor(Collective op, double n) { return (op == Collective::kAllReduce ? 2.0 : 1.0) * (n - 1) / n; }
+
 }  // namespace
 
-double CostModel::comm_seconds(Collective op, double bytes, int group_size, bool inter_node) const {
-  const double n = group_size;
-  if (group_size <= 1 && op != Collective::kPointToPoint) return 0.0;
-  if (!inter_node) {
-    const bool reduce = op == Collective::kAllReduce;
-    const bool gather = op == Collective::kAllGather || op == Collective::kReduceScatter;
-    const double busbw = reduce   ? bus_gbps_at(p_.all_reduce_bus_gbps, group_size)
-                         : gather ? bus_gbps_at(p_.all_gather_bus_gbps, group_size)
-                                  : 0.0;
-    if (busbw > 0) return (reduce ? 2.0 : 1.0) * (n - 1) / n * bytes / (busbw * 1e9) + c_.comm_latency_s;
-  }
-  const double bw = inter_node ? p_.inter_node_link_gbps * 1e9 * c_.inter_link_efficiency
-                               : p_.intra_node_link_gbps * 1e9 * c_.intra_link_efficiency;
-  double factor = 0;
+double CostModel::bus_bandwidth(Collective op, int ranks) const {
+  const double measured = op == Collective::kAllReduce ? bus_gbps_at(p_.all_reduce_bus_gbps, ranks)
+                                                       : bus_gbps_at(p_.all_gather_bus_gbps, ranks);
+  if (measured > 0) return measured * 1e9;
+  const double link = p_.intra_node_link_gbps * 1e9 * c_.intra_link_efficiency;
+  return p_.intra_node_topology == IntraNodeTopology::kFullMesh ? (ranks - 1) * link : link;
+}
+
+double CostModel::transfer_seconds(Collective op, double bytes, const CommGroup& g) const {
+  const double n = g.size, per = g.per_node();
+  const bool across = g.nodes > 1;
+  const double link = p_.intra_node_link_gbps * 1e9 * c_.intra_link_efficiency;
+  const double nic = p_.inter_node_link_gbps * 1e9 * c_.inter_link_efficiency;
+  const auto over = [](double b, double bw) { return bw > 0 ? b / bw : 0.0; };
   switch (op) {
     case Collective::kAllReduce:
-      factor = 2 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter: {
+      double busbw = bus_bandwidth(op, g.size);
+      if (across) busbw = per > 1 ? std::min(bus_bandwidth(op, static_cast<int>(per)), per * nic) : nic;
+      return over(ring_factor(op, n) * bytes, busbw);
+    }
+    case Collective::kBroadcast:
+    case Collective::kPointToPoint:
+      return over(bytes, across ? nic : link);
+    case Collective::kBarrier:
+      return 0.0;
+    case Collective::kAllToAll: {
+      // On-node part: the p ranks of a node exchange D·p/n among themselves.
+      const double d = 0.5 * bytes, local = across ? d * per / n : d;
+      double on_node = 0;
+      if (per > 1) {
+        if (p_.intra_node_topology == IntraNodeTopology::kFullMesh)
+          on_node = over(local / per, link);
+        else if (p_.intra_node_topology == IntraNodeTopology::kSwitch)
+          on_node = over((per - 1) / per * local, link);
+        else
+          on_node = over((per - 1) / 2 * local, link);  // ring: relayed hop by hop
+      }
+      return across ? std::max(over((n - per) / n * d, nic), on_node) : on_node;
+    }
+  }
+  return 0.0;
+}
+
+double CostModel::latency_seconds(Collective op, const CommGroup& g, double base, double intra, double inter) const {
+  const int n = g.size, nodes = std::max(1, g.nodes);
+  const bool mesh = nodes == 1 && p_.intra_node_topology == IntraNodeTopology::kFullMesh;
+  int steps = 1, inter_steps = nodes > 1 ? 1 : 0;
+  switch (op) {
+    case Collective::kAllReduce:
+    case Collective::kBarrier:
+      steps = mesh ? 2 : 2 * (n - 1);
+      inter_steps = 2 * (nodes - 1);
       break;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-      factor = (n - 1) / n;
+      steps = mesh ? 1 : n - 1;
+      inter_steps = nodes - 1;
       break;
     case Collective::kBroadcast:
+      steps = n - 1;
+      inter_steps = nodes - 1;
+      break;
     case Collective::kPointToPoint:
-      factor = 1;
-      break;
-    case Collective::kBarrier:
-      factor = 0;
-      break;
     case Collective::kAllToAll:
-      factor = all_to_all_factor(n, inter_node);
       break;
   }
-  // A full mesh carries the ring's per-rank traffic over n-1 links at once.
-  const bool spread = op == Collective::kAllReduce || op == Collective::kAllGather || op == Collective::kReduceScatter;
-  if (spread && !inter_node && p_.intra_node_topology == IntraNodeTopology::kFullMesh) factor /= n - 1;
-  return (bw > 0 ? factor * bytes / bw : 0.0) + c_.comm_latency_s;
+  inter_steps = std::min(inter_steps, steps);
+  return base + (steps - inter_steps) * intra + inter_steps * inter;
+}
+
+double CostModel::comm_seconds(Collective op, double bytes, CommGroup g) const {
+  if (g.size <= 1 && op != Collective::kPointToPoint) return 0.0;
+  g.nodes = std::clamp(g.nodes, 1, std::max(1, g.size));
+  const double transfer = transfer_seconds(op, bytes, g);
+  double best = latency_seconds(op, g, c_.comm_latency_s, c_.intra_step_latency_s, c_.inter_step_latency_s) + transfer;
+  if (c_.ll_bandwidth_share > 0)
+    best =
+        std::min(best, latency_seconds(op, g, c_.ll_latency_s, c_.ll_intra_step_latency_s, c_.ll_inter_step_latency_s) +
+                           transfer / c_.ll_bandwidth_share);
+  if (c_.tree_bandwidth_share > 0 && op == Collective::kAllReduce && g.nodes > 1) {
+    const double depth = std::ceil(std::log2(static_cast<double>(g.nodes)));
+    const double lat =
+        c_.comm_latency_s + 2 * ((g.per_node() - 1) * c_.intra_step_latency_s + depth * c_.inter_step_latency_s);
+    // The ring's transfer moves 2(n-1)/n of S; the tree moves 2 S at its share of B.
+    const double tree = transfer * g.size / (g.size - 1.0) / c_.tree_bandwidth_share;
+    best = std::min(best, lat + tree);
+  }
+  return best;
 }
 
 }  // namespace mtrain::device

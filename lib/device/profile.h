@@ -38,7 +38,24 @@ struct CostConstants {
   double intra_link_efficiency = 0.65;
   double inter_link_efficiency = 0.9;
   double launch_overhead_s = 5e-6;
-  double comm_latency_s = 10e-6;
+  double comm_latency_s = 10e-6;  // a collective's base latency (NCCL's Simple protocol)
+  // Per algorithm step, inside a node and across nodes (cost_model.h).
+  double intra_step_latency_s = 0;
+  double inter_step_latency_s = 0;
+  // A low-latency protocol (NCCL's LL): its base and step latencies and the
+  // share of the bus bandwidth it reaches; 0 share: none.
+  double ll_latency_s = 0, ll_intra_step_latency_s = 0, ll_inter_step_latency_s = 0;
+  double ll_bandwidth_share = 0;
+  // A tree all_reduce across nodes (NCCL's): its share of the bus bandwidth; 0: none.
+  double tree_bandwidth_share = 0;
+  // The host's time to issue one op (a kernel or a collective) to the
+  // device; the device idles when its kernels are shorter (a host-bound
+  // step). 0: the host is never the bottleneck.
+  double host_dispatch_s = 0;
+  // Ascend: host_dispatch_s at TASK_QUEUE_ENABLE 0, 1, 2 (torch_npu's task
+  // queue: off; dispatch split over two pipelined stages; the stages
+  // rebalanced); the run's level picks host_dispatch_s. Empty: no such knob.
+  std::vector<double> host_dispatch_by_task_queue_s;
 };
 
 // How the devices of one node are wired: which collective algorithm the
@@ -96,7 +113,12 @@ struct DeviceProfile {
   // --tp_comm_overlap: the compute units a pipelined reduce-scatter's
   // communication kernels take from the GEMM beside it (Transformer Engine's
   // userbuffers "pipeline" method with set_sm_margin); 0: none.
-  int tp_overlap_units = 0;  // a fused attention kernel's query/key block (causal masks skip whole blocks)
+  int tp_overlap_units = 0;
+  // The compute units the DP collectives' kernels take while they run beside
+  // the compute (--overlap_grad_reduce / --overlap_param_gather: NCCL runs
+  // one CTA per channel on an SM of its own); the kernels beside them run on
+  // the rest. 0: they take none (HCCL's copy engines).
+  int dp_comm_units = 0;  // a fused attention kernel's query/key block (causal masks skip whole blocks)
   // Measured bus bandwidth inside a node by group size, per collective
   // (empty: the link formulas of cost_model.h). reduce_scatter uses
   // all_gather's (the same traffic, reversed).
@@ -107,6 +129,7 @@ struct DeviceProfile {
   int cpu_cores_per_node = 192;
   std::vector<CoreRange> cpu_affinity;
   CostConstants cost;
+  int task_queue_enable = -1;  // the TASK_QUEUE_ENABLE level host_dispatch_s was taken at (-1: none)
 
   // Device `npu`'s affinity range on the profile's node, for a pool of
   // `pool_size` devices: its cpu_affinity entry, else (no list, or a pool

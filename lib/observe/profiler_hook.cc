@@ -42,7 +42,7 @@ ProfilerHook::ProfilerHook(ProfilerOptions opts, const device::Device& dev, para
     profiled_ranks_.push_back(rank_);
   profiled_ = std::find(profiled_ranks_.begin(), profiled_ranks_.end(), rank_) != profiled_ranks_.end();
   // Which of this rank's groups span nodes (they use the inter-node link).
-  if (state_) inter_node_groups_ = state_->grid().groups_spanning_nodes(rank_, dev.profile().devices_per_node);
+  if (state_) group_nodes_ = state_->grid().group_nodes(rank_, dev.profile().devices_per_node);
 }
 
 double ProfilerHook::now_us() const {
@@ -87,7 +87,7 @@ void ProfilerHook::on_step_begin(int64_t iteration) {
   open_.clear();
   open_kernels_ = 0;
   const double t = now_us();
-  device_free_ = std::max(device_free_, t);
+  clock_.wait_until(device::Stream::kCompute, t);
   if (opts_.with_memory) sample_memory(t);
 }
 
@@ -126,8 +126,7 @@ void ProfilerHook::sample_memory(double t) {
 }
 
 void ProfilerHook::place_on_device(double start, double dur) {
-  const double begin = std::max(start, device_free_);
-  device_free_ = begin + dur;
+  const double begin = clock_.place(device::Stream::kCompute, start, dur);
   // The open regions without device work so far start with this work.
   for (auto it = open_.rbegin(); it != open_.rend() && !it->placed; ++it) {
     it->placed = true;
@@ -144,7 +143,7 @@ void ProfilerHook::on_region_begin(const profiler::Region& r, std::span<const pr
   if (kernel && open_kernels_++ == 0) {
     // Outermost kernel: it runs on the device (nested ones are part of it).
     const double dur = cost_.kernel_seconds(r.work, opts_.dtype_bytes == 2) * 1e6;
-    const double begin = std::max(now, device_free_);
+    const double begin = std::max(now, clock_.free_at(device::Stream::kCompute));
     place_on_device(now, dur);
     npu_kernel_us_ += dur;
     if (keep) {
@@ -206,11 +205,11 @@ void ProfilerHook::on_region_end(const profiler::Region& r, std::span<const prof
   if (!kernel && open_kernels_ == 0) {  // (a region inside a kernel stays on the CPU track)
     if (!o.placed) {
       // No instrumented device work inside: the device takes the host's time.
-      const double begin = std::max(s.host_begin, device_free_);
+      const double begin = std::max(s.host_begin, clock_.free_at(device::Stream::kCompute));
       place_on_device(s.host_begin, now - s.host_begin);
       s.npu_begin = begin;
     }
-    s.npu_end = device_free_;
+    s.npu_end = clock_.free_at(device::Stream::kCompute);
   }
   if (opts_.record_shapes && !t.empty() && r.kind >= profiler::Kind::kModule) {
     s.shapes_out = static_cast<int32_t>(shapes_.size());
@@ -241,18 +240,18 @@ void ProfilerHook::on_comm(const parallel::CommEvent& e) {
       c.parent = it->span;
       break;
     }
-  bool inter = false;
-  for (const auto& [name, spans] : inter_node_groups_)
-    if (name == e.group) inter = spans;
+  int nodes = 1;
+  for (const auto& [name, n] : group_nodes_)
+    if (name == e.group) nodes = n;
   const double dur = cost_.comm_seconds(parallel::cost_collective(e.op), static_cast<double>(e.bytes + e.recv_bytes),
-                                        e.group_size, inter) *
+                                        {e.group_size, nodes}) *
                      1e6;
   // Collectives run on their own stream after the compute issued before them;
   // a blocking one holds the compute stream until it ends, a non-blocking one
   // (an overlapped DP bucket reduction) runs beside the kernels.
-  c.npu_begin = std::max({c.host_begin, device_free_, comm_free_});
+  clock_.wait_until(device::Stream::kComm, clock_.free_at(device::Stream::kCompute));
+  c.npu_begin = clock_.place(device::Stream::kComm, c.host_begin, dur);
   c.npu_end = c.npu_begin + dur;
-  comm_free_ = c.npu_end;
   if (!e.nonblocking) place_on_device(c.npu_begin, dur);
 }
 

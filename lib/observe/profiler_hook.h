@@ -38,6 +38,7 @@
 #include "config/args.h"
 #include "device/cost_model.h"
 #include "device/device.h"
+#include "device/device_clock.h"
 #include "observe/hooks.h"
 #include "parallel/parallel_state.h"
 #include "profiler/schedule.h"
@@ -144,8 +145,8 @@ class ProfilerHook : public TrainHook {
   FileSystem& fs_;
   device::CostModel cost_;
   bool profiled_ = false;
-  std::vector<int> profiled_ranks_;                              // resolved, sorted
-  std::vector<std::pair<std::string, bool>> inter_node_groups_;  // group name -> spans nodes
+  std::vector<int> profiled_ranks_;                       // resolved, sorted
+  std::vector<std::pair<std::string, int>> group_nodes_;  // group name -> the nodes it spans
 
   int64_t first_iteration_ = 1;  // step 0 of the schedule
   profiler::ScheduleAction action_ = profiler::ScheduleAction::kNone;
@@ -163,9 +164,8 @@ class ProfilerHook : public TrainHook {
   };
   std::vector<Open> open_;
   int open_kernels_ = 0;
-  double device_free_ = 0;    // µs: the simulated device is busy until then
-  double comm_free_ = 0;      // µs: the simulated communication stream is busy until then
-  double npu_kernel_us_ = 0;  // µs of kernel work on the simulated device in the window (every level)
+  device::DeviceClock clock_;  // µs: the simulated device's compute and communication streams
+  double npu_kernel_us_ = 0;   // µs of kernel work on the simulated device in the window (every level)
 
   std::vector<ProfiledSpan> spans_;
   std::vector<ProfiledComm> comms_;

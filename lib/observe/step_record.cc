@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "device/device_clock.h"
 #include "parallel/grad_buckets.h"
 #include "parallel/ring_attention.h"
 #include "profiler/kernel_region.h"
@@ -105,13 +106,16 @@ double priced_bytes(const CommRecord& m) {
 
 namespace {
 
-// One micro-batch phase on two streams (PhaseOverlap): `c` the compute
-// stream's clock, `m` when the communication stream is free.
+// One micro-batch phase on the device clock (device/device_clock.h): its
+// compute stream, the communication stream beside it (PhaseOverlap), and
+// the host that issues its work, one op per host_dispatch_s.
 struct PhaseClock {
-  double c = 0, m = 0;
+  device::DeviceClock dev;
+  double host = 0;            // when the host has issued the work so far
   bool ring_pending = false;  // a CP pass in flight
   double last_gemm_s = -1;    // the item just placed was a GEMM of this time (-1: it was not)
   double pending_gather_s = -1, pending_gather_chunks = 1;  // a TP all-gather waiting for its GEMM
+  double c() const { return dev.free_at(device::Stream::kCompute); }
 };
 
 bool tp_overlappable(const CommRecord& m, const PhaseOverlap& o) {
@@ -127,19 +131,29 @@ double pipelined(double comm, double gemm, double chunks) {
 }  // namespace
 
 RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
-                       const std::function<bool(std::string_view)>& inter_node, const PhaseOverlap& overlap) {
+                       const std::function<int(std::string_view)>& nodes, const PhaseOverlap& overlap) {
+  using device::Stream;
   RecordCost c;
   c.phase_s.assign(r.phases.size(), 0.0);
   std::vector<PhaseClock> clock(r.phases.size());
+  const double dispatch = cost.constants().host_dispatch_s;
   const auto in_microbatch = [&](int phase) { return phase >= 0 && is_microbatch_phase(r.phases[phase]); };
+  // The host issues the next op of the phase; it runs on the device no
+  // earlier (the compute stream idles until then: host_wait_s).
+  const auto issue = [&](PhaseClock& pc) {
+    pc.host += dispatch;
+    c.host_wait_s += std::max(0.0, pc.host - pc.c());
+    pc.dev.wait_until(Stream::kCompute, pc.host);
+  };
+  // A collective that holds the compute stream for `t` (it adds t to the phase).
   const auto add_comm_time = [&](PhaseClock& pc, CommLine line, double t) {
-    pc.c += t;
+    pc.dev.place(Stream::kCompute, pc.c(), t);
     c.phase_comm_s += t;
     c.phase_line_s[static_cast<int>(line)] += t;
   };
   const auto wait_ring = [&](PhaseClock& pc) {
     if (!pc.ring_pending) return;
-    const double exposed = std::max(0.0, pc.m - pc.c);  // the part of the pass not beside kernels
+    const double exposed = std::max(0.0, pc.dev.free_at(Stream::kComm) - pc.c());  // the part not beside kernels
     add_comm_time(pc, CommLine::kContext, exposed);
     c.phase_hidden_s -= exposed;
     pc.ring_pending = false;
@@ -149,10 +163,10 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
   size_t next_comm = 0;
   const auto place_comm = [&](const CommRecord& m, bool next_is_gemm) {
     const double t =
-        cost.comm_seconds(parallel::cost_collective(m.op), priced_bytes(m), m.group_size, inter_node(m.group));
+        cost.comm_seconds(parallel::cost_collective(m.op), priced_bytes(m), {m.group_size, nodes(m.group)});
     if (m.overlapped) {
       OverlappedComm o{m.phase, 0.0, t, m.op == parallel::CommOp::kAllGather};
-      if (m.phase >= 0) o.offset_s = clock[m.phase].c;
+      if (m.phase >= 0) o.offset_s = clock[m.phase].c();
       c.overlapped.push_back(o);
       c.dp_comm_s += t;
       return;
@@ -164,13 +178,14 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
     if (in_microbatch(m.phase)) {
       PhaseClock& pc = clock[m.phase];
       const CommLine line = comm_line(m.group);
+      issue(pc);
       if (pc.pending_gather_s >= 0) {  // the gather waiting for a GEMM got another collective instead
         add_comm_time(pc, CommLine::kTensor, pc.pending_gather_s);
         pc.pending_gather_s = -1;
       }
       if (m.group == "cp" && m.op == parallel::CommOp::kSendRecv) {
         wait_ring(pc);
-        pc.m = std::max(pc.c, pc.m) + t;
+        pc.dev.place(Stream::kComm, pc.c(), t);
         pc.ring_pending = true;
         c.phase_hidden_s += t;
       } else if (tp_overlappable(m, overlap) && m.op == parallel::CommOp::kAllGather && next_is_gemm) {
@@ -211,14 +226,13 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
     }
     c.compute_s += t;
     PhaseClock& pc = clock[k.phase];
+    issue(pc);
+    pc.dev.place(Stream::kCompute, pc.c(), t);
     if (pc.pending_gather_s >= 0) {
       const double both = pipelined(pc.pending_gather_s, t, pc.pending_gather_chunks);
-      pc.c += t;
       add_comm_time(pc, CommLine::kTensor, both - t);
       c.phase_hidden_s += pc.pending_gather_s - (both - t);
       pc.pending_gather_s = -1;
-    } else {
-      pc.c += t;
     }
     pc.last_gemm_s = k.work.kind == KernelKind::kGemm ? t : -1;
   }
@@ -226,7 +240,7 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
     PhaseClock& pc = clock[p];
     if (pc.pending_gather_s >= 0) add_comm_time(pc, CommLine::kTensor, pc.pending_gather_s);  // no GEMM followed
     wait_ring(pc);
-    c.phase_s[p] = in_microbatch(static_cast<int>(p)) ? pc.c : 0.0;
+    c.phase_s[p] = in_microbatch(static_cast<int>(p)) ? pc.c() : 0.0;
   }
   return c;
 }

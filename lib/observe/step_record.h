@@ -148,25 +148,28 @@ struct RecordCost {
   double phase_comm_s = 0;             // collectives inside the micro-batch phases: the time they add to them
   double phase_line_s[3] = {0, 0, 0};  // phase_comm_s by CommLine (TP, CP, EP)
   double phase_hidden_s = 0;           // the collectives' time inside the phases that ran beside kernels
-  double tail_comm_s = 0;              // blocking collectives outside them, pipeline messages excepted
-  double p2p_message_s = 0;            // the longest pipeline message
-  double dp_comm_s = 0;                // DP bucket collectives (gradient reduction, parameter gather), blocking or not
-  double dp_blocking_s = 0;            // the blocking ones (part of tail_comm_s)
-  std::vector<double> phase_s;         // per StepRecord::phases entry: its kernels + the time its collectives add
+  // The compute stream idle inside the phases because the host had not yet
+  // issued the next kernel (host_dispatch_s per op: a host-bound step).
+  double host_wait_s = 0;
+  double tail_comm_s = 0;       // blocking collectives outside them, pipeline messages excepted
+  double p2p_message_s = 0;     // the longest pipeline message
+  double dp_comm_s = 0;         // DP bucket collectives (gradient reduction, parameter gather), blocking or not
+  double dp_blocking_s = 0;     // the blocking ones (part of tail_comm_s)
+  std::vector<double> phase_s;  // per StepRecord::phases entry: its kernels + the time its collectives add
   std::vector<OverlappedComm> overlapped;  // in start order
   // This rank's device busy for the step: its kernels (the optimizer's too)
   // and its blocking collectives back to back. Pipeline messages, the wait for other stages
   // (the bubble) and overlapped DP collectives (on their own stream) are not
   // in it; with one stage and no overlap it is the dry run's step time.
-  double busy_s() const { return compute_s + optimizer_s + phase_comm_s + tail_comm_s; }
+  double busy_s() const { return compute_s + host_wait_s + optimizer_s + phase_comm_s + tail_comm_s; }
   bool operator==(const RecordCost&) const = default;
 };
 // The bytes a collective's time is priced on: CommEvent's payload, except a
 // send_recv (the ring's shift), which sends and receives at once over
 // full-duplex links: the larger of the two.
 double priced_bytes(const CommRecord& m);
-// inter_node(group name): whether that group of the rank spans nodes.
+// nodes(group name): how many nodes that group of the rank spans.
 RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool sixteen_bit,
-                       const std::function<bool(std::string_view)>& inter_node, const PhaseOverlap& overlap = {});
+                       const std::function<int(std::string_view)>& nodes, const PhaseOverlap& overlap = {});
 
 }  // namespace mtrain::observe

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include "common/errors.h"
@@ -288,16 +289,16 @@ int ProcessGrid::rank_in_group(GroupKind kind, int rank) const {
   return rank_in_group_.at(static_cast<int>(kind))[rank];
 }
 
-std::vector<std::pair<std::string, bool>> ProcessGrid::groups_spanning_nodes(int rank, int per_node) const {
+std::vector<std::pair<std::string, int>> ProcessGrid::group_nodes(int rank, int per_node) const {
   per_node = std::max(1, per_node);
-  std::vector<std::pair<std::string, bool>> out;
+  std::vector<std::pair<std::string, int>> out;
   for (int k = 0; k < kGroupKindCount; ++k) {
     const auto kind = static_cast<GroupKind>(k);
-    bool spans = false;
-    for (int m : group_of(kind, rank)) spans = spans || m / per_node != rank / per_node;
-    out.emplace_back(group_kind_name(kind), spans);
+    std::set<int> nodes;
+    for (int m : group_of(kind, rank)) nodes.insert(m / per_node);
+    out.emplace_back(group_kind_name(kind), static_cast<int>(nodes.size()));
   }
-  out.emplace_back("world", world_size() > per_node);
+  out.emplace_back("world", (world_size() + per_node - 1) / per_node);
   return out;
 }
 

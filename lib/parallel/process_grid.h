@@ -121,9 +121,10 @@ class ProcessGrid {
   // One line per group kind for logs, e.g. "tp: [[0, 1], [2, 3]]".
   std::string describe() const;
 
-  // Per group name ("tp", "dp", ..., and "world"): whether `rank`'s group
-  // spans nodes of `per_node` ranks (then its traffic takes the inter-node link).
-  std::vector<std::pair<std::string, bool>> groups_spanning_nodes(int rank, int per_node) const;
+  // Per group name ("tp", "dp", ..., and "world"): how many nodes of
+  // `per_node` ranks `rank`'s group spans (1: inside one node; more: its
+  // traffic also crosses the inter-node links).
+  std::vector<std::pair<std::string, int>> group_nodes(int rank, int per_node) const;
 
  private:
   void check_rank(int rank) const;

@@ -28,7 +28,7 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   DryStep step = run_dry_step(args, *model, setup, state, to);
   m.step = std::move(step.record);
   m.stats = step.stats;
-  m.group_spans_nodes = grid.groups_spanning_nodes(k.representative, planning_profile.devices_per_node);
+  m.group_nodes = grid.group_nodes(k.representative, planning_profile.devices_per_node);
   m.activation_buffers = dev.live_by_name(device::MemCategory::kActivations);
   return m;
 }

@@ -34,8 +34,8 @@ struct ClassMemory {
   // The live activation allocations by name at that point (activation_buffers.h breaks them down).
   std::map<std::string, int64_t> activation_buffers;
   StepRecord step;  // the kernels and collectives of that iteration, in order
-  // Per group name ("tp", "dp", "pp", "world", ...): whether this rank's group spans nodes.
-  std::vector<std::pair<std::string, bool>> group_spans_nodes;
+  // Per group name ("tp", "dp", "pp", "world", ...): the nodes this rank's group spans.
+  std::vector<std::pair<std::string, int>> group_nodes;
 };
 
 struct DryRun {

@@ -32,8 +32,10 @@ nlohmann::json memory_json(const DryRun& r, const ReportGroup& g) {
 nlohmann::json time_json(const StageTime& s, double step_s) {
   const double other = s.other_comm_s();
   const double dp_hidden = std::max(0.0, s.dp_comm_s - s.dp_exposed_s);
-  const double named = s.compute_s + s.tp_comm_s + s.cp_comm_s + s.ep_comm_s + s.dp_exposed_s + other + s.optimizer_s;
-  return {{"compute_s", s.compute_s},           {"tp_comm_s", s.tp_comm_s},
+  const double named = s.compute_s + s.host_wait_s + s.contention_s + s.tp_comm_s + s.cp_comm_s + s.ep_comm_s +
+                       s.dp_exposed_s + other + s.optimizer_s;
+  return {{"compute_s", s.compute_s},           {"host_wait_s", s.host_wait_s},
+          {"contention_s", s.contention_s},     {"tp_comm_s", s.tp_comm_s},
           {"cp_comm_s", s.cp_comm_s},           {"ep_comm_s", s.ep_comm_s},
           {"dp_exposed_s", s.dp_exposed_s},     {"other_comm_s", other},
           {"optimizer_s", s.optimizer_s},       {"idle_s", std::max(0.0, step_s - named)},
@@ -52,6 +54,15 @@ nlohmann::json dry_run_json(const DryRun& r, const StepTime& t) {
       if (g.shown->rank_class.stage == s.stage) memory.push_back(memory_json(r, g));
     stages.push_back({{"stage", s.stage}, {"memory", memory}, {"time", time_json(s, t.step_s)}});
   }
+  nlohmann::json timeline = nlohmann::json::array();
+  for (const TimelineSpan& x : t.timeline)
+    timeline.push_back({{"stage", x.stage},
+                        {"name", x.name},
+                        {"microbatch", x.microbatch},
+                        {"chunk", x.chunk},
+                        {"begin_s", x.begin_s},
+                        {"end_s", x.end_s},
+                        {"comm_stream", x.comm_stream}});
   return {{"model", r.model_description},
           {"device_profile", r.profile.name},
           {"world_size", r.world_size},
@@ -69,7 +80,8 @@ nlohmann::json dry_run_json(const DryRun& r, const StepTime& t) {
           {"step_s", t.step_s},
           {"tokens_per_s_per_device", t.tokens_per_s_per_device},
           {"tflops_per_device", t.tflops_per_device},
-          {"mfu", t.mfu}};
+          {"mfu", t.mfu},
+          {"timeline", timeline}};
 }
 
 }  // namespace mtrain::plan

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "common/errors.h"
+#include "device/device_clock.h"
 #include "model/flops.h"
 #include "parallel/comm.h"
 #include "parallel/pipeline_schedule.h"
@@ -39,6 +40,7 @@ struct PipelineSim {
     for (int s = 0; s < stages; ++s) order[s] = parallel::pipeline_actions({stages, s, chunks, microbatches});
     std::map<ActionKey, double> done;
     std::vector<size_t> next(stages, 0);
+    std::vector<device::DeviceClock> dev(stages);  // each stage's compute stream
     std::vector<std::pair<double, double>> clock(stages, {0.0, 0.0});
     const int last_virtual = stages * chunks - 1;
     for (bool progress = true; progress;) {
@@ -55,17 +57,17 @@ struct PipelineSim {
             ready = std::max(ready, it->second + (dep_v % stages != s ? p2p_s : 0.0));
           }
           const double d = duration[s].at({op, a.microbatch, v});
-          const double begin = std::max(clock[s].first, ready);
-          double end = begin + d;
+          const double begin = dev[s].place(device::Stream::kCompute, ready, d);
           const std::vector<double>& buckets = bucket_ready[s][a.chunk];
           if (op == 0 && a.microbatch == 0 && !buckets.empty()) {
-            end = begin;
+            double end = begin;
             for (double arrives : buckets) end = std::max(end, arrives) + d / static_cast<double>(buckets.size());
+            dev[s].wait_until(device::Stream::kCompute, end);
           }
+          const double end = dev[s].free_at(device::Stream::kCompute);
           timeline->push_back({s, op == 0 ? "forward" : "backward", a.microbatch, a.chunk, begin, end});
-          clock[s].first = end;
-          clock[s].second += d;
-          done[{op, a.microbatch, v}] = clock[s].first;
+          clock[s] = {end, clock[s].second + d};
+          done[{op, a.microbatch, v}] = end;
           progress = true;
         }
       }
@@ -90,20 +92,20 @@ struct CommStream {
 CommStream play_comm_stream(const RecordCost& c, int stage, double backward_end,
                             const std::function<double(int)>& begin_of) {
   CommStream out;
-  double free_at = 0;
+  device::DeviceClock dev;
+  const auto comm = device::Stream::kComm;
   for (const OverlappedComm& o : c.overlapped) {
     if (!o.param_gather) continue;
-    out.spans.push_back({stage, "DP param all-gather", -1, 0, free_at, free_at + o.duration_s, true});
-    free_at += o.duration_s;
-    out.gather_end.push_back(free_at);
+    const double begin = dev.place(comm, 0.0, o.duration_s);
+    out.spans.push_back({stage, "DP param all-gather", -1, 0, begin, dev.free_at(comm), true});
+    out.gather_end.push_back(dev.free_at(comm));
   }
   for (const OverlappedComm& o : c.overlapped) {
     if (o.param_gather) continue;
     const double ready = std::isnan(begin_of(o.phase)) ? backward_end : begin_of(o.phase) + o.offset_s;
-    const double begin = std::max(free_at, ready);
-    free_at = begin + o.duration_s;
-    out.spans.push_back({stage, "DP grad reduce bucket", -1, 0, begin, free_at, true});
-    out.reduce_end = free_at;
+    const double begin = dev.place(comm, ready, o.duration_s);
+    out.spans.push_back({stage, "DP grad reduce bucket", -1, 0, begin, dev.free_at(comm), true});
+    out.reduce_end = dev.free_at(comm);
     out.reduced_s += o.duration_s;
   }
   return out;
@@ -125,15 +127,16 @@ std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vecto
   const bool sixteen = r.whole_model.dtype != DType::kF32;
   std::vector<ClassCost> out;
   for (const ClassMemory& k : r.classes) {
-    const auto spans = [&](std::string_view g) {
-      for (const auto& [name, inter] : k.group_spans_nodes)
-        if (name == g) return inter;
-      return false;
+    const auto nodes = [&](std::string_view g) {
+      for (const auto& [name, n] : k.group_nodes)
+        if (name == g) return n;
+      return 1;
     };
-    const RecordCost c = record_cost(k.step, cost, sixteen, spans, r.overlap);
+    const RecordCost c = record_cost(k.step, cost, sixteen, nodes, r.overlap);
     StageTime& st = stages[k.rank_class.stage];
     st.stage = k.rank_class.stage;
     st.compute_s = std::max(st.compute_s, c.compute_s);
+    st.host_wait_s = std::max(st.host_wait_s, c.host_wait_s);
     if (c.phase_comm_s >= st.tp_comm_s + st.cp_comm_s + st.ep_comm_s) {  // the class with the most, split
       st.tp_comm_s = c.phase_line_s[0];
       st.cp_comm_s = c.phase_line_s[1];
@@ -229,10 +232,13 @@ StepTime step_time(const DryRun& r) {
     const double gather_delay = std::max(0.0, clocks[s].first - free_clocks[s].first);
     const double dp_blocking = st.dp_comm_s - st.overlapped_s;
     st.dp_exposed_s = dp_blocking + exposed[s] + gather_delay;
+    const int units = r.profile.compute_units, taken = r.profile.dp_comm_units;
+    if (units > 0 && taken > 0 && taken < units)
+      st.contention_s = std::max(0.0, st.dp_comm_s - st.dp_exposed_s) * (static_cast<double>(taken) / (units - taken));
     // After the last backward (and the exposed part of the overlapped
     // reduction): the blocking collectives, the optimizer, then the
     // distributed optimizer's blocking param all-gather.
-    double at = clocks[s].first + exposed[s];
+    double at = clocks[s].first + exposed[s] + st.contention_s;
     for (const auto& [name, d] :
          {std::pair{"communication after backward", st.tail_comm_s - st.param_gather_s},
           std::pair{"optimizer step", st.optimizer_s}, std::pair{"param all-gather", st.param_gather_s}}) {
@@ -246,7 +252,7 @@ StepTime step_time(const DryRun& r) {
   // Idle share; clamped at 0 against rounding when a stage never waits.
   for (size_t s = 0; s < stages.size(); ++s) {
     StageTime& st = stages[s];
-    const double used = st.busy_s + st.tail_comm_s + st.optimizer_s + exposed[s];
+    const double used = st.busy_s + st.tail_comm_s + st.optimizer_s + exposed[s] + st.contention_s;
     st.bubble = t.step_s > 0 ? std::max(0.0, (t.step_s - used) / t.step_s) : 0.0;
   }
   t.stages = stages;
@@ -283,6 +289,16 @@ std::string time_report(const DryRun& r, const StepTime& t) {
           "    micro-batch collectives beside the kernels (CP ring passes, --tp_comm_overlap): {:.1f} ms hidden, "
           "not in the lines above\n",
           s.phase_hidden_s * 1e3);
+    if (s.contention_s > 0)
+      out += fmt::format(
+          "    contention: the kernels beside the overlapped DP collectives lost {} of {} units to them: {:.1f} ms\n",
+          r.profile.dp_comm_units, r.profile.compute_units, s.contention_s * 1e3);
+    if (s.host_wait_s > 0)
+      out += fmt::format(
+          "    host-bound: the device waited {:.1f} ms for the host to issue its kernels ({:.1f} us per op{})\n",
+          s.host_wait_s * 1e3, r.profile.cost.host_dispatch_s * 1e6,
+          r.profile.task_queue_enable >= 0 ? fmt::format(" at TASK_QUEUE_ENABLE={}", r.profile.task_queue_enable)
+                                           : std::string());
     out += fmt::format("    optimizer step {:.1f} ms (overflow check, grad norm, update, main-to-model param copy)\n",
                        s.optimizer_s * 1e3);
   }

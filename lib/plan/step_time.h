@@ -34,6 +34,11 @@
 //   forward pre-hooks, waits per bucket: it runs in as many equal parts,
 //   each once its bucket has arrived. Exposed is the delay this adds to the
 //   stage's last backward (the pipeline played with and without).
+// - Contention: while the overlapped DP collectives run beside the
+//   kernels (their hidden time), the kernels run on compute_units -
+//   dp_comm_units units, (units / (units - dp_comm_units) - 1) x hidden
+//   longer; the stage ends that much later (the other stages' waits for it
+//   are not replayed: a first-order estimate).
 // - The optimizer's kernels (fp16 unscale-and-check, grad-norm pass, the
 //   update, the main->model param copy: lib/optim, memory-bound) run after
 //   the blocking DP reduction and before the distributed optimizer's
@@ -62,6 +67,10 @@ using observe::CommLine;
 struct StageTime {
   int stage = 0;
   double compute_s = 0, tail_comm_s = 0;  // tail: blocking, after the last backward
+  double host_wait_s = 0;  // the device idle inside the phases, waiting for the host to issue (host-bound)
+  // The compute slowed by the overlapped DP collectives beside it (the
+  // profile's dp_comm_units taken from the kernels while they run).
+  double contention_s = 0;
   // The blocking collectives inside the micro-batch phases, by CommLine (all
   // on the critical path): TP (and SP), CP, EP (expert dispatch).
   double tp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0;

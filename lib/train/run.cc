@@ -140,16 +140,16 @@ static std::function<double()> simulated_step_clock(observe::HookList& hooks, co
   auto recorder = std::make_shared<observe::StepRecorder>(
       [interval, train_iters](int64_t it) { return it % interval == 0 || it == train_iters; }, sixteen_bit ? 2 : 4);
   hooks.add(recorder);
-  const auto spans = state.grid().groups_spanning_nodes(state.rank(), std::max(1, local_ranks));
+  const auto group_nodes = state.grid().group_nodes(state.rank(), std::max(1, local_ranks));
   const observe::PhaseOverlap overlap =
       observe::PhaseOverlap::of_profile(dev.profile(), args.tp_comm_overlap || args.use_ascend_mc2);
-  return [recorder, cost = device::CostModel(dev.profile()), sixteen_bit, spans, overlap] {
-    const auto inter_node = [&](std::string_view g) {
-      for (const auto& [name, inter] : spans)
-        if (name == g) return inter;
-      return false;
+  return [recorder, cost = device::CostModel(dev.profile()), sixteen_bit, group_nodes, overlap] {
+    const auto nodes = [&](std::string_view g) {
+      for (const auto& [name, n] : group_nodes)
+        if (name == g) return n;
+      return 1;
     };
-    return observe::record_cost(recorder->record(), cost, sixteen_bit, inter_node, overlap).busy_s();
+    return observe::record_cost(recorder->record(), cost, sixteen_bit, nodes, overlap).busy_s();
   };
 }
 

@@ -82,6 +82,34 @@ TEST(DeviceProfiles, AscendHostCpuAndCostConstants) {
   EXPECT_TRUE(tiny.cpu_affinity.empty());
 }
 
+// The host's time per op follows the run's TASK_QUEUE_ENABLE (torch_npu's
+// task queue levels; unset: level 1, its default).
+TEST(DeviceProfiles, AscendHostDispatchFollowsTaskQueueEnable) {
+  DeviceProfileSpec b3 = load_device_profile("Ascend910B3");
+  const std::vector<double> levels = b3.cost.host_dispatch_by_task_queue_s;
+  ASSERT_EQ(levels.size(), 3u);
+  apply_task_queue(b3, nullptr);
+  EXPECT_EQ(b3.task_queue_enable, 1);
+  EXPECT_DOUBLE_EQ(b3.cost.host_dispatch_s, levels[1]);
+  apply_task_queue(b3, "0");
+  EXPECT_EQ(b3.task_queue_enable, 0);
+  EXPECT_DOUBLE_EQ(b3.cost.host_dispatch_s, levels[0]);
+  apply_task_queue(b3, "2");
+  EXPECT_DOUBLE_EQ(b3.cost.host_dispatch_s, levels[2]);
+  EXPECT_GT(levels[0], levels[1]);  // level 1 pipelines the two dispatch stages level 0 runs in turn
+  try {
+    apply_task_queue(b3, "3");
+    FAIL() << "TASK_QUEUE_ENABLE=3 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("TASK_QUEUE_ENABLE=3"), std::string::npos) << e.what();
+  }
+  // A GPU profile has no such knob: its host time per op is fixed, the variable ignored.
+  DeviceProfileSpec h100 = load_device_profile("H100-SXM-80GB");
+  apply_task_queue(h100, "0");
+  EXPECT_EQ(h100.task_queue_enable, -1);
+  EXPECT_DOUBLE_EQ(h100.cost.host_dispatch_s, 9.4e-6);
+}
+
 TEST(DeviceProfiles, GpuProfilesCarryTheDatasheetNumbers) {
   const DeviceProfileSpec a100 = load_device_profile("A100-SXM-80GB");
   EXPECT_EQ(a100.hbm_bytes, 80LL << 30);

@@ -41,7 +41,7 @@ CommRecord tp(parallel::CommOp op, double gb, int64_t kernels_before) {
 RecordCost cost_of(const StepRecord& r, PhaseOverlap o = {}) {
   const device::CostModel m(round_profile());
   return record_cost(
-      r, m, true, [](std::string_view) { return false; }, o);
+      r, m, true, [](std::string_view) { return 1; }, o);
 }
 
 StepRecord one_phase() {
@@ -119,6 +119,41 @@ TEST(PricedBytes, SendRecvMovesBothWaysAtOnce) {
   EXPECT_EQ(priced_bytes({parallel::CommOp::kSendRecv, "cp", 2, 100, 60}), 100.0);
   EXPECT_EQ(priced_bytes({parallel::CommOp::kAllToAll, "ep", 2, 100, 60}), 160.0);
   EXPECT_EQ(priced_bytes({parallel::CommOp::kAllGather, "tp", 2, 100, 0}), 100.0);
+}
+
+}  // namespace
+}  // namespace mtrain::observe
+
+namespace mtrain::observe {
+namespace {
+
+RecordCost dispatched(const StepRecord& r, double dispatch_s) {
+  device::DeviceProfile p = round_profile();
+  p.cost.host_dispatch_s = dispatch_s;
+  return record_cost(r, device::CostModel(p), true, [](std::string_view) { return 1; });
+}
+
+TEST(HostDispatch, ShortKernelsWaitForTheHost) {
+  // Ten 1 us kernels, the host issuing one every 5 us: kernel k is issued at 5(k+1) us and
+  // runs [5(k+1), 5(k+1) + 1]; the phase ends at 51 us, 41 us of it waiting for the host.
+  StepRecord r = one_phase();
+  r.kernels.assign(10, kernel(1e-6));
+  const RecordCost c = dispatched(r, 5e-6);
+  EXPECT_NEAR(c.phase_s[0], 51e-6, 1e-15);
+  EXPECT_NEAR(c.host_wait_s, 41e-6, 1e-15);
+  EXPECT_NEAR(c.compute_s, 10e-6, 1e-15);
+  EXPECT_NEAR(c.busy_s(), 51e-6, 1e-15);
+}
+
+TEST(HostDispatch, LongKernelsHideIt) {
+  // Ten 100 us kernels: only the first waits for its issue (5 us); the host then runs ahead.
+  StepRecord r = one_phase();
+  r.kernels.assign(10, kernel(100e-6));
+  const RecordCost c = dispatched(r, 5e-6);
+  EXPECT_NEAR(c.phase_s[0], 1005e-6, 1e-15);
+  EXPECT_NEAR(c.host_wait_s, 5e-6, 1e-15);
+  // No dispatch cost: the kernels back to back, as before the host was modelled.
+  EXPECT_NEAR(dispatched(r, 0).phase_s[0], 1000e-6, 1e-15);
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ Cost real_cost(const StepRecord& r, const device::CostModel& cm, bool sixteen) {
                     : m.op == parallel::CommOp::kBarrier       ? device::Collective::kBarrier
                                                                : device::Collective::kPointToPoint;
     if (m.group != "pp")
-      c.comm_s += cm.comm_seconds(op, static_cast<double>(m.bytes + m.recv_bytes), m.group_size, false);
+      c.comm_s += cm.comm_seconds(op, static_cast<double>(m.bytes + m.recv_bytes), {m.group_size, 1});
   }
   return c;
 }
@@ -85,7 +85,7 @@ Cost real_cost(const StepRecord& r, const device::CostModel& cm, bool sixteen) {
 // cost model's time for the kernels a real rank of that stage ran (the
 // optimizer's included), its communication that of the
 // real rank's collectives; without a pipeline the step time is exactly their
-// sum (nothing overlaps, nothing waits).
+// sum and the device's waits for the host (nothing overlaps).
 void expect_time_is_the_real_runs_cost(const DryRun& dry, const std::vector<std::shared_ptr<StepRecorder>>& real) {
   const StepTime t = step_time(dry);
   const device::CostModel cm(dry.profile);
@@ -100,10 +100,16 @@ void expect_time_is_the_real_runs_cost(const DryRun& dry, const std::vector<std:
     // Overlapped DP collectives run on their own stream: counted once, beside the rest.
     EXPECT_NEAR(st.tp_comm_s + st.cp_comm_s + st.ep_comm_s + st.tail_comm_s + st.overlapped_s, r.comm_s, tol)
         << "stage " << st.stage;
+    // The device's waits for the host (host_dispatch_s per op) over the real rank's ops.
+    const double host_wait =
+        record_cost(real[c.rank_class.representative]->record(), cm, sixteen, [](std::string_view) {
+          return 1;
+        }).host_wait_s;
+    EXPECT_NEAR(st.host_wait_s, host_wait, tol) << "stage " << st.stage;
     if (dry.pp == 1 && st.overlapped_s == 0) {
-      EXPECT_NEAR(t.step_s, r.compute_s + r.comm_s, tol);
+      EXPECT_NEAR(t.step_s, r.compute_s + r.comm_s + host_wait, tol);
     } else if (dry.pp == 1) {  // the overlapped part that is hidden is not on the clock
-      EXPECT_NEAR(t.step_s, r.compute_s + r.comm_s - (st.dp_comm_s - st.dp_exposed_s), tol);
+      EXPECT_NEAR(t.step_s, r.compute_s + r.comm_s + host_wait - (st.dp_comm_s - st.dp_exposed_s), tol);
     }
   }
 }

@@ -19,8 +19,8 @@ class ReportJson : public DryRunTest {};
 
 double line_sum(const nlohmann::json& time) {
   double sum = 0;
-  for (const char* k :
-       {"compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "dp_exposed_s", "other_comm_s", "optimizer_s", "idle_s"})
+  for (const char* k : {"compute_s", "host_wait_s", "contention_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
+                        "dp_exposed_s", "other_comm_s", "optimizer_s", "idle_s"})
     sum += time.at(k).get<double>();
   return sum;
 }
@@ -56,6 +56,18 @@ TEST_F(ReportJson, StageLinesAddUpToTheStep) {
   EXPECT_EQ(j.at("layout").at("pipeline_parallel").get<int>(), 2);
   EXPECT_EQ(j.at("layout").at("model_chunks").get<int>(), 2);
   EXPECT_TRUE(j.at("fits").get<bool>());
+  // The timeline: the schedule's spans, each micro-batch's forward and backward per stage and chunk.
+  const nlohmann::json& spans = j.at("timeline");
+  ASSERT_EQ(spans.size(), t.timeline.size());
+  int forwards = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(spans[i].at("name").get<std::string>(), t.timeline[i].name);
+    EXPECT_DOUBLE_EQ(spans[i].at("begin_s").get<double>(), t.timeline[i].begin_s);
+    EXPECT_DOUBLE_EQ(spans[i].at("end_s").get<double>(), t.timeline[i].end_s);
+    EXPECT_LE(spans[i].at("end_s").get<double>(), t.step_s * (1 + 1e-12));
+    forwards += spans[i].at("name") == "forward";
+  }
+  EXPECT_EQ(forwards, r.pp * r.chunks * r.microbatches);
 }
 
 TEST_F(ReportJson, TheCommandPrintsOneDocument) {

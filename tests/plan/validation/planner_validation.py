@@ -20,6 +20,7 @@ the gap is known and stated, not hidden.
 No constant is fitted to these rows: every efficiency and rate comes from
 the device profiles (configs/devices/*.yaml), each with its source.
 """
+import json
 import os
 import re
 import subprocess
@@ -95,12 +96,52 @@ def rows():
     return out
 
 
+# Korthikanti et al. 2022 Table 4: one transformer layer of the 22B model
+# (micro-batch 4, TP 8, s 2048), forward and backward in ms. mtrain's layer
+# time is the difference of two dry runs with one and two layers (all else
+# equal), read from --json's timeline (one micro-batch: one forward span, one
+# backward span, the backward including any recompute).
+TABLE4 = {  # experiment: (extra flags, forward ms, backward ms)
+    # (mtrain's default recompute is swift's, selective: the paper's baseline says none.)
+    "baseline": (["--recompute_granularity", "none"], 7.7, 11.9),
+    "sequence parallel": (["--sequence_parallel", "--recompute_granularity", "none"], 7.2, 11.8),
+    "full recompute": (["--recompute_granularity", "full", "--recompute_method", "uniform",
+                        "--recompute_num_layers", 1], 7.7, 19.5),
+    "selective recompute": (["--recompute_granularity", "selective"], 7.7, 13.2),
+    "selective + SP": (["--sequence_parallel", "--recompute_granularity", "selective"], 7.2, 13.1),
+}
+
+
+def layer_rows():
+    out = []
+    for name, (extra, fwd, bwd) in TABLE4.items():
+        runs = []
+        for layers in (1, 2):
+            f = gpt_flags(64, 6144, layers, 1, 8, 4, None, 4) + [
+                "--seq_length", 2048, "--max_position_embeddings", 2048, "--vocab_size", 51200, "--fp16",
+                "--device_profile", "A100-SXM-80GB", "--attention_backend", "unfused"] + extra
+            runs.append(f)
+        out.append(("A100 (Korthikanti Table 4, one 22B layer)", name, fwd / 1e3, bwd / 1e3, runs))
+    return out
+
+
 # Tables whose bounds the cost model does not meet yet, and why.
 OPEN = {
     "910B (MindSpeed-LLM CP 32K)":
         "the ring (megatron_cp_algo) row is 1.9x slower than Ulysses in the published run; mtrain overlaps "
         "the ring's K/V passes with the block kernels as Megatron's code intends and finds no sourced reason "
         "for the rest (no 910B measurement of HCCL send/recv beside compute, or of the block-wise FA kernel)",
+}
+
+
+# Row pairs whose published order the cost model does not keep yet, and why
+# (the table's other bounds and pairs are still asserted).
+OPEN_ORDER = {
+    ("314B", "462B"):
+        "published 314B runs 3.2% faster per GPU than 462B; mtrain has 462B 0.5% faster. The difference is NCCL's "
+        "own latency model (tuning.cc: 47 network steps x 17 us per DP bucket collective over 48 nodes, 0.2 s "
+        "of 314B's exposed DP reduction, 0.15 s of 462B's): without it the order holds, and no published "
+        "measurement of a 48-node ring's latency exists to check it",
 }
 
 
@@ -118,6 +159,23 @@ def dry_run(mtrain, devices, flags, outdir):
     if not step or not tf:
         sys.exit(f"no step time from: {' '.join(cmd)}\n(exit {p.returncode})\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     return float(step.group(1)) / 1e3, float(tf.group(1))
+
+
+def phase_seconds(mtrain, flags, outdir):
+    """(forward, backward) seconds of the one micro-batch of a --json dry run."""
+    env = dict(os.environ, NNODES="1", NPROC_PER_NODE="8")
+    cmd = [mtrain] + [str(x) for x in flags] + ["--train_iters", "10", "--lr_warmup_iters", "0", "--output_dir",
+                                                outdir, "--dry_run", "--json"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        spans = json.loads(p.stdout)["timeline"]
+    except (ValueError, KeyError):
+        sys.exit(f"no --json timeline from: {' '.join(cmd)}\n(exit {p.returncode})\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    dur = {"forward": 0.0, "backward": 0.0}
+    for x in spans:
+        if x["name"] in dur and x["stage"] == 0:
+            dur[x["name"]] += x["end_s"] - x["begin_s"]
+    return dur["forward"], dur["backward"]
 
 
 def rank_pairs_ok(published, predicted):
@@ -143,37 +201,48 @@ def main():
             # mtrain's own FLOPs count (F = tf x step x devices) so both sides share it.
             published_s = value if kind == "s" else tf * step / value
             published_tf = tf * step / published_s
-            tables.setdefault(table, []).append((name, published_s, step, published_tf, tf))
+            # Order: the full-recompute and selective rows of a table are compared among themselves.
+            group = name.split(" ", 1)[1] if " " in name else ""
+            tables.setdefault(table, []).append((name, published_s, step, published_tf, tf, group))
+        for table, name, fwd, bwd, (one, two) in layer_rows():
+            f1, b1 = phase_seconds(mtrain, one, os.path.join(tmp, "o"))
+            f2, b2 = phase_seconds(mtrain, two, os.path.join(tmp, "o"))
+            # Order by speed (1 / time) among the forwards and among the backwards.
+            for part, pub, pred in (("forward", fwd, f2 - f1), ("backward", bwd, b2 - b1)):
+                tables.setdefault(table, []).append((f"{name} {part}", pub, pred, 1 / pub, 1 / pred, part))
     failed = False
     summaries = []
     if markdown:
-        print("| table | row | published step (s) | mtrain (s) | error |")
+        print("| table | row | published (s) | mtrain (s) | error |")
         print("|---|---|---|---|---|")
     for table, rs in tables.items():
-        errs = [(pred - pub) / pub for _, pub, pred, _, _ in rs]
-        for (name, pub, pred, _, _), e in zip(rs, errs):
+        errs = [(pred - pub) / pub for _, pub, pred, _, _, _ in rs]
+        for (name, pub, pred, _, _, _), e in zip(rs, errs):
             if markdown:
-                print(f"| {table} | {name} | {pub:.3f} | {pred:.3f} | {100 * e:+.1f}% |")
+                print(f"| {table} | {name} | {pub:.4f} | {pred:.4f} | {100 * e:+.1f}% |")
             else:
-                print(f"{table:32} {name:22} published {pub:9.3f} s  mtrain {pred:9.3f} s  error {100 * e:+6.1f}%")
+                print(f"{table:32} {name:30} published {pub:9.4f} s  mtrain {pred:9.4f} s  error {100 * e:+6.1f}%")
         mean = sum(abs(e) for e in errs) / len(errs)
         worst = max(abs(e) for e in errs)
-        # Order: the full-recompute and selective rows of a table are compared among themselves.
         groups = {}
-        for name, _, _, ptf, tf in rs:
-            groups.setdefault(name.split(" ", 1)[1] if " " in name else "", []).append((name, ptf, tf))
-        order_bad = []
+        for name, _, _, ptf, tf, group in rs:
+            groups.setdefault(group, []).append((name, ptf, tf))
+        order_bad, order_open = [], []
         for g in groups.values():
             for i, j in rank_pairs_ok([x[1] for x in g], [x[2] for x in g]):
-                order_bad.append(f"{g[i][0]} > {g[j][0]}")
+                pair = f"{g[i][0]} > {g[j][0]}"
+                reason = OPEN_ORDER.get((g[i][0], g[j][0]))
+                (order_open if reason else order_bad).append(f"{pair} (open: {reason})" if reason else pair)
         ok = mean <= 0.10 and worst <= 0.20 and not order_bad
         verdict = "" if ok else "  NOT MET (mean <= 10%, worst <= 20%, order)"
         if not ok and table in OPEN:
             verdict += f" - open: {OPEN[table]}"
         else:
             failed |= not ok
-        summaries.append(f"{table}: mean |error| {100 * mean:.1f}%, worst {100 * worst:.1f}%, "
-                         f"order {'kept' if not order_bad else 'broken: ' + ', '.join(order_bad)}{verdict}")
+        order = "kept" if not order_bad else "broken: " + ", ".join(order_bad)
+        if order_open:
+            order += "; not kept, open: " + ", ".join(order_open)
+        summaries.append(f"{table}: mean |error| {100 * mean:.1f}%, worst {100 * worst:.1f}%, order {order}{verdict}")
     print()
     for line in summaries:
         print(f"- {line}" if markdown else line)
