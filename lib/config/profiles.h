@@ -37,6 +37,12 @@ using DeviceProfileSpec = device::DeviceProfile;
 // comm_latency_us; defaults in device/profile.h). Throws ConfigError
 // (file:line:col) on unknown keys, bad values or an unknown profile (listing
 // the available ones).
+// The profile file `name_or_path` names: a value holding '/' or ending in
+// .yaml / .yml is a file (ConfigError when it does not exist); else an
+// existing file of that name, else configs/devices/<name>.yaml (ConfigError
+// listing the available profiles when there is none).
+std::string resolve_device_profile_path(const std::string& name_or_path, const std::string& config_dir = "");
+
 DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std::string& config_dir = "");
 
 }  // namespace mtrain::config
