@@ -90,7 +90,10 @@ struct Objective {
   std::vector<double> full(const double* x) const {
     std::vector<double> p(params->size());
     for (size_t k = 0; k < p.size(); ++k) p[k] = (*params)[k].start;
-    for (size_t f = 0; f < free->size(); ++f) p[(*free)[f]] = std::exp(x[f]);
+    for (size_t f = 0; f < free->size(); ++f) {  // exp(ln b) may miss the bound b by an ulp: clamped
+      const FitParameter& q = (*params)[(*free)[f]];
+      p[(*free)[f]] = std::clamp(std::exp(x[f]), q.lower, q.upper);
+    }
     return p;
   }
 };
