@@ -15,6 +15,7 @@ DEMO_PACKAGES=(
   zlib1g-dev                                            # lib/checkpoint
   libcsv-dev                                            # lib/data
   libprotobuf-c-dev protobuf-c-compiler libisal-dev     # lib/tensorboard
+  libnlopt-dev                                          # lib/calibrate
 )
 # Only tests/ (configured with -DMTRAIN_BUILD_TESTS=ON, the default) uses these.
 TEST_PACKAGES=(

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <utility>
 
+#include "calibrate/calibrate_command.h"
 #include "common/file_system.h"
 #include "data/preprocess_command.h"
 #include "data/tokenizer_command.h"
@@ -13,10 +14,10 @@
 #include "infer/infer.h"
 #include "mtrain/launch/launch_devices_command.h"
 #include "mtrain/launch/launch_npu_smi_command.h"
+#include "observe/precision_compare.h"
 #include "parallel/mpi_comm.h"
 #include "plan/plan_command.h"
 #include "report/report.h"
-#include "observe/precision_compare.h"
 
 namespace mtrain::app {
 
@@ -131,6 +132,14 @@ std::vector<Subcommand> make_subcommands() {
       },
       plan::plan_help,
       [](const plan::PlanOptions& o, const RunContext&) { return plan::run_plan_command(o, std::cout); }));
+  all.push_back(command<calibrate::CalibrateOptions>(  // one process re-prices the runs' dry runs
+      "calibrate",
+      "fit a device profile's efficiencies to measured runs (mtrain run directories, Megatron-LM logs) and write "
+      "the calibrated profile to plan with",
+      Processes::kOne, Progress::kNone, plain(calibrate::parse_calibrate_args), calibrate::calibrate_help,
+      [](const calibrate::CalibrateOptions& o, const RunContext&) {
+        return calibrate::run_calibrate_command(o, std::cout);
+      }));
   all.push_back(command<report::ReportOptions>(
       "report", "write a run's HTML report with SVG plots (loss, lr, grad norm, memory...); --compare overlays runs",
       Processes::kOne, Progress::kNone, plain(report::parse_report_args), report::report_help,

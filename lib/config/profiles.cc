@@ -64,8 +64,17 @@ std::string where(const std::string& file, const YAML::Mark& m) {
   return fmt::format("{}:{}:{}", file, m.line + 1, m.column + 1);
 }
 
-std::string resolve_device_path(const std::string& name, const std::string& config_dir) {
+}  // namespace
+
+std::string resolve_device_profile_path(const std::string& name, const std::string& config_dir) {
   if (fs::is_regular_file(name)) return name;
+  const auto ends_with = [&name](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (name.find('/') != std::string::npos || ends_with(".yaml") || ends_with(".yml"))
+    throw ConfigError(fmt::format("device profile file '{}' does not exist", name),
+                      "--device_profile takes a profile name (configs/devices/) or the path of a profile YAML file "
+                      "(e.g. the one `mtrain calibrate --output` wrote)");
   fs::path dir = fs::path(config_dir.empty() ? find_config_dir() : config_dir) / "devices";
   if (fs::path p = dir / (name + ".yaml"); fs::is_regular_file(p)) return p.string();
   const std::vector<std::string> names = yaml_names_in(dir.string());
@@ -75,6 +84,8 @@ std::string resolve_device_path(const std::string& name, const std::string& conf
       msg, names.empty() ? fmt::format("no profiles in {} (set MTRAIN_CONFIG_DIR)", dir.string())
                          : fmt::format("--device_profile takes one of: {}, or a YAML file", fmt::join(names, ", ")));
 }
+
+namespace {
 
 template <class T>
 T scalar_as(const std::string& file, const std::string& key, const YAML::Node& v) {
@@ -291,7 +302,7 @@ void apply_task_queue(DeviceProfileSpec& p, const char* env) {
 }
 
 DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std::string& config_dir) {
-  const std::string file = resolve_device_path(name_or_path, config_dir);
+  const std::string file = resolve_device_profile_path(name_or_path, config_dir);
   YAML::Node root;
   try {
     root = YAML::LoadFile(file);

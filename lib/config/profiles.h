@@ -23,6 +23,12 @@ std::vector<std::string> yaml_names_in(const std::string& dir);
 
 using DeviceProfileSpec = device::DeviceProfile;
 
+// The profile file `name_or_path` names: a value holding '/' or ending in
+// .yaml / .yml is a file (ConfigError when it does not exist); else an
+// existing file of that name, else configs/devices/<name>.yaml (ConfigError
+// listing the available profiles when there is none).
+std::string resolve_device_profile_path(const std::string& name_or_path, const std::string& config_dir = "");
+
 // `name_or_path`: a profile name (configs/devices/<name>.yaml) or a YAML file.
 // Keys: name, chip_name, hbm_bytes (or hbm_gib / hbm_mib), peak_tflops_16bit,
 // peak_tflops_fp32, hbm_gbps, intra_node_link_gbps, inter_node_link_gbps,
@@ -30,7 +36,7 @@ using DeviceProfileSpec = device::DeviceProfile;
 // switch: device/profile.h), devices_per_node, allocator_block_bytes,
 // cpu_cores_per_node, cpu_affinity (one "first-last" per device), the shape
 // model's compute_units, gemm_tile_m, gemm_tile_n, attention_block,
-// tp_overlap_units, all_gather_bus_gbps / all_reduce_bus_gbps ([[ranks,
+// tp_overlap_units, dp_comm_units, all_gather_bus_gbps / all_reduce_bus_gbps ([[ranks,
 // GB/s], ...]), and an optional `cost:` map (compute_efficiency,
 // flash_forward_efficiency, flash_backward_efficiency, memory_efficiency,
 // intra_link_efficiency, inter_link_efficiency, launch_overhead_us,

@@ -260,14 +260,14 @@ TEST_F(Cli, HelpListsEveryFlagWithItsDefaultAndExits0) {
 // The commands with their own parser (apps/mtrain/commands.cc): each has its
 // line in `mtrain --help`, in the table's order, and its own --help (exit 0).
 TEST_F(Cli, EveryTableCommandIsListedAndHasItsHelp) {
-  const std::vector<std::string> table = {"devices", "compare", "export",          "infer",    "npu-smi",
-                                          "plan",    "report",  "preprocess_data", "tokenizer"};
+  const std::vector<std::string> table = {"devices", "compare",   "export", "infer",           "npu-smi",
+                                          "plan",    "calibrate", "report", "preprocess_data", "tokenizer"};
   const RunResult top = run({"--help"}, "top");
   ASSERT_EQ(top.exit_code, 0) << top.describe();
   size_t at = top.out.find("\n  pt | pretrain");
   ASSERT_NE(at, std::string::npos) << top.out;
-  for (const char* name :
-       {"devices", "npu-smi", "export", "infer", "tokenizer", "compare", "plan", "report", "preprocess_data"}) {
+  for (const char* name : {"devices", "npu-smi", "export", "infer", "tokenizer", "compare", "plan", "calibrate",
+                           "report", "preprocess_data"}) {
     const size_t found = top.out.find(std::string("\n  ") + name + " ", at);
     EXPECT_NE(found, std::string::npos) << name << " missing or out of order in:\n" << top.out;
     if (found != std::string::npos) at = found;
