@@ -52,7 +52,8 @@ void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t
 void grouped_linear_forward(float* out, const float* inp, const float* const* weights, const int64_t* rows,
                             int64_t groups, int64_t C, int64_t OC, bool grouped) {
   const int64_t M = total_rows(rows, groups);
-  profiler::Scope prof(profiler::gemm_kernel(grouped ? "grouped_gemm_forward" : "expert_gemm_forward", M, OC, C));
+  profiler::Scope prof(profiler::grouped_gemm_kernel(grouped ? "grouped_gemm_forward" : "expert_gemm_forward", groups,
+                                                     'm', M, M, OC, C));
   if (profiler::shape_only() || M == 0 || OC == 0) return;
   const std::vector<int64_t> off = row_offsets(rows, groups);
   if (!grouped) {
@@ -81,7 +82,7 @@ void grouped_linear_backward(float* dinp, float* const* dweights, const float* d
   const char* wname = grouped ? "grouped_gemm_backward_dweight" : "expert_gemm_backward_dweight";
   if (dinp || profiler::shape_only()) {
     // dinp_g (M_g, C) = dout_g (M_g, OC) · W_g (OC, C)
-    profiler::Scope prof(profiler::gemm_kernel(dname, M, C, OC));
+    profiler::Scope prof(profiler::grouped_gemm_kernel(dname, groups, 'm', M, M, C, OC));
     if (!profiler::shape_only() && !grouped) {
       for (int64_t g = 0; g < groups; ++g)
         if (rows[g] > 0)
@@ -99,7 +100,7 @@ void grouped_linear_backward(float* dinp, float* const* dweights, const float* d
     }
   }
   // dW_g (OC, C) += dout_g (M_g, OC)^T · inp_g (M_g, C)
-  profiler::Scope prof(profiler::gemm_kernel(wname, OC, C, M));
+  profiler::Scope prof(profiler::grouped_gemm_kernel(wname, groups, 'k', M, OC, C, M));
   if (profiler::shape_only()) return;
   if (!grouped) {
     for (int64_t g = 0; g < groups; ++g)

@@ -52,6 +52,31 @@ inline Region gemm_kernel(const char* name, int64_t m, int64_t n, int64_t k) {
   return r;
 }
 
+// `groups` GEMMs of one expert each (MoE's grouped GEMM), M rows in all,
+// spread over the groups along m (rows_dim 'm': C_g (M_g, n) = A_g (M_g, k)
+// · B_g) or along k (rows_dim 'k': the weight gradient, C_g (m, n) = A_g^T
+// (m, M_g) · B_g (M_g, n)). The cost model prices them by the per-group
+// shape, each group's own tiles (KernelWork batch = groups, the rows split
+// evenly: the dry run's routing is not data's); FLOPs and bytes count the
+// M rows exactly, each group's weight once.
+inline Region grouped_gemm_kernel(const char* name, int64_t groups, char rows_dim, int64_t M, int64_t m, int64_t n,
+                                  int64_t k) {
+  Region r{Kind::kKernel, Pass::kNone, name};
+  if (!listening(Kind::kKernel)) return r;
+  const int64_t g = groups > 0 ? groups : 1, per = (M + g - 1) / g;
+  KernelWork& w = r.work;
+  w.kind = KernelKind::kGemm;
+  w.batch = g;
+  w.m = rows_dim == 'm' ? per : m;
+  w.n = n;
+  w.k = rows_dim == 'm' ? k : per;
+  const double rows = static_cast<double>(M);
+  const double other = static_cast<double>(rows_dim == 'm' ? k : m);  // the weight's other dimension
+  w.flops = 2.0 * rows * static_cast<double>(n) * other;
+  w.bytes = (rows * other + static_cast<double>(g) * other * n + rows * n) * detail::t_compute_dtype_bytes;
+  return r;
+}
+
 // A pass over memory: `elements` read plus written, `flops` of arithmetic.
 inline Region elementwise_kernel(const char* name, double elements, double flops) {
   Region r{Kind::kKernel, Pass::kNone, name};

@@ -46,5 +46,30 @@ TEST_F(StepFlops, RecordedMatrixFlopsAreMegatronsCount) {
   }
 }
 
+// The routed experts' GEMMs are priced by each expert's own shape: one
+// region per grouped GEMM with batch = the rank's experts and the rows split
+// among them, its FLOPs the rows' exact 2 M n k. demo-moe at EP 2: 4 experts
+// per rank; forward, input-gradient and weight-gradient GEMMs each.
+TEST_F(StepFlops, GroupedExpertGemmsArePricedPerExpert) {
+  const DryRun r = dry_run(parse(job("demo-moe", "--expert_model_parallel_size 2"), 2));
+  int seen = 0;
+  for (const KernelRecord& k : r.classes.at(0).step.kernels) {
+    if (k.name.rfind("grouped_gemm_", 0) != 0 && k.name.rfind("expert_gemm_", 0) != 0) continue;
+    ++seen;
+    EXPECT_EQ(k.work.kind, KernelKind::kGemm) << k.name;
+    EXPECT_EQ(k.work.batch, 4) << k.name;
+    // The per-expert shape times the experts covers the rows (split evenly, the last share rounded up).
+    const bool wgrad = k.name.find("dweight") != std::string::npos;
+    EXPECT_GT(k.work.flops, 0) << k.name;
+    const double per_expert = 2.0 * k.work.m * k.work.n * k.work.k;
+    EXPECT_GE(per_expert * k.work.batch, k.work.flops) << k.name;
+    EXPECT_LT(per_expert * (k.work.batch - 1), k.work.flops) << k.name;
+    // The rows run along m, or along k for the weight gradient (dW_g (OC, C) = dout_g^T inp_g).
+    const int64_t rows_dim = wgrad ? k.work.k : k.work.m;
+    EXPECT_LT(rows_dim, 2.0 * k.work.flops / (2.0 * (wgrad ? k.work.m : k.work.k) * k.work.n)) << k.name;
+  }
+  EXPECT_GT(seen, 0);
+}
+
 }  // namespace
 }  // namespace mtrain::plan
