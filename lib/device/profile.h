@@ -109,7 +109,7 @@ struct DeviceProfile {
   // one unit computes at a time. 0: no tile model (the plain roofline).
   int compute_units = 0;
   int gemm_tile_m = 0, gemm_tile_n = 0;
-  int attention_block = 128;
+  int attention_block = 128;  // a fused attention kernel's query/key block (causal masks skip whole blocks)
   // --tp_comm_overlap: the compute units a pipelined reduce-scatter's
   // communication kernels take from the GEMM beside it (Transformer Engine's
   // userbuffers "pipeline" method with set_sm_margin); 0: none.
@@ -118,7 +118,7 @@ struct DeviceProfile {
   // the compute (--overlap_grad_reduce / --overlap_param_gather: NCCL runs
   // one CTA per channel on an SM of its own); the kernels beside them run on
   // the rest. 0: they take none (HCCL's copy engines).
-  int dp_comm_units = 0;  // a fused attention kernel's query/key block (causal masks skip whole blocks)
+  int dp_comm_units = 0;
   // Measured bus bandwidth inside a node by group size, per collective
   // (empty: the link formulas of cost_model.h). reduce_scatter uses
   // all_gather's (the same traffic, reversed).

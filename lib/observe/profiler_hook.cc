@@ -125,13 +125,14 @@ void ProfilerHook::sample_memory(double t) {
   memory_.push_back(MemorySample{t, s.allocated, s.reserved, s.by_category});
 }
 
-void ProfilerHook::place_on_device(double start, double dur) {
+double ProfilerHook::place_on_device(double start, double dur) {
   const double begin = clock_.place(device::Stream::kCompute, start, dur);
   // The open regions without device work so far start with this work.
   for (auto it = open_.rbegin(); it != open_.rend() && !it->placed; ++it) {
     it->placed = true;
     if (it->span >= 0) spans_[it->span].npu_begin = begin;
   }
+  return begin;
 }
 
 void ProfilerHook::on_region_begin(const profiler::Region& r, std::span<const profiler::TensorRef> t) {
@@ -143,8 +144,7 @@ void ProfilerHook::on_region_begin(const profiler::Region& r, std::span<const pr
   if (kernel && open_kernels_++ == 0) {
     // Outermost kernel: it runs on the device (nested ones are part of it).
     const double dur = cost_.kernel_seconds(r.work, opts_.dtype_bytes == 2) * 1e6;
-    const double begin = std::max(now, clock_.free_at(device::Stream::kCompute));
-    place_on_device(now, dur);
+    const double begin = place_on_device(now, dur);
     npu_kernel_us_ += dur;
     if (keep) {
       ProfiledSpan& s = spans_.emplace_back();
@@ -205,9 +205,7 @@ void ProfilerHook::on_region_end(const profiler::Region& r, std::span<const prof
   if (!kernel && open_kernels_ == 0) {  // (a region inside a kernel stays on the CPU track)
     if (!o.placed) {
       // No instrumented device work inside: the device takes the host's time.
-      const double begin = std::max(s.host_begin, clock_.free_at(device::Stream::kCompute));
-      place_on_device(s.host_begin, now - s.host_begin);
-      s.npu_begin = begin;
+      s.npu_begin = place_on_device(s.host_begin, now - s.host_begin);
     }
     s.npu_end = clock_.free_at(device::Stream::kCompute);
   }
@@ -240,9 +238,7 @@ void ProfilerHook::on_comm(const parallel::CommEvent& e) {
       c.parent = it->span;
       break;
     }
-  int nodes = 1;
-  for (const auto& [name, n] : group_nodes_)
-    if (name == e.group) nodes = n;
+  const int nodes = parallel::ProcessGrid::nodes_of(group_nodes_, e.group);
   const double dur = cost_.comm_seconds(parallel::cost_collective(e.op), static_cast<double>(e.bytes + e.recv_bytes),
                                         {e.group_size, nodes}) *
                      1e6;

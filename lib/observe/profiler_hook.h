@@ -133,7 +133,8 @@ class ProfilerHook : public TrainHook {
   friend struct TraceWriter;
   profiler::ScheduleAction action_of(int64_t iteration) const;
   double now_us() const;
-  void place_on_device(double start, double dur);  // advances the device clock, opens ancestors' NPU spans
+  // Advances the device clock, opens ancestors' NPU spans; returns when the work starts.
+  double place_on_device(double start, double dur);
   void sample_memory(double t);
   void save();               // writes this rank's files; barrier; merged trace
   void discard_recording();  // forgets what the window recorded (after a save, or a warmup step)

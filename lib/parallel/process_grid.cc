@@ -302,6 +302,12 @@ std::vector<std::pair<std::string, int>> ProcessGrid::group_nodes(int rank, int 
   return out;
 }
 
+int ProcessGrid::nodes_of(const std::vector<std::pair<std::string, int>>& group_nodes, std::string_view name) {
+  for (const auto& [group, n] : group_nodes)
+    if (group == name) return n;
+  return 1;
+}
+
 std::string ProcessGrid::describe() const {
   std::string s = fmt::format("order {}: world {} = TP {} x CP {} x DP {} x PP {} (experts: ETP {} x EP {} x EDP {})\n",
                               order_, world_size(), tp(), cp(), dp_, pp(), expert_tp_, ep(), expert_dp_);

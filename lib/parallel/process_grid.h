@@ -13,6 +13,7 @@
 
 #include <array>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -125,6 +126,8 @@ class ProcessGrid {
   // `per_node` ranks `rank`'s group spans (1: inside one node; more: its
   // traffic also crosses the inter-node links).
   std::vector<std::pair<std::string, int>> group_nodes(int rank, int per_node) const;
+  // The nodes group `name` spans in a group_nodes() list (1: not listed).
+  static int nodes_of(const std::vector<std::pair<std::string, int>>& group_nodes, std::string_view name);
 
  private:
   void check_rank(int rank) const;

@@ -12,6 +12,7 @@
 #include "model/flops.h"
 #include "parallel/comm.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/process_grid.h"
 #include "plan/dry_run.h"
 
 namespace mtrain::plan {
@@ -41,7 +42,7 @@ struct PipelineSim {
     std::map<ActionKey, double> done;
     std::vector<size_t> next(stages, 0);
     std::vector<device::DeviceClock> dev(stages);  // each stage's compute stream
-    std::vector<std::pair<double, double>> clock(stages, {0.0, 0.0});
+    std::vector<double> busy(stages, 0.0);
     const int last_virtual = stages * chunks - 1;
     for (bool progress = true; progress;) {
       progress = false;
@@ -66,7 +67,7 @@ struct PipelineSim {
           }
           const double end = dev[s].free_at(device::Stream::kCompute);
           timeline->push_back({s, op == 0 ? "forward" : "backward", a.microbatch, a.chunk, begin, end});
-          clock[s] = {end, clock[s].second + d};
+          busy[s] += d;
           done[{op, a.microbatch, v}] = end;
           progress = true;
         }
@@ -74,7 +75,9 @@ struct PipelineSim {
     }
     for (int s = 0; s < stages; ++s)
       if (next[s] != order[s].size()) throw Error(ExitCode::kInternal, "pipeline simulation made no progress");
-    return clock;
+    std::vector<std::pair<double, double>> out;
+    for (int s = 0; s < stages; ++s) out.emplace_back(dev[s].free_at(device::Stream::kCompute), busy[s]);
+    return out;
   }
 };
 
@@ -127,11 +130,7 @@ std::vector<ClassCost> stage_costs(const DryRun& r, PipelineSim& sim, std::vecto
   const bool sixteen = r.whole_model.dtype != DType::kF32;
   std::vector<ClassCost> out;
   for (const ClassMemory& k : r.classes) {
-    const auto nodes = [&](std::string_view g) {
-      for (const auto& [name, n] : k.group_nodes)
-        if (name == g) return n;
-      return 1;
-    };
+    const auto nodes = [&](std::string_view g) { return parallel::ProcessGrid::nodes_of(k.group_nodes, g); };
     const RecordCost c = record_cost(k.step, cost, sixteen, nodes, r.overlap);
     StageTime& st = stages[k.rank_class.stage];
     st.stage = k.rank_class.stage;

@@ -144,11 +144,7 @@ static std::function<double()> simulated_step_clock(observe::HookList& hooks, co
   const observe::PhaseOverlap overlap =
       observe::PhaseOverlap::of_profile(dev.profile(), args.tp_comm_overlap || args.use_ascend_mc2);
   return [recorder, cost = device::CostModel(dev.profile()), sixteen_bit, group_nodes, overlap] {
-    const auto nodes = [&](std::string_view g) {
-      for (const auto& [name, n] : group_nodes)
-        if (name == g) return n;
-      return 1;
-    };
+    const auto nodes = [&](std::string_view g) { return parallel::ProcessGrid::nodes_of(group_nodes, g); };
     return observe::record_cost(recorder->record(), cost, sixteen_bit, nodes, overlap).busy_s();
   };
 }
