@@ -104,6 +104,17 @@ void ParamStore::finalize(device::Device& dev, DType dtype, bool meta, int64_t m
   if (!meta) grads_.zero();
 }
 
+namespace {
+float meta_token;  // stands for any parameter or gradient of a meta store; never dereferenced
+}  // namespace
+
+float* ParamStore::param(int i) { return params_.is_meta() ? &meta_token : params_.data() + infos_[i].offset; }
+
+float* ParamStore::grad(int i) {
+  if (!infos_[i].trainable) return nullptr;
+  return grads_.is_meta() ? &meta_token : grads_.data() + infos_[i].offset;
+}
+
 static uint64_t name_hash(const std::string& s) {
   uint64_t h = 1469598103934665603ULL;  // FNV-1a, stable across platforms
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ULL;

@@ -111,8 +111,13 @@ class ParamStore {
   // else the model holds, and a TP shard holds exactly its slice of it.
   void initialize(uint64_t seed, float std, int64_t num_layers, DType dtype);
 
-  float* param(int i) { return params_.data() + infos_[i].offset; }
-  float* grad(int i) { return infos_[i].trainable ? grads_.data() + infos_[i].offset : nullptr; }
+  // Parameter i and its gradient (null if it is frozen). A meta store (a dry
+  // run) holds no data: both are then a non-null token that is never read, so
+  // "null" means "absent" or "frozen" in both modes and a dry run runs and
+  // skips exactly the work a real run does (an adapter at offset 0, a frozen
+  // weight's gradient GEMM).
+  float* param(int i);
+  float* grad(int i);
   const ParamInfo& info(int i) const { return infos_[i]; }
   const std::vector<ParamInfo>& infos() const { return infos_; }
   int find(const std::string& name) const;  // -1 if absent

@@ -99,7 +99,9 @@ void grouped_linear_backward(float* dinp, float* const* dweights, const float* d
       }
     }
   }
-  // dW_g (OC, C) += dout_g (M_g, OC)^T · inp_g (M_g, C)
+  // dW_g (OC, C) += dout_g (M_g, OC)^T · inp_g (M_g, C); none for frozen experts (null gradients, in a
+  // dry run too: its trainable gradients are non-null tokens).
+  if (std::none_of(dweights, dweights + groups, [](const float* d) { return d != nullptr; })) return;
   profiler::Scope prof(profiler::grouped_gemm_kernel(wname, groups, 'k', M, OC, C, M));
   if (profiler::shape_only()) return;
   if (!grouped) {

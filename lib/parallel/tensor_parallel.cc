@@ -51,7 +51,8 @@ void linear_backward_accumulate(float* dinp, float* dw, float* db, const float* 
   require(scratch != nullptr || OC * C == 0, who, "scratch is null with fused_grad_accumulation off");
   if (!profiler::shape_only())
     std::fill(scratch, scratch + OC * C, 0.0f);  // (OC, C): this micro-batch's weight gradient
-  kernels::linear_backward(dinp, scratch, db, dout, inp, w, N, C, OC);
+  // (A dry run has no scratch: dw, a non-null token there, stands for it.)
+  kernels::linear_backward(dinp, profiler::shape_only() ? dw : scratch, db, dout, inp, w, N, C, OC);
   accumulate(dw, scratch, OC * C);
 }
 

@@ -42,7 +42,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, c, oc, 1.0f, dout, ldo, weight, c, 0.0f, dinp, c);
   }
   if (N == 0 || OC == 0) return;
-  if (C > 0 && (dweight != nullptr || profiler::shape_only())) {
+  if (C > 0 && dweight != nullptr) {
     // dweight (OC, C) += dout (N, OC)^T · inp (N, C)
     profiler::Scope prof(profiler::gemm_kernel("linear_backward_dweight", OC, C, N));
     if (!profiler::shape_only())

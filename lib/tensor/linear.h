@@ -12,7 +12,8 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
                     int64_t OC);
 
 // dinp (N, C)    = dout (N, OC) · weight (OC, C)     -- OVERWRITTEN; skipped if dinp is null
-// dweight (OC, C) += dout^T · inp                     -- ACCUMULATED; skipped if dweight is null (frozen)
+// dweight (OC, C) += dout^T · inp                     -- ACCUMULATED; skipped if dweight is null (frozen),
+//                                                        in a dry run too (its gradients are non-null tokens)
 // dbias (OC)     += column sums of dout               -- ACCUMULATED; skipped if dbias is null
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t C, int64_t OC);

@@ -55,7 +55,10 @@ void expect_same_sequence(const std::vector<T>& real, const std::vector<T>& dry,
   EXPECT_EQ(real.size(), dry.size()) << what;
   for (size_t i = 0; i < std::min(real.size(), dry.size()); ++i) {
     if (real[i] == dry[i]) continue;
-    ADD_FAILURE() << what << " #" << i << ": real " << show(real[i]) << ", dry " << show(dry[i]);
+    std::string before;  // what both ran just before it, to place it
+    for (size_t j = i >= 3 ? i - 3 : 0; j < i; ++j) before += "\n  #" + std::to_string(j) + " " + show(real[j]);
+    ADD_FAILURE() << what << " #" << i << ": real " << show(real[i]) << ", dry " << show(dry[i])
+                  << "; after:" << before;
     return;  // the first difference says it; the rest follow from it
   }
 }
@@ -190,25 +193,31 @@ TEST_F(DryRunTest, OverlappedDataParallelCommunicationExposesLess) {
 // step skipped for overflow has no grad-norm reduction, a dry step never skips.
 INSTANTIATE_TEST_SUITE_P(
     Layouts, StepAgrees,
-    ::testing::Values(Layout{"single", 1, ""},
-                      Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"},
-                      Layout{"pp2", 2, "--pipeline_model_parallel_size 2"},
-                      Layout{"dp2_distopt_bf16", 2, "--use_distributed_optimizer --bf16"},
-                      Layout{"dp2_overlap_grad_reduce", 2,
-                             "--use_distributed_optimizer false --overlap_grad_reduce --ddp_bucket_size 20000"},
-                      Layout{"pp2dp2_overlap_both_bf16", 4,
-                             "--pipeline_model_parallel_size 2 --use_distributed_optimizer --bf16 "
-                             "--overlap_grad_reduce --overlap_param_gather --ddp_bucket_size 20000"},
-                      Layout{"pp2dp2_interleaved_overlap_both", 4,
-                             "--pipeline_model_parallel_size 2 --num_layers_per_virtual_pipeline_stage 1 "
-                             "--overlap_grad_reduce --overlap_param_gather --ddp_bucket_size 20000"},
-                      Layout{"full_recompute_block", 1,
-                             "--recompute_granularity full --recompute_method block --recompute_num_layers 1"},
-                      Layout{"selective_recompute_unfused", 1,
-                             "--recompute_granularity selective --attention_backend unfused"},
-                      Layout{"tp2_pp2_interleaved_fp16", 4,
-                             "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
-                             "--num_layers_per_virtual_pipeline_stage 1 --fp16 --initial_loss_scale 4096"}),
+    ::testing::Values(
+        Layout{"single", 1, ""}, Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"},
+        Layout{"pp2", 2, "--pipeline_model_parallel_size 2"},
+        Layout{"dp2_distopt_bf16", 2, "--use_distributed_optimizer --bf16"},
+        Layout{"dp2_overlap_grad_reduce", 2,
+               "--use_distributed_optimizer false --overlap_grad_reduce --ddp_bucket_size 20000"},
+        Layout{"pp2dp2_overlap_both_bf16", 4,
+               "--pipeline_model_parallel_size 2 --use_distributed_optimizer --bf16 "
+               "--overlap_grad_reduce --overlap_param_gather --ddp_bucket_size 20000"},
+        Layout{"pp2dp2_interleaved_overlap_both", 4,
+               "--pipeline_model_parallel_size 2 --num_layers_per_virtual_pipeline_stage 1 "
+               "--overlap_grad_reduce --overlap_param_gather --ddp_bucket_size 20000"},
+        Layout{"full_recompute_block", 1,
+               "--recompute_granularity full --recompute_method block --recompute_num_layers 1"},
+        Layout{"selective_recompute_unfused", 1, "--recompute_granularity selective --attention_backend unfused"},
+        Layout{"tp2_pp2_interleaved_fp16", 4,
+               "--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2 "
+               "--num_layers_per_virtual_pipeline_stage 1 --fp16 --initial_loss_scale 4096"},
+        // Frozen weights: a real run skips their weight-gradient GEMMs, so must the dry run.
+        Layout{"lora", 1, "--train_type lora"},
+        Layout{"lora_qkv_only_tp2_sp", 2,
+               "--train_type lora --target_modules linear_qkv --tensor_model_parallel_size 2 "
+               "--sequence_parallel"},
+        Layout{"lora_pp2_unfused_grad_accumulation", 2,
+               "--train_type lora --pipeline_model_parallel_size 2 --gradient_accumulation_fusion false"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -7,6 +7,10 @@
 // one as the formula assumes (flash recomputes the scores: 5 GEMMs to 2).
 #include <gtest/gtest.h>
 
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "model/flops.h"
 #include "plan/dry_run.h"
 #include "plan/dry_run_fixture.h"
@@ -43,6 +47,39 @@ TEST_F(StepFlops, RecordedMatrixFlopsAreMegatronsCount) {
       const double expected = model::megatron_flops_per_iteration(r.whole_model, r.global_batch, r.seq_length);
       EXPECT_NEAR(world_matrix_flops(r), expected, 1e-9 * expected) << preset << " " << layout;
     }
+  }
+}
+
+// LoRA (all-linear targets, the base frozen): a real run computes no
+// weight gradient of a frozen linear, so neither does the dry run. Its matrix
+// work is Megatron's count minus the frozen weight-gradient GEMMs (2 x tokens
+// x the weights of qkv, proj, fc1, fc2 and the output layer: the third of
+// their fwd + bwd 6 x tokens x weights) plus each adapter's own GEMMs (down
+// C_in -> r, up r -> C_out: forward 2 x tokens x r (C_in + C_out), the
+// backward twice that). Under TP t the adapter's unsplit half is whole on
+// every TP rank, as on Megatron's parallel linears (A of a column-parallel
+// linear, B of a row-parallel one): its GEMMs run t times over the world.
+// Re-derived here from the model's shape, at one device and at TP 2 x PP 2.
+TEST_F(StepFlops, LoraRunsNoFrozenWeightGradientGemm) {
+  for (const auto& [layout, world, t] : std::vector<std::tuple<std::string, int, double>>{
+           {"", 1, 1}, {"--tensor_model_parallel_size 2 --pipeline_model_parallel_size 2", 4, 2}}) {
+    const DryRun full = dry_run(parse(job("demo", layout), world));
+    const DryRun lora = dry_run(parse(job("demo", layout + " --train_type lora --lora_rank 8"), world));
+    const model::ModelConfig& m = lora.whole_model;
+    const double tokens = static_cast<double>(lora.global_batch) * static_cast<double>(lora.seq_length);
+    const double C = m.hidden, F = m.ffn, q = m.heads * m.head_dim, kv = 2.0 * m.groups * m.head_dim, r = 8;
+    const double fc1_out = (m.swiglu ? 2 : 1) * F;
+    const double layer_weights = C * (q + kv) + q * C + C * fc1_out + F * C;
+    const double frozen_wgrad = 2 * tokens * (m.num_layers * layer_weights + static_cast<double>(m.padded_vocab) * C);
+    // C_in + C_out per site, the replicated half t times: qkv and fc1 column-parallel, proj and fc2 row-parallel.
+    const double adapter_io = (t * C + (q + kv)) + (q + t * C) + (t * C + fc1_out) + (F + t * C);
+    const double adapters = 3 * 2 * tokens * r * adapter_io * m.num_layers;
+    const double megatron = model::megatron_flops_per_iteration(full.whole_model, full.global_batch, full.seq_length);
+    EXPECT_NEAR(world_matrix_flops(full), megatron, 1e-9 * megatron) << layout;
+    const double expected = megatron - frozen_wgrad + adapters;
+    EXPECT_NEAR(world_matrix_flops(lora), expected, 1e-9 * expected) << layout;
+    for (const ClassMemory& c : lora.classes)
+      for (const KernelRecord& k : c.step.kernels) EXPECT_NE(k.name, "linear_backward_dweight") << layout;
   }
 }
 
