@@ -58,6 +58,7 @@ struct Args {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int context_parallel_size = 1;
+  std::string cp_attention_mask_type = "causal";           // MindSpeed: causal | general (the ring's blocks)
   std::string context_parallel_algo = "megatron_cp_algo";  // MindSpeed: megatron_cp_algo (ring) | ulysses_cp_algo
   int expert_model_parallel_size = 1;
   bool sequence_parallel = false;  // forced off (with a warning) at TP=1

@@ -163,6 +163,15 @@ std::vector<FlagSpec> parallel_flags() {
                "kvallgather algorithms are refused.",
        .choices = {"megatron_cp_algo", "ulysses_cp_algo", "hybrid_cp_algo", "adaptive_cp_algo",
                    "hybrid_adaptive_cp_algo", "kvallgather_cp_algo"}},
+      {.name = "cp_attention_mask_type",
+       .field = &Args::cp_attention_mask_type,
+       .group = P,
+       .help = "MindSpeed's ring-attention mask (megatron_cp_algo): causal (the blocks the causal mask hides are "
+               "skipped and each diagonal block runs its visible half) or general (every ring step computes its "
+               "whole block under an explicit mask, as MindSpeed's general mask does: twice the attention work, "
+               "the same result).",
+       .aliases = {"attention_mask_type"},
+       .choices = {"causal", "general"}},
       {.name = "expert_model_parallel_size",
        .field = &Args::expert_model_parallel_size,
        .group = P,

@@ -54,6 +54,13 @@ void check_algo(const Args& a) {
 
 void check_context_parallel(const Args& a) {
   const int cp = a.context_parallel_size;
+  if (a.cp_attention_mask_type == "general" && (cp == 1 || a.context_parallel_algo != "megatron_cp_algo"))
+    throw ConfigError(
+        fmt::format("--cp_attention_mask_type general needs ring attention (--context_parallel_size {}, "
+                    "--context_parallel_algo {})",
+                    cp, a.context_parallel_algo),
+        "the general mask is the ring's (megatron_cp_algo at --context_parallel_size > 1); drop the flag or "
+        "use the ring");
   if (cp == 1) return;
   check_algo(a);
   if (a.attention_backend != "flash")

@@ -52,6 +52,10 @@ parallel::CpDropout cp_dropout(const ModelConfig& c, float p, uint64_t seed) {
   return {p, seed, c.tp_rank * c.heads_local(), c.heads, c.seq_length};
 }
 
+parallel::CpMask ring_mask(const ModelConfig& c) {
+  return c.cp_general_mask ? parallel::CpMask::kGeneral : parallel::CpMask::kCausal;
+}
+
 }  // namespace
 
 // Causal attention of this rank's rows over the whole sequence split across
@@ -64,7 +68,8 @@ void cp_attention_forward(const ModelConfig& c, const parallel::TpConfig& tp, La
                                         a.v.data(), b.doc_ids, b.B, H, G, b.T, D, dr, ulysses_buffers(w), tp.wire);
   else
     parallel::ring_attention_forward(*tp.cp, a.att.data(), a.softmax_stats.data(), a.q.data(), a.k.data(), a.v.data(),
-                                     b.doc_ids, b.B, H, G, b.T, D, dr, ring_buffers(w, b.B, G, b.T, D), tp.wire);
+                                     b.doc_ids, b.B, H, G, b.T, D, dr, ring_buffers(w, b.B, G, b.T, D), ring_mask(c),
+                                     tp.wire);
 }
 
 void cp_attention_backward(const ModelConfig& c, const parallel::TpConfig& tp, LayerActs& a, Workspace& w,
@@ -77,7 +82,7 @@ void cp_attention_backward(const ModelConfig& c, const parallel::TpConfig& tp, L
   else
     parallel::ring_attention_backward(*tp.cp, w.d_q.data(), w.d_k.data(), w.d_v.data(), w.d_att.data(), a.q.data(),
                                       a.k.data(), a.v.data(), a.att.data(), a.softmax_stats.data(), b.doc_ids, b.B, H,
-                                      G, b.T, D, dr, ring_buffers(w, b.B, G, b.T, D), tp.wire);
+                                      G, b.T, D, dr, ring_buffers(w, b.B, G, b.T, D), ring_mask(c), tp.wire);
 }
 
 int64_t cp_scratch_floats(const ModelConfig& c, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D) {

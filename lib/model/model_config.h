@@ -125,6 +125,7 @@ struct ModelConfig {
   int64_t cp = 1;
   int64_t cp_rank = 0;
   bool cp_ulysses = false;  // --context_parallel_algo ulysses_cp_algo (parallel/ulysses_attention.h), else the ring
+  bool cp_general_mask = false;  // --cp_attention_mask_type general: the ring computes whole masked blocks
   int64_t seq_local() const { return seq_length / cp; }
   // What this rank holds; empty = the whole model as one chunk.
   std::vector<ModelChunk> chunks;

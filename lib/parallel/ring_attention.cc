@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "profiler/kernel_region.h"
 #include "profiler/probe.h"
 #include "tensor/attention.h"
 
@@ -30,19 +31,35 @@ Ring ring_of(const Comm& cp, int64_t B, int64_t H, int64_t G, int64_t T, int64_t
   return Ring{cp.size(), cp.rank(), B, H, G, T, D, T / 2};
 }
 
-// Calls f(qh, kh, causal, dropout) for each local query half qh and key half
-// kh of the block from `src` that this rank's queries can see; dropout places
-// the pair's mask at the chunks' positions in the whole sequence.
+// Calls f(qh, kh, mask, dropout) for each local query half qh and key half kh
+// of the block from `src` that the device computes: with the causal mask the
+// pairs this rank's queries can see (the diagonal's hidden half skipped);
+// with the general mask every pair, whole (MindSpeed computes each step's
+// block under the explicit mask). dropout places the pair's mask at the
+// chunks' positions in the whole sequence.
 template <class F>
-void for_visible_pairs(const Ring& g, int src, const CpDropout& dr, F&& f) {
+void for_computed_pairs(const Ring& g, int src, const CpDropout& dr, CpMask cp_mask, F&& f) {
+  const bool general = cp_mask == CpMask::kGeneral;
   for (int qh = 0; qh < 2; ++qh)
     for (int kh = 0; kh < 2; ++kh) {
       const int64_t qc = cp_chunk(g.r, g.P, qh), kc = cp_chunk(src, g.P, kh);
-      if (kc > qc) continue;
+      if (kc > qc && !general) continue;
+      const k::BlockMask mask = kc > qc   ? k::BlockMask::kHidden
+                                : kc < qc ? k::BlockMask::kVisible
+                                : general ? k::BlockMask::kCausalWhole
+                                          : k::BlockMask::kCausal;
       const kernels::BlockDropout bd{
           dr.p, dr.seed, dr.head_offset, dr.total_heads, std::max(g.P * g.T, dr.mask_seq), qc * g.c, kc * g.c};
-      f(qh, kh, kc == qc, bd);
+      f(qh, kh, mask, bd);
     }
+}
+
+// The online-softmax update of one block's c rows per head into the
+// running out and lse, in fp32 (as MindSpeed's unfused update): each row
+// reads out, the block's out and both lse, writes out and lse.
+profiler::Region merge_region(const Ring& g) {
+  const double rows = static_cast<double>(g.B * g.H * g.c), D = static_cast<double>(g.D);
+  return profiler::memory_kernel("attention_lse_merge", rows * (3 * D + 3) * 4, rows * (4 * D + 8));
 }
 
 // Passes the block in `from` (n floats and, with documents, its doc ids) to
@@ -57,7 +74,7 @@ void shift(Comm& cp, const Ring& g, const float* from, float* to, int64_t n, con
 
 void ring_attention_forward(Comm& cp, float* out, float* lse, const float* q, const float* k, const float* v,
                             const int32_t* doc, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                            const CpDropout& dropout, const RingBuffers& buf, Wire wire) {
+                            const CpDropout& dropout, const RingBuffers& buf, CpMask mask, Wire wire) {
   const Ring g = ring_of(cp, B, H, G, T, D);
   const bool data = cp.moves_data();
   const int64_t n = g.kv_floats(), c = g.c;
@@ -76,23 +93,25 @@ void ring_attention_forward(Comm& cp, float* out, float* lse, const float* q, co
     if (step > 0) profiler::Scope needed({profiler::Kind::kOp, profiler::Pass::kNone, kRingBlockNeeded, step});
     // The next block is on its way while this one is used (one exchange per step).
     if (step + 1 < g.P) shift(cp, g, buf.travel[cur], buf.travel[1 - cur], 2 * n, kdoc, buf.docs[1 - cur], wire);
-    for_visible_pairs(g, g.source(step), dropout, [&](int qh, int kh, bool causal, const k::BlockDropout& bd) {
-      const int64_t qo = qh * c, ko = kh * c;
-      k::attention_flash_block_forward(buf.block_out + qo * D, buf.block_lse + qo, q + qo * D, kb + ko * D, vb + ko * D,
-                                       doc ? doc + qo : nullptr, kdoc ? kdoc + ko : nullptr, B, H, G, c, c, D, T, T,
-                                       causal, buf.scratch, bd);
-      if (!data) return;
-      for (int64_t pair = 0; pair < B * H; ++pair)
-        k::attention_lse_merge(out + (pair * T + qo) * D, lse + pair * T + qo, buf.block_out + (pair * T + qo) * D,
-                               buf.block_lse + pair * T + qo, c, D);
-    });
+    for_computed_pairs(
+        g, g.source(step), dropout, mask, [&](int qh, int kh, k::BlockMask m, const k::BlockDropout& bd) {
+          const int64_t qo = qh * c, ko = kh * c;
+          k::attention_flash_block_forward(buf.block_out + qo * D, buf.block_lse + qo, q + qo * D, kb + ko * D,
+                                           vb + ko * D, doc ? doc + qo : nullptr, kdoc ? kdoc + ko : nullptr, B, H, G,
+                                           c, c, D, T, T, m, buf.scratch, bd);
+          profiler::Scope merge(merge_region(g));
+          if (!data) return;
+          for (int64_t pair = 0; pair < B * H; ++pair)
+            k::attention_lse_merge(out + (pair * T + qo) * D, lse + pair * T + qo, buf.block_out + (pair * T + qo) * D,
+                                   buf.block_lse + pair * T + qo, c, D);
+        });
   }
 }
 
 void ring_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const float* dout, const float* q,
                              const float* k, const float* v, const float* out, const float* lse, const int32_t* doc,
                              int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const CpDropout& dropout,
-                             const RingBuffers& buf, Wire wire) {
+                             const RingBuffers& buf, CpMask mask, Wire wire) {
   const Ring g = ring_of(cp, B, H, G, T, D);
   const bool data = cp.moves_data();
   const int64_t n = g.kv_floats(), c = g.c;
@@ -107,13 +126,14 @@ void ring_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const fl
   for (int step = 0; step < g.P; ++step) {
     float* blk = buf.travel[cur];  // k | v | dk | dv of the block from source(step)
     const int32_t* kdoc = doc ? buf.docs[cur] : nullptr;
-    for_visible_pairs(g, g.source(step), dropout, [&](int qh, int kh, bool causal, const k::BlockDropout& bd) {
-      const int64_t qo = qh * c, ko = kh * c;
-      k::attention_flash_block_backward(dq + qo * D, blk + 2 * n + ko * D, blk + 3 * n + ko * D, dout + qo * D,
-                                        q + qo * D, blk + ko * D, blk + n + ko * D, out + qo * D, lse + qo,
-                                        doc ? doc + qo : nullptr, kdoc ? kdoc + ko : nullptr, B, H, G, c, c, D, T, T,
-                                        causal, buf.scratch, bd);
-    });
+    for_computed_pairs(
+        g, g.source(step), dropout, mask, [&](int qh, int kh, k::BlockMask m, const k::BlockDropout& bd) {
+          const int64_t qo = qh * c, ko = kh * c;
+          k::attention_flash_block_backward(dq + qo * D, blk + 2 * n + ko * D, blk + 3 * n + ko * D, dout + qo * D,
+                                            q + qo * D, blk + ko * D, blk + n + ko * D, out + qo * D, lse + qo,
+                                            doc ? doc + qo : nullptr, kdoc ? kdoc + ko : nullptr, B, H, G, c, c, D, T,
+                                            T, m, buf.scratch, bd);
+        });
     // The block moves on with its gradients so far; after the last step only
     // the gradients go, to the rank the block belongs to.
     if (step + 1 < g.P) {

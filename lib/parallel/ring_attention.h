@@ -38,6 +38,12 @@ struct CpDropout {
   int64_t head_offset = 0, total_heads = 0, mask_seq = 0;
 };
 
+// The attention mask the ring computes with (MindSpeed's
+// --cp-attention-mask-type): causal skips the blocks the causal mask hides
+// and half of each diagonal; general computes every step's whole block under
+// an explicit mask (twice the attention work; the same result).
+enum class CpMask { kCausal, kGeneral };
+
 // Buffers one call uses (the layer's workspace owns them).
 // Marks (a profiler op region, index: the step) where a forward step needs
 // the block the previous step's pass brought: a step record waits there for
@@ -56,11 +62,12 @@ inline int64_t ring_travel_floats(int64_t B, int64_t G, int64_t T, int64_t D) { 
 // out and lse OVERWRITTEN.
 void ring_attention_forward(Comm& cp, float* out, float* lse, const float* q, const float* k, const float* v,
                             const int32_t* doc, int64_t B, int64_t H, int64_t G, int64_t T, int64_t D,
-                            const CpDropout& dropout, const RingBuffers& buf, Wire wire = {});
+                            const CpDropout& dropout, const RingBuffers& buf, CpMask mask = CpMask::kCausal,
+                            Wire wire = {});
 // dq, dk, dv OVERWRITTEN; out and lse are the forward's.
 void ring_attention_backward(Comm& cp, float* dq, float* dk, float* dv, const float* dout, const float* q,
                              const float* k, const float* v, const float* out, const float* lse, const int32_t* doc,
                              int64_t B, int64_t H, int64_t G, int64_t T, int64_t D, const CpDropout& dropout,
-                             const RingBuffers& buf, Wire wire = {});
+                             const RingBuffers& buf, CpMask mask = CpMask::kCausal, Wire wire = {});
 
 }  // namespace mtrain::parallel

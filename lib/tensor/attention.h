@@ -76,10 +76,19 @@ struct BlockDropout {
   int64_t q_pos0 = 0, k_pos0 = 0;            // positions of the block's first query and key
 };
 
+// What a ring block's mask lets through, and what the device computes of it.
+enum class BlockMask {
+  kVisible,      // every key precedes every query: computed whole
+  kCausal,       // the causal diagonal of one chunk (Tq == Tk, same positions), its hidden half skipped
+  kCausalWhole,  // that diagonal computed whole under an explicit mask (MindSpeed's general mask)
+  kHidden,       // no key precedes any query: computed whole under the explicit mask (general), nothing
+                 // comes out (forward: out 0, lse -inf; backward: no gradient)
+};
+
 // Ring attention (context parallelism) in blocks: Tq queries (B, H, Tq, D)
-// against Tk keys and values (B, G, Tk, D). causal: the causal diagonal of
-// one sequence chunk (Tq == Tk, same positions); otherwise every key precedes
-// every query. Rows are strided: pair (b, h) of q, out, lse, dout, dq starts
+// against Tk keys and values (B, G, Tk, D), masked as `mask` says (the device
+// prices the part it computes; the CPU computes what the mask lets through,
+// the same numbers). Rows are strided: pair (b, h) of q, out, lse, dout, dq starts
 // at row pair * q_pitch, group (b, g) of k, v, dk, dv at row (b*G + g) *
 // k_pitch; q_doc (B, q_pitch) and k_doc (B, k_pitch) are both null or both
 // set (then only equal document ids see each other). Dropout (BlockDropout,
@@ -92,16 +101,17 @@ struct BlockDropout {
 // scratch: attention_flash_block_scratch_floats(B, H, G, Tk, D).
 void attention_flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                    const int32_t* q_doc, const int32_t* k_doc, int64_t B, int64_t H, int64_t G,
-                                   int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal,
+                                   int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, BlockMask mask,
                                    float* scratch, const BlockDropout& dropout = {});
 void attention_flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                     const float* v, const float* out, const float* lse, const int32_t* q_doc,
                                     const int32_t* k_doc, int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk,
-                                    int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch,
+                                    int64_t D, int64_t q_pitch, int64_t k_pitch, BlockMask mask, float* scratch,
                                     const BlockDropout& dropout = {});
 int64_t attention_flash_block_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t Tk, int64_t D);
 // Online-softmax merge of rows: (out, lse) (rows, D), (rows) becomes the
-// softmax over the union of both key sets; lse -inf = no keys yet.
+// softmax over the union of both key sets; lse -inf = no keys yet. Its
+// kernel region is the caller's (attention_lse_merge_region: one per block).
 void attention_lse_merge(float* out, float* lse, const float* block_out, const float* block_lse, int64_t rows,
                          int64_t D);
 

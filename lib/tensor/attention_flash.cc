@@ -353,25 +353,32 @@ int64_t attention_flash_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t 
 
 void attention_flash_block_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                                    const int32_t* q_doc, const int32_t* k_doc, int64_t B, int64_t H, int64_t G,
-                                   int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal,
+                                   int64_t Tq, int64_t Tk, int64_t D, int64_t q_pitch, int64_t k_pitch, BlockMask mask,
                                    float* scratch, const BlockDropout& dropout) {
-  profiler::Scope prof(
-      block_region("attention_flash_block_forward", KernelKind::kFlashForward, B, H, Tq, Tk, D, 2, causal, 4.0));
+  profiler::Scope prof(block_region("attention_flash_block_forward", KernelKind::kFlashForward, B, H, Tq, Tk, D, 2,
+                                    mask == BlockMask::kCausal, 4.0));
   if (profiler::shape_only()) return;
-  forward_blocks(out, lse, q, k, v, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk, causal,
-                 block_dropout(dropout, H), scratch);
+  if (mask == BlockMask::kHidden) {  // every row sees no key of this block
+    for (int64_t pair = 0; pair < B * H; ++pair) {
+      std::fill(out + pair * q_pitch * D, out + (pair * q_pitch + Tq) * D, 0.0f);
+      std::fill(lse + pair * q_pitch, lse + pair * q_pitch + Tq, -INFINITY);
+    }
+    return;
+  }
+  forward_blocks(out, lse, q, k, v, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk,
+                 mask != BlockMask::kVisible, block_dropout(dropout, H), scratch);
 }
 
 void attention_flash_block_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                     const float* v, const float* out, const float* lse, const int32_t* q_doc,
                                     const int32_t* k_doc, int64_t B, int64_t H, int64_t G, int64_t Tq, int64_t Tk,
-                                    int64_t D, int64_t q_pitch, int64_t k_pitch, bool causal, float* scratch,
+                                    int64_t D, int64_t q_pitch, int64_t k_pitch, BlockMask mask, float* scratch,
                                     const BlockDropout& dropout) {
-  profiler::Scope prof(
-      block_region("attention_flash_block_backward", KernelKind::kFlashBackward, B, H, Tq, Tk, D, 5, causal, 8.0));
-  if (profiler::shape_only()) return;
+  profiler::Scope prof(block_region("attention_flash_block_backward", KernelKind::kFlashBackward, B, H, Tq, Tk, D, 5,
+                                    mask == BlockMask::kCausal, 8.0));
+  if (profiler::shape_only() || mask == BlockMask::kHidden) return;  // hidden: no gradient flows through it
   backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, Layout{B, H, G, D, q_pitch, k_pitch, q_doc, k_doc}, Tq, Tk,
-                  causal, block_dropout(dropout, H), scratch, /*accumulate=*/true);
+                  mask != BlockMask::kVisible, block_dropout(dropout, H), scratch, /*accumulate=*/true);
 }
 
 int64_t attention_flash_block_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t Tk, int64_t D) {

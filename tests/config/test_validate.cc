@@ -113,6 +113,20 @@ TEST(Validate, ContextParallelMessages) {
     Args a = cp_args(2, algo);
     EXPECT_EQ(fails(a, 2), "--context_parallel_algo " + std::string(algo) + " is not implemented");
   }
+  // MindSpeed's general mask is the ring's.
+  Args general = cp_args(2, "megatron_cp_algo");
+  general.cp_attention_mask_type = "general";
+  validate(general, 2);
+  Args uly_general = cp_args(2, "ulysses_cp_algo");
+  uly_general.cp_attention_mask_type = "general";
+  EXPECT_EQ(fails(uly_general, 2),
+            "--cp_attention_mask_type general needs ring attention (--context_parallel_size 2, "
+            "--context_parallel_algo ulysses_cp_algo)");
+  Args no_cp = demo();
+  no_cp.cp_attention_mask_type = "general";
+  EXPECT_EQ(fails(no_cp, 1),
+            "--cp_attention_mask_type general needs ring attention (--context_parallel_size 1, "
+            "--context_parallel_algo megatron_cp_algo)");
   Args unfused = cp_args(2, "megatron_cp_algo");
   unfused.attention_backend = "unfused";
   EXPECT_EQ(fails(unfused, 2),

@@ -177,6 +177,7 @@ struct Case {
   bool docs;
   bool ulysses;
   float dropout = 0.0f;
+  CpMask mask = CpMask::kCausal;  // the ring's: general computes whole masked blocks, the same result
 };
 
 // One rank's call of either algorithm, with buffers of its own.
@@ -184,11 +185,12 @@ struct RankAttention {
   Shape s;  // T = local rows
   int P;
   bool ulysses;
+  CpMask mask;
   Vec travel0, travel1, bout, blse, scratch, heads, groups, pack;
   std::vector<int32_t> docs;
   RingBuffers ring;
   UlyssesBuffers uly;
-  RankAttention(const Shape& sh, int p, bool u) : s(sh), P(p), ulysses(u) {
+  RankAttention(const Shape& sh, int p, bool u, CpMask m) : s(sh), P(p), ulysses(u), mask(m) {
     const auto [B, H, G, T, D] = s;
     if (ulysses) {
       heads.resize(4 * B * H * T * D), groups.resize(4 * B * G * T * D), pack.resize(2 * B * H * T * D);
@@ -216,7 +218,7 @@ struct RankAttention {
     if (ulysses)
       ulysses_attention_forward(cp, o.data(), l.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, dr, uly);
     else
-      ring_attention_forward(cp, o.data(), l.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, dr, ring);
+      ring_attention_forward(cp, o.data(), l.data(), q.data(), k.data(), v.data(), d, B, H, G, T, D, dr, ring, mask);
   }
   void backward(Comm& cp, Vec& gq, Vec& gk, Vec& gv, const Vec& w, const Vec& q, const Vec& k, const Vec& v,
                 const Vec& o, const Vec& l, const int32_t* d, const CpDropout& dr) {
@@ -226,14 +228,14 @@ struct RankAttention {
                                  l.data(), d, B, H, G, T, D, dr, uly);
     else
       ring_attention_backward(cp, gq.data(), gk.data(), gv.data(), w.data(), q.data(), k.data(), v.data(), o.data(),
-                              l.data(), d, B, H, G, T, D, dr, ring);
+                              l.data(), d, B, H, G, T, D, dr, ring, mask);
   }
 };
 
 class ContextParallelAttention : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ContextParallelAttention, EqualsWholeAttention) {
-  const auto [P, docs, ulysses, p] = GetParam();
+  const auto [P, docs, ulysses, p, mask] = GetParam();
   const Shape s{2, 8, 4, 2 * P * 9, 8};  // chunks of 9 rows
   const auto [B, H, G, T, D] = s;
   std::vector<int32_t> doc;
@@ -263,7 +265,7 @@ TEST_P(ContextParallelAttention, EqualsWholeAttention) {
         for (int half = 0; half < 2; ++half)
           for (int64_t t = 0; t < T / (2 * P); ++t)
             ldoc.push_back(doc[b * T + cp_chunk(rank, P, half) * (T / (2 * P)) + t]);
-    RankAttention att(Shape{B, H, G, Tl, D}, P, ulysses);
+    RankAttention att(Shape{B, H, G, Tl, D}, P, ulysses, mask);
     Vec o(lq.size()), l(B * H * Tl), gq(lq.size()), gk(lk.size()), gv(lv.size());
     const int32_t* d = docs ? ldoc.data() : nullptr;
     att.forward(*cp, o, l, lq, lk, lv, d, cp_dropout);
@@ -291,11 +293,13 @@ INSTANTIATE_TEST_SUITE_P(Cp, ContextParallelAttention,
                                            Case{4, true, false}, Case{2, false, true}, Case{2, true, true},
                                            Case{4, false, true}, Case{4, true, true}, Case{2, true, false, 0.3f},
                                            Case{4, false, false, 0.3f}, Case{2, true, true, 0.3f},
-                                           Case{4, false, true, 0.3f}),
+                                           Case{4, false, true, 0.3f}, Case{2, true, false, 0.0f, CpMask::kGeneral},
+                                           Case{4, false, false, 0.3f, CpMask::kGeneral}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            return std::string(i.param.ulysses ? "ulysses" : "ring") + "_cp" +
                                   std::to_string(i.param.P) + (i.param.docs ? "_documents" : "") +
-                                  (i.param.dropout > 0 ? "_dropout" : "");
+                                  (i.param.dropout > 0 ? "_dropout" : "") +
+                                  (i.param.mask == CpMask::kGeneral ? "_general_mask" : "");
                          });
 
 }  // namespace

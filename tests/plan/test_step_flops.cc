@@ -83,6 +83,46 @@ TEST_F(StepFlops, LoraRunsNoFrozenWeightGradientGemm) {
   }
 }
 
+// MindSpeed's general mask: every ring step computes its whole block (no
+// causal skip), so the ring's forward block kernels over the world hold the
+// whole s x s score matrix of every head, layer and sequence once: 2 GEMMs
+// of 2 s^2 D FLOPs per head (QK^T and PV). With the causal mask a rank runs
+// 5 of the 8 chunk pairs at CP 2 (the hidden ones skipped), the diagonals
+// marked causal. Each block's softmax update is a kernel of its own either way.
+TEST_F(StepFlops, RingGeneralMaskComputesWholeBlocks) {
+  const std::string cp = " --attention_backend flash --context_parallel_size 2";
+  const DryRun general = dry_run(parse(job("demo", cp + " --cp_attention_mask_type general"), 2));
+  const DryRun causal = dry_run(parse(job("demo", cp), 2));
+  const model::ModelConfig& m = general.whole_model;
+  const double s = static_cast<double>(general.seq_length);
+  const double whole =
+      static_cast<double>(general.global_batch) * m.num_layers * m.heads * 2 * (2 * s * s * m.head_dim);
+  auto blocks = [](const DryRun& r, bool* any_causal, int* merges) {
+    double flops = 0;
+    int n = 0;
+    for (const ClassMemory& c : r.classes)
+      for (const KernelRecord& k : c.step.kernels) {
+        const double ranks = static_cast<double>(c.rank_class.ranks.size());
+        if (k.name == "attention_flash_block_forward") {
+          flops += k.work.flops * ranks;
+          *any_causal |= k.work.causal;
+          ++n;
+        }
+        if (k.name == "attention_lse_merge") --n;
+      }
+    *merges = n;  // forward blocks minus merges: 0 when each block has its update
+    return flops;
+  };
+  bool general_causal = false, causal_causal = false;
+  int general_unmerged = 0, causal_unmerged = 0;
+  EXPECT_NEAR(blocks(general, &general_causal, &general_unmerged), whole, 1e-9 * whole);
+  EXPECT_FALSE(general_causal);
+  EXPECT_LT(blocks(causal, &causal_causal, &causal_unmerged), 0.7 * whole);
+  EXPECT_TRUE(causal_causal);
+  EXPECT_EQ(general_unmerged, 0);
+  EXPECT_EQ(causal_unmerged, 0);
+}
+
 // The routed experts' GEMMs are priced by each expert's own shape: one
 // region per grouped GEMM with batch = the rank's experts and the rows split
 // among them, its FLOPs the rows' exact 2 M n k. demo-moe at EP 2: 4 experts

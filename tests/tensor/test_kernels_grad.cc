@@ -305,13 +305,15 @@ TEST(AttentionBlockGrad, FullAndCausalBlocks) {
         const BlockDropout dr{p, 9, 2, 8, 8 * c, 3 * c, causal ? 3 * c : c};
         auto loss = [&] {
           attention_flash_block_forward(out.data() + o, lse.data() + c, q.data() + o, k.data() + o, v.data() + o, qd,
-                                        kd, B, H, G, c, c, D, pitch, pitch, causal, scratch.data(), dr);
+                                        kd, B, H, G, c, c, D, pitch, pitch,
+                                        causal ? BlockMask::kCausal : BlockMask::kVisible, scratch.data(), dr);
           return dot(out, w);
         };
         loss();
         attention_flash_block_backward(dq.data() + o, dk.data() + o, dv.data() + o, w.data() + o, q.data() + o,
                                        k.data() + o, v.data() + o, out.data() + o, lse.data() + c, qd, kd, B, H, G, c,
-                                       c, D, pitch, pitch, causal, scratch.data(), dr);
+                                       c, D, pitch, pitch, causal ? BlockMask::kCausal : BlockMask::kVisible,
+                                       scratch.data(), dr);
         const std::string what =
             std::string(causal ? "causal" : "full") + (docs ? " with documents" : "") + (p > 0 ? " with dropout" : "");
         EXPECT_TRUE(fd_check("dq " + what, q, dq, loss));
