@@ -1,6 +1,10 @@
 // Device profiles and model presets in configs/.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "config/profiles.h"
 #include "config/validate.h"
 #include "config_test_util.h"
@@ -33,6 +37,11 @@ TEST(DeviceProfiles, AscendProfilesCarryTheReferenceNumbers) {
   EXPECT_DOUBLE_EQ(b4.peak_tflops_16bit, 245.7);
   EXPECT_DOUBLE_EQ(b4.hbm_gbps, 800);
   EXPECT_EQ(load_device_profile("tiny_test").hbm_bytes, 64LL << 20);
+  // Names are case-insensitive; the profile keeps its file's spelling.
+  for (const auto& [spelled, name] : std::vector<std::pair<std::string, std::string>>{
+           {"ascend910b3", "Ascend910B3"}, {"ASCEND910B3", "Ascend910B3"}, {"a100-sxm-80gb", "A100-SXM-80GB"}})
+    EXPECT_EQ(load_device_profile(spelled).name, name) << spelled;
+  EXPECT_EQ(load_device_profile("ascend910b3").hbm_bytes, b3.hbm_bytes);
 }
 
 TEST(DeviceProfiles, ErrorsNameTheProblem) {
