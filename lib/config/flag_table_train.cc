@@ -289,7 +289,7 @@ std::vector<FlagSpec> logging_flags() {
       {.name = "device_profile",
        .field = &Args::device_profile,
        .group = L,
-       .help = "Simulated NPU: configs/devices/<name>.yaml (the name case-insensitive) or a path.",
+       .help = "Simulated NPU (names case-insensitive): configs/devices/<name>.yaml or a path.",
        .lists = "devices"},
       {.name = "dry_run",
        .field = &Args::dry_run,
