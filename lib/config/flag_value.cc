@@ -20,12 +20,6 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
-
 std::optional<int> parse_int(std::string_view s) {
   if (!s.empty() && s.front() == '+') s.remove_prefix(1);
   long long v = 0;
@@ -122,6 +116,12 @@ std::string text_of(const T& v) {
 }
 
 }  // namespace
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
 
 std::optional<bool> parse_truthy(std::string_view s) {
   std::string v = lower(s);

@@ -98,6 +98,8 @@ std::vector<std::string> negations_of(const FlagSpec& spec);
 
 // Closest known name within a small edit distance, or "" (did-you-mean).
 std::string suggest_name(std::string_view unknown, const std::vector<std::string>& candidates);
+// s in ASCII lower case: names and values matched case-insensitively.
+std::string lower(std::string_view s);
 
 // "--x_y" -> "x_y"; "x-y" -> "x_y".
 std::string normalize_flag_name(std::string_view name);

@@ -5,7 +5,6 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -80,10 +79,6 @@ std::string resolve_device_profile_path(const std::string& name, const std::stri
   if (fs::path p = dir / (name + ".yaml"); fs::is_regular_file(p)) return p.string();
   const std::vector<std::string> names = yaml_names_in(dir.string());
   // Names are case-insensitive (ascend910b3 is Ascend910B3): the file's own spelling is the profile's name.
-  const auto lower = [](std::string x) {
-    for (char& ch : x) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    return x;
-  };
   for (const std::string& n : names)
     if (lower(n) == lower(name)) return (dir / (n + ".yaml")).string();
   std::string msg = fmt::format("unknown device profile '{}'", name);

@@ -111,7 +111,7 @@ void attention_flash_block_backward(float* dq, float* dk, float* dv, const float
 int64_t attention_flash_block_scratch_floats(int64_t B, int64_t H, int64_t G, int64_t Tk, int64_t D);
 // Online-softmax merge of rows: (out, lse) (rows, D), (rows) becomes the
 // softmax over the union of both key sets; lse -inf = no keys yet. Its
-// kernel region is the caller's (attention_lse_merge_region: one per block).
+// kernel region is the caller's (the ring: one "attention_lse_merge" per block).
 void attention_lse_merge(float* out, float* lse, const float* block_out, const float* block_lse, int64_t rows,
                          int64_t D);
 
