@@ -186,6 +186,43 @@ Setters cost_setters(const std::string& file, device::CostConstants& c) {
            }}};
 }
 
+Setters runtime_setters(const std::string& file, device::RuntimeMemory& r) {
+  auto mib = [&file](int64_t* out) {
+    return Setter([&file, out](const std::string& k, const YAML::Node& v) {
+      const double x = scalar_as<double>(file, "runtime." + k, v);
+      if (!(x >= 0)) throw ConfigError(fmt::format("{}: runtime.{} must not be negative", where(file, v.Mark()), k));
+      *out = static_cast<int64_t>(x * (1 << 20));
+    });
+  };
+  auto share = [&file](double* out) {
+    return Setter([&file, out](const std::string& k, const YAML::Node& v) {
+      *out = scalar_as<double>(file, "runtime." + k, v);
+      if (!(*out >= 0 && *out < 1))
+        throw ConfigError(fmt::format("{}: runtime.{} must be a share in [0, 1)", where(file, v.Mark()), k));
+    });
+  };
+  return {
+      {"device_reserved_mib", mib(&r.device_reserved_bytes)},
+      {"context_mib", mib(&r.context_bytes)},
+      {"workspace_mib", mib(&r.workspace_bytes)},
+      {"collective_library",
+       [&file, &r](const std::string&, const YAML::Node& v) {
+         using device::CollectiveLibrary;
+         for (CollectiveLibrary l : {CollectiveLibrary::kNone, CollectiveLibrary::kHccl, CollectiveLibrary::kNccl})
+           if (v.IsScalar() && v.Scalar() == device::collective_library_name(l)) {
+             r.library = l;
+             return;
+           }
+         throw ConfigError(fmt::format("{}: key 'runtime.collective_library': got '{}' but expected none, hccl or nccl",
+                                       where(file, v.Mark()), v.IsScalar() ? v.Scalar() : "a non-scalar"));
+       }},
+      {"hccl_buffsize_mb", mib(&r.hccl_buffsize_bytes)},
+      {"nccl_pair_mib", mib(&r.nccl_pair_bytes)},
+      {"nccl_group_mib", mib(&r.nccl_group_bytes)},
+      {"fragmentation", share(&r.fragmentation)},
+      {"memory_margin", share(&r.memory_margin)}};
+}
+
 // all_gather_bus_gbps: [[ranks, GB/s], ...], group sizes rising.
 std::vector<device::BusBandwidth> bus_table(const std::string& file, const std::string& key, const YAML::Node& v) {
   std::vector<device::BusBandwidth> out;
@@ -260,6 +297,10 @@ Setters profile_setters(const std::string& file, DeviceProfileSpec& p, bool& has
       {"cpu_affinity", [&file, &p](const std::string&, const YAML::Node& v) { p.cpu_affinity = core_ranges(file, v); }},
       {"cost", [&file, &p](const std::string&,
                            const YAML::Node& v) { apply_keys(file, v, cost_setters(file, p.cost), "cost."); }},
+      {"runtime",
+       [&file, &p](const std::string&, const YAML::Node& v) {
+         apply_keys(file, v, runtime_setters(file, p.runtime), "runtime.");
+       }},
   };
 }
 
@@ -304,6 +345,18 @@ void apply_task_queue(DeviceProfileSpec& p, const char* env) {
   p.cost.host_dispatch_s = p.cost.host_dispatch_by_task_queue_s[level];
 }
 
+void apply_hccl_buffsize(DeviceProfileSpec& p, const char* env) {
+  if (p.runtime.library != device::CollectiveLibrary::kHccl || env == nullptr || *env == '\0') return;
+  const std::string v = env;
+  int64_t mb = 0;
+  const bool digits = std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits && v.size() <= 7) mb = std::stoll(v);
+  if (!digits || mb < 1 || v.size() > 7)
+    throw ConfigError(fmt::format("HCCL_BUFFSIZE={}: expected a whole number of MB, at least 1", v),
+                      "HCCL reserves 2 x HCCL_BUFFSIZE MB of device memory per communicator (CANN's default: 200)");
+  p.runtime.hccl_buffsize_bytes = mb << 20;
+}
+
 DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std::string& config_dir) {
   const std::string file = resolve_device_profile_path(name_or_path, config_dir);
   YAML::Node root;
@@ -326,6 +379,7 @@ DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std
   check_profile(file, p, has_hbm);
   if (p.chip_name.empty()) p.chip_name = p.name;
   apply_task_queue(p, std::getenv("TASK_QUEUE_ENABLE"));
+  apply_hccl_buffsize(p, std::getenv("HCCL_BUFFSIZE"));
   return p;
 }
 

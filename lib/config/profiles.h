@@ -43,7 +43,11 @@ std::string resolve_device_profile_path(const std::string& name_or_path, const s
 // comm_latency_us, intra_step_latency_us, inter_step_latency_us,
 // ll_latency_us, ll_intra_step_latency_us, ll_inter_step_latency_us,
 // ll_bandwidth_share, tree_bandwidth_share, host_dispatch_us,
-// host_dispatch_us_by_task_queue; defaults in device/profile.h). Throws ConfigError
+// host_dispatch_us_by_task_queue; defaults in device/profile.h), and an
+// optional `runtime:` map (device_reserved_mib, context_mib, workspace_mib,
+// collective_library none | hccl | nccl, hccl_buffsize_mb, nccl_pair_mib,
+// nccl_group_mib, fragmentation, memory_margin: device/profile.h
+// RuntimeMemory). Throws ConfigError
 // (file:line:col) on unknown keys, bad values or an unknown profile (listing
 // the available ones).
 //
@@ -57,5 +61,11 @@ DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std
 // value `env` (null or empty: 1) when the profile has the by-level table;
 // ConfigError naming the variable for a value other than 0, 1 or 2.
 void apply_task_queue(DeviceProfileSpec& p, const char* env);
+
+// Sets p.runtime.hccl_buffsize_bytes from HCCL_BUFFSIZE's value `env` (MB;
+// null or empty: the profile's, 200) when the profile's collective library
+// is HCCL; ConfigError naming the variable for anything but a positive
+// whole number.
+void apply_hccl_buffsize(DeviceProfileSpec& p, const char* env);
 
 }  // namespace mtrain::config

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "device/profile.h"
@@ -17,17 +18,28 @@ namespace mtrain::device {
 enum class MemCategory : int { kWeights, kGrads, kOptimizer, kActivations, kCommBuffers, kOther, kCount };
 const char* mem_category_name(MemCategory c);
 
+// What a device holds outside the caching allocator (profile.h
+// RuntimeMemory): held once, never given back.
+enum class RuntimeKind : int { kDeviceReserved, kContext, kWorkspaces, kCollectiveBuffers, kCount };
+const char* runtime_kind_name(RuntimeKind k);
+
 struct MemoryStats {
   int64_t allocated = 0;
   int64_t max_allocated = 0;
   int64_t reserved = 0;
   int64_t max_reserved = 0;
   std::array<int64_t, static_cast<int>(MemCategory::kCount)> by_category{};
+  std::array<int64_t, static_cast<int>(RuntimeKind::kCount)> runtime{};
+  int communicators = 0;  // the communicators whose buffers are held
+  int64_t runtime_bytes() const;
+  // What the device holds at its peak: the allocator's peak reserved plus the runtime's.
+  int64_t device_peak() const { return max_reserved + runtime_bytes(); }
 };
 
 class Device {
  public:
-  Device(DeviceProfile profile, int index) : profile_(std::move(profile)), index_(index) {}
+  // Holds the profile's runtime context and workspaces from the start.
+  Device(DeviceProfile profile, int index);
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -41,17 +53,30 @@ class Device {
     return live_[static_cast<int>(category)];
   }
 
+  // The first collective or transfer on communicator `group` of
+  // `group_size` ranks: its library buffers are held from then on (as HCCL
+  // and NCCL set a communicator up on its first use). Again: nothing.
+  void use_communicator(const std::string& group, int group_size);
+
+  // The communicators whose buffers are held, by name.
+  const std::set<std::string>& communicators() const { return communicators_; }
+
   const DeviceProfile& profile() const { return profile_; }
   int index() const { return index_; }
   const MemoryStats& stats() const { return stats_; }
   std::string name() const;  // e.g. "npu:0 (Ascend910B3)"
-  // Human-readable breakdown by category in MiB.
+  // Human-readable breakdown by category in MiB; runtime_breakdown: what is held outside the allocator.
   std::string breakdown() const;
+  std::string runtime_breakdown() const;
 
  private:
   DeviceProfile profile_;
   int index_;
+  void hold_runtime(RuntimeKind kind, int64_t bytes, const std::string& what);
+  [[noreturn]] void out_of_memory(int64_t bytes, const std::string& what, const std::string& kind) const;
+
   MemoryStats stats_;
+  std::set<std::string> communicators_;
   std::array<std::map<std::string, int64_t>, static_cast<int>(MemCategory::kCount)> live_;
 };
 

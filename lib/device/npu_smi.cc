@@ -23,12 +23,21 @@ int64_t mib(int64_t bytes) { return (bytes + (1 << 20) - 1) >> 20; }
 
 std::string usage(int64_t used, int64_t total) { return fmt::format("{:<4} / {}", used, total); }
 
+// A process's HBM as npu-smi counts it: its allocator's reserve and what its
+// runtime holds beside it (context, workspaces, collective buffers), not
+// what the device keeps for itself.
+int64_t process_bytes(const NpuProcessStatus& s) {
+  return s.memory.reserved + s.memory.runtime_bytes() -
+         s.memory.runtime[static_cast<int>(RuntimeKind::kDeviceReserved)];
+}
+
 std::string chip_rows(const DeviceProfile& p, int npu, const std::vector<NpuProcessStatus>& procs) {
-  int64_t used = 0, capacity = p.hbm_bytes;
+  // The device's own reservation is in use with no process on it, as on an idle 910B.
+  int64_t used = p.runtime.device_reserved_bytes, capacity = p.hbm_bytes;
   std::string chip = p.chip_name;
   for (const auto& s : procs) {
     if (s.npu != npu) continue;
-    used += s.memory.reserved;
+    used += process_bytes(s);
     capacity = s.hbm_bytes;  // the rank's own profile, when it runs another
     chip = s.chip_name;
   }
@@ -44,7 +53,7 @@ std::string process_rows(int npu, const std::vector<NpuProcessStatus>& procs) {
     if (p.npu != npu) continue;
     // The last column is split in two, as npu-smi's process table does.
     s += row(fmt::format("{:<8}{}", npu, 0), std::to_string(p.pid),
-             fmt::format("{:<25}| {}", p.process_name.substr(0, 24), mib(p.memory.reserved)));
+             fmt::format("{:<25}| {}", p.process_name.substr(0, 24), mib(process_bytes(p))));
   }
   if (s.empty())
     s = fmt::format("| {:<{}}|\n", fmt::format("No running processes found in NPU {}", npu), kW1 + kW2 + kW3 + 1);

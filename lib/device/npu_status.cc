@@ -34,7 +34,8 @@ json to_json(const NpuProcessStatus& s) {
               {"allocated_bytes", s.memory.allocated},
               {"max_allocated_bytes", s.memory.max_allocated},
               {"reserved_bytes", s.memory.reserved},
-              {"max_reserved_bytes", s.memory.max_reserved}};
+              {"max_reserved_bytes", s.memory.max_reserved},
+              {"outside_allocator_bytes", s.memory.runtime}};
 }
 
 NpuProcessStatus from_json(const json& j) {
@@ -52,6 +53,7 @@ NpuProcessStatus from_json(const json& j) {
   s.memory.max_allocated = j.at("max_allocated_bytes").get<int64_t>();
   s.memory.reserved = j.at("reserved_bytes").get<int64_t>();
   s.memory.max_reserved = j.at("max_reserved_bytes").get<int64_t>();
+  if (j.contains("outside_allocator_bytes")) s.memory.runtime = j.at("outside_allocator_bytes");
   return s;
 }
 

@@ -58,6 +58,39 @@ struct CostConstants {
   std::vector<double> host_dispatch_by_task_queue_s;
 };
 
+// What a device holds beside the tensors (profile key `runtime:`; a profile
+// without it holds nothing beside them). Each part is its own line of the
+// dry run's memory report:
+// - device_reserved_bytes: HBM the device keeps for itself with no process
+//   on it (what npu-smi shows in use on an idle 910B); held from the start.
+// - context_bytes: the runtime's context in the process (the CUDA context;
+//   CANN's runtime), held from the start.
+// - workspace_bytes: GEMM / attention library workspaces outside the caching
+//   allocator, held from the start.
+// - the collective library's buffers, per communicator the rank uses (a
+//   group of two or more ranks it runs a collective or transfer on), held
+//   from its first use: HCCL: 2 x HCCL_BUFFSIZE (send and receive; the
+//   variable is read from the run's environment, in MB); NCCL: a measured
+//   device-memory cost of a 2-rank and of a larger communicator.
+// - fragmentation: the caching allocator's reserved memory beyond the
+//   allocated at the peak, as a share of the allocated.
+// - memory_margin: the share of the capacity `mtrain plan` keeps free (the
+//   default of --memory_margin).
+enum class CollectiveLibrary { kNone, kHccl, kNccl };
+const char* collective_library_name(CollectiveLibrary l);  // "none", "hccl", "nccl"
+struct RuntimeMemory {
+  int64_t device_reserved_bytes = 0;
+  int64_t context_bytes = 0;
+  int64_t workspace_bytes = 0;
+  CollectiveLibrary library = CollectiveLibrary::kNone;
+  int64_t hccl_buffsize_bytes = 200LL << 20;  // HCCL_BUFFSIZE's default, 200 MB
+  int64_t nccl_pair_bytes = 0, nccl_group_bytes = 0;
+  double fragmentation = 0;
+  double memory_margin = 0;
+  // The buffers of one communicator of `group_size` ranks (0 below 2).
+  int64_t communicator_bytes(int group_size) const;
+};
+
 // How the devices of one node are wired: which collective algorithm the
 // cost model assumes inside a node, and what intra_node_link_gbps measures
 // (cost_model.h has the formulas).
@@ -129,6 +162,7 @@ struct DeviceProfile {
   int cpu_cores_per_node = 192;
   std::vector<CoreRange> cpu_affinity;
   CostConstants cost;
+  RuntimeMemory runtime;
   int task_queue_enable = -1;  // the TASK_QUEUE_ENABLE level host_dispatch_s was taken at (-1: none)
 
   // Device `npu`'s affinity range on the profile's node, for a pool of

@@ -30,6 +30,7 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   m.stats = step.stats;
   m.group_nodes = grid.group_nodes(k.representative, planning_profile.devices_per_node);
   m.activation_buffers = dev.live_by_name(device::MemCategory::kActivations);
+  m.communicators.assign(dev.communicators().begin(), dev.communicators().end());
   return m;
 }
 

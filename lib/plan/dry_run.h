@@ -33,7 +33,8 @@ struct ClassMemory {
   device::MemoryStats stats;  // after construction and one training iteration, by category
   // The live activation allocations by name at that point (activation_buffers.h breaks them down).
   std::map<std::string, int64_t> activation_buffers;
-  StepRecord step;  // the kernels and collectives of that iteration, in order
+  std::vector<std::string> communicators;  // whose library buffers the device holds (device.h)
+  StepRecord step;                         // the kernels and collectives of that iteration, in order
   // Per group name ("tp", "dp", "pp", "world", ...): the nodes this rank's group spans.
   std::vector<std::pair<std::string, int>> group_nodes;
 };

@@ -14,7 +14,7 @@ using device::MemCategory;
 
 static double gib(int64_t b) { return static_cast<double>(b) / (1LL << 30); }
 
-int64_t class_peak(const ClassMemory& c) { return c.stats.max_reserved; }
+int64_t class_peak(const ClassMemory& c) { return c.stats.device_peak(); }
 
 bool plan_fits(const DryRun& r) {
   return std::all_of(r.classes.begin(), r.classes.end(),
@@ -68,10 +68,34 @@ static std::string class_block(const DryRun& r, const ReportGroup& g) {
     s += fmt::format("  {:<40} {:>10.2f} GiB\n", name, gib(c.stats.by_category[i]));
   }
   const int64_t peak = class_peak(c), cap = r.profile.hbm_bytes;
-  s += fmt::format("  {:<40} {:>10.2f} GiB\n", "allocator reserve (block rounding)",
+  const device::RuntimeMemory& rt = r.profile.runtime;
+  s += fmt::format("  {:<40} {:>10.2f} GiB\n",
+                   rt.fragmentation > 0
+                       ? fmt::format("allocator reserve ({:.1f}% fragmentation)", 100 * rt.fragmentation)
+                       : std::string("allocator reserve (block rounding)"),
                    gib(c.stats.max_reserved - c.stats.max_allocated));
   s += fmt::format("  {:<40} {:>10.2f} GiB\n", "peak allocated", gib(c.stats.max_allocated));
-  s += fmt::format("  {:<40} {:>10.2f} GiB\n", "peak reserved", gib(peak));
+  s += fmt::format("  {:<40} {:>10.2f} GiB\n", "peak reserved", gib(c.stats.max_reserved));
+  if (c.stats.runtime_bytes() > 0) {
+    s += "  held outside the allocator:\n";
+    for (int k = 0; k < static_cast<int>(device::RuntimeKind::kCount); ++k) {
+      if (c.stats.runtime[k] == 0) continue;
+      const auto kind = static_cast<device::RuntimeKind>(k);
+      std::string what = device::runtime_kind_name(kind);
+      if (kind == device::RuntimeKind::kCollectiveBuffers) what = "collective buffers";
+      s += fmt::format("    {:<38} {:>10.2f} GiB\n", what, gib(c.stats.runtime[k]));
+    }
+    if (!c.communicators.empty()) {
+      std::string names;
+      for (const std::string& n : c.communicators) names += (names.empty() ? "" : ", ") + n;
+      s += fmt::format("      {} communicator{} ({}){}\n", c.communicators.size(),
+                       c.communicators.size() == 1 ? "" : "s", names,
+                       rt.library == device::CollectiveLibrary::kHccl
+                           ? fmt::format(", 2 x HCCL_BUFFSIZE ({} MB) each", rt.hccl_buffsize_bytes >> 20)
+                           : std::string());
+    }
+  }
+  s += fmt::format("  {:<40} {:>10.2f} GiB\n", "peak on the device", gib(peak));
   s += fmt::format("  {:<40} {:>10.2f} GiB\n", "capacity", gib(cap));
   s += fmt::format("  {:<40} {:>10.2f} GiB  {}\n", "headroom", gib(cap - peak), peak <= cap ? "FITS" : "DOES NOT FIT");
   return s;
@@ -157,9 +181,13 @@ void require_fit(const DryRun& r, const config::Args& args) {
   const MemCategory dom = dominant(*worst);
   const std::string fix = cheapest_fitting_change(args);
   throw OutOfMemoryError(
-      fmt::format("the plan does not fit: pipeline stage {} (ranks {}) needs {:.2f} GiB of {} HBM, capacity "
+      fmt::format("the plan does not fit: pipeline stage {} (ranks {}) needs {:.2f} GiB of {} HBM{}, capacity "
                   "{:.2f} GiB, short by {:.2f} GiB; the largest part is {} ({:.2f} GiB)",
                   worst->rank_class.stage, ranks_text(worst_group->ranks), gib(class_peak(*worst)), r.profile.name,
+                  worst->stats.runtime_bytes() > 0
+                      ? fmt::format(" ({:.2f} GiB of it held outside the allocator: runtime, collective buffers)",
+                                    gib(worst->stats.runtime_bytes()))
+                      : std::string(),
                   gib(r.profile.hbm_bytes), gib(class_peak(*worst) - r.profile.hbm_bytes),
                   device::mem_category_name(dom), gib(category(*worst, dom))),
       fix.empty() ? "neither the distributed optimizer, full recompute, a smaller micro-batch nor twice the tensor "

@@ -26,6 +26,21 @@ static int positive(const std::string& name, const std::string& v) {
   return n;
 }
 
+// --memory_margin's value: a share of the HBM in [0, 1) ("0.1"), or a percentage ("10%").
+static double margin_share(const std::string& v) {
+  const bool percent = !v.empty() && v.back() == '%';
+  const std::string digits = percent ? v.substr(0, v.size() - 1) : v;
+  double x = -1;
+  const auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), x);
+  if (ec != std::errc() || p != digits.data() + digits.size() || digits.empty()) x = -1;
+  if (percent) x /= 100;
+  if (!(x >= 0 && x < 1))
+    throw UsageError(
+        fmt::format("--memory_margin {}: expected a share of the HBM from 0 to below 1, or a percentage", v),
+        "e.g. --memory_margin 0.05 or --memory_margin 5% keeps 5% of each device free");
+  return x;
+}
+
 // "--nproc-per-node=8" -> "--nproc_per_node": the flag's name in either spelling.
 static std::string flag_name(const std::string& token) {
   std::string name = token.substr(0, token.find('='));
@@ -68,6 +83,10 @@ PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes, in
       (name == "--nnodes" ? o.nnodes : name == "--top" ? o.top : o.nproc_per_node) = n;
       o.nnodes_given = o.nnodes_given || name == "--nnodes";
       o.nproc_given = o.nproc_given || name == "--nproc_per_node";
+    } else if (name == "--memory_margin") {
+      const size_t eq = a.find('=');
+      if (eq == std::string::npos && i + 1 >= args.size()) throw UsageError(name + " needs a value", kUsage);
+      o.memory_margin = margin_share(eq == std::string::npos ? args[++i] : a.substr(eq + 1));
     } else if (layout_flag(name)) {
       throw UsageError(fmt::format("{} with mtrain plan: the plan chooses the layout itself", a),
                        "drop it; give the model, batch and --nnodes / --nproc_per_node");
@@ -81,13 +100,16 @@ PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes, in
 std::string plan_help() {
   return "mtrain plan [sft|pt] [JOB.yaml] <the job's flags: --model_preset NAME | --model DIR | --num_layers ...,\n"
          "            --global_batch_size N, --seq_length N, --bf16, --dataset ..., --lr ...>\n"
-         "            --nnodes N --nproc_per_node N [--top N] [--json]\n"
+         "            --nnodes N --nproc_per_node N [--top N] [--memory_margin SHARE] [--json]\n"
          "Searches TP (within a node), PP (with a shorter first/last stage), VPP, CP (ring and Ulysses, for\n"
          "sequences of 8192 tokens and more, at least 4096 per CP rank), DP, for an MoE model EP, ETP and the\n"
          "token dispatcher, micro-batch, recompute, the distributed optimizer and sequence parallelism;\n"
          "dry-runs every valid layout and prints the\n"
          "fastest that fit, each as the `mtrain sft|pt` command to paste: the job's flags as given, then the\n"
-         "layout's. The job is pt unless the first argument is sft. Exit 6 when none fits.\n";
+         "layout's. The job is pt unless the first argument is sft. Exit 6 when none fits.\n"
+         "A layout fits when its peak on the device (the allocator's reserve and what the runtime holds beside it:\n"
+         "context, collective library buffers, workspaces) leaves --memory_margin of the HBM free (a share, 0.05,\n"
+         "or a percentage, 5%; default: the device profile's runtime.memory_margin).\n";
 }
 
 std::string shell_quote(const std::string& token) {
@@ -148,19 +170,24 @@ static void print_table(const PlanOptions& o, const SearchSummary& s, std::ostre
       "smaller micro-batch of the layout does not fit), {} dry-run, {} fit ({} more had the memory and time of a "
       "simpler layout: listed once, as that one)\n\n",
       s.candidates, s.invalid, s.pruned, s.pruned_mbs, s.dry_run, s.fitting.size(), s.same_as_simpler);
-  out << fmt::format("{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>17} {:>9} {:>13} {:>6}\n",
+  if (!s.fitting.empty())
+    out << fmt::format(
+        "A layout fits when its peak on the device stays within {:.2f} GiB: the {:.2f} GiB of HBM less "
+        "the {:g}% margin (--memory_margin {:g}).\n\n",
+        gib(s.fitting.front().usable_bytes), gib(s.fitting.front().capacity_bytes), 100 * o.margin, o.margin);
+  out << fmt::format("{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>17} {:>8} {:>9} {:>13} {:>6}\n",
                      "rank", "TP", "PP", "1st/last", "VPP", axis_columns(s, nullptr), "DP", "MBS", "recompute",
-                     "distopt", "SP", "peak GiB / cap", "step s", "tokens/s/dev", "MFU");
+                     "distopt", "SP", "peak GiB / cap", "free GiB", "step s", "tokens/s/dev", "MFU");
   const size_t n = std::min<size_t>(o.top, s.fitting.size());
   for (size_t i = 0; i < n; ++i) {
     const PlanResult& p = s.fitting[i];
     const Layout& l = p.layout;
     out << fmt::format(
-        "{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>8.2f} / {:<6.2f} {:>9.3f} {:>13.1f} "
-        "{:>5.1f}%\n",
+        "{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>8.2f} / {:<6.2f} {:>8.2f} {:>9.3f} "
+        "{:>13.1f} {:>5.1f}%\n",
         i + 1, l.tp, l.pp, edge_layers(l, p.num_layers), l.vpp, axis_columns(s, &l), p.dp, l.mbs, l.recompute,
-        l.distopt ? "on" : "off", l.sp ? "on" : "off", gib(p.peak_bytes), gib(p.capacity_bytes), p.step_s,
-        p.tokens_per_s_per_device, 100 * p.mfu);
+        l.distopt ? "on" : "off", l.sp ? "on" : "off", gib(p.peak_bytes), gib(p.capacity_bytes),
+        gib(p.capacity_bytes - p.peak_bytes), p.step_s, p.tokens_per_s_per_device, 100 * p.mfu);
   }
   out << "\n";
   for (size_t i = 0; i < n; ++i) out << fmt::format("{}: {}\n", i + 1, launch_line(o, s.fitting[i]));
@@ -194,6 +221,8 @@ static void print_json(const PlanOptions& o, const SearchSummary& s, std::ostrea
                     {"ep_comm_s", p.ep_comm_s},
                     {"peak_bytes", p.peak_bytes},
                     {"capacity_bytes", p.capacity_bytes},
+                    {"usable_bytes", p.usable_bytes},  // capacity less --memory_margin
+                    {"headroom_bytes", p.capacity_bytes - p.peak_bytes},
                     {"step_s", p.step_s},
                     {"tokens_per_s_per_device", p.tokens_per_s_per_device},
                     {"mfu", p.mfu},
@@ -242,7 +271,10 @@ int run_plan_command(const PlanOptions& given, std::ostream& out) {
         fmt::format("--nproc_per_node {}: a node of {} has {} NPUs (one rank per NPU)", o.nproc_per_node, node.name,
                     node.devices_per_node),
         fmt::format("plan at most {} ranks per node and more nodes (--nnodes)", node.devices_per_node));
-  const SearchSummary s = search_layouts(inv.args, {o.nproc_per_node, o.nnodes, true, stdout_progress_sink()});
+  o.margin = o.memory_margin.value_or(node.runtime.memory_margin);
+  SearchOptions so{o.nproc_per_node, o.nnodes, true, stdout_progress_sink()};
+  so.memory_margin = o.margin;
+  const SearchSummary s = search_layouts(inv.args, so);
   if (s.fitting.empty()) {
     if (s.misses.empty())
       throw OutOfMemoryError(
@@ -250,9 +282,10 @@ int run_plan_command(const PlanOptions& given, std::ostream& out) {
           "plan with more nodes (--nnodes) or a smaller model / --seq_length");
     const PlanResult& m = s.misses.front();
     throw OutOfMemoryError(
-        fmt::format("no layout of {} ranks fits; the nearest miss ({}) needs {:.2f} GiB of {:.2f} GiB, short by "
-                    "{:.2f} GiB",
-                    world, m.flags, gib(m.peak_bytes), gib(m.capacity_bytes), gib(m.peak_bytes - m.capacity_bytes)),
+        fmt::format("no layout of {} ranks fits; the nearest miss ({}) needs {:.2f} GiB of {:.2f} GiB ({:.2f} GiB "
+                    "of HBM less the {:g}% --memory_margin), short by {:.2f} GiB",
+                    world, m.flags, gib(m.peak_bytes), gib(m.usable_bytes), gib(m.capacity_bytes), 100 * o.margin,
+                    gib(m.peak_bytes - m.usable_bytes)),
         "plan with more nodes (--nnodes) or a smaller --global_batch_size / --seq_length");
   }
   if (o.json)

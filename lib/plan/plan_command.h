@@ -4,6 +4,7 @@
 // then the layout's); nothing fits -> exit 6.
 #pragma once
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@ struct PlanOptions {
   int nnodes = 1, nproc_per_node = 1, top = 5;
   bool nnodes_given = false, nproc_given = false;  // by plan's flags (else the variables, or the job's YAML)
   bool json = false, help = false;
+  std::optional<double> memory_margin;  // --memory_margin: the share of HBM a plan leaves free (else the profile's)
+  double margin = 0;                    // the margin the search used (run_plan_command)
   std::string command = "pt";           // the job planned: sft or pt (first argument; default pt)
   std::vector<std::string> model_args;  // the rest: parsed as `mtrain <command>` flags
 };

@@ -13,6 +13,9 @@ nlohmann::json memory_json(const DryRun& r, const ReportGroup& g) {
   nlohmann::json categories = nlohmann::json::object();
   for (int i = 0; i < static_cast<int>(device::MemCategory::kCount); ++i)
     categories[device::mem_category_name(static_cast<device::MemCategory>(i))] = c.stats.by_category[i];
+  nlohmann::json runtime = nlohmann::json::object();
+  for (int k = 0; k < static_cast<int>(device::RuntimeKind::kCount); ++k)
+    runtime[device::runtime_kind_name(static_cast<device::RuntimeKind>(k))] = c.stats.runtime[k];
   const int64_t peak = class_peak(c), cap = r.profile.hbm_bytes;
   return {{"ranks", g.ranks},
           {"simulated_rank", c.rank_class.representative},
@@ -23,7 +26,10 @@ nlohmann::json memory_json(const DryRun& r, const ReportGroup& g) {
           {"bytes", categories},
           {"allocator_reserve", c.stats.max_reserved - c.stats.max_allocated},
           {"peak_allocated", c.stats.max_allocated},
-          {"peak_reserved", peak},
+          {"peak_reserved", c.stats.max_reserved},
+          {"outside_allocator", runtime},  // held beside the allocator's reserve (device.h RuntimeKind)
+          {"communicators", c.communicators},
+          {"peak_on_device", peak},
           {"capacity", cap},
           {"headroom", cap - peak},
           {"fits", peak <= cap}};

@@ -222,7 +222,7 @@ static bool hopeless(config::Args a, int64_t capacity) {
   return 0.85 * megatron_formulas(a).states > static_cast<double>(capacity);
 }
 
-static PlanResult measure(const config::Args& a, const Layout& l) {
+static PlanResult measure(const config::Args& a, const Layout& l, double memory_margin) {
   const DryRun r = dry_run(a);
   const StepTime t = step_time(r);
   PlanResult p;
@@ -231,10 +231,11 @@ static PlanResult measure(const config::Args& a, const Layout& l) {
   p.num_layers = a.num_layers;
   for (const ClassMemory& c : r.classes) p.peak_bytes = std::max(p.peak_bytes, class_peak(c));
   p.capacity_bytes = r.profile.hbm_bytes;
+  p.usable_bytes = static_cast<int64_t>(static_cast<double>(p.capacity_bytes) * (1 - memory_margin));
   p.step_s = t.step_s;
   p.tokens_per_s_per_device = t.tokens_per_s_per_device;
   p.mfu = t.mfu;
-  p.fits = plan_fits(r);
+  p.fits = p.peak_bytes <= p.usable_bytes;
   p.flags = layout_flags(l, a.num_layers);
   for (const StageTime& st : t.stages)
     if (st.tp_comm_s + st.cp_comm_s + st.ep_comm_s >= p.tp_comm_s + p.cp_comm_s + p.ep_comm_s)
@@ -313,8 +314,8 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
       continue;
     }
     ++s.dry_run;
-    PlanResult p = measure(a, l);
-    capacity = p.capacity_bytes;
+    PlanResult p = measure(a, l, o.memory_margin);
+    capacity = p.usable_bytes;
     if (!p.fits) missed.insert(others);
     (p.fits ? s.fitting : s.misses).push_back(std::move(p));
   }

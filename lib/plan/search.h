@@ -64,7 +64,8 @@ config::Args apply_layout(const config::Args& base, const Layout& l);
 struct PlanResult {
   Layout layout;
   int dp = 1, num_layers = 0;
-  int64_t peak_bytes = 0, capacity_bytes = 0;  // the worst rank class
+  int64_t peak_bytes = 0, capacity_bytes = 0;  // the worst rank class: its peak on the device, and the HBM
+  int64_t usable_bytes = 0;                    // the capacity less the memory margin: what a fitting peak stays within
   double step_s = 0, tokens_per_s_per_device = 0, mfu = 0;
   // The micro-batch phases' blocking communication of the slowest-communicating stage, split as the
   // dry run's report splits it (step_time.h): TP (and SP), CP, EP (expert dispatch).
@@ -82,6 +83,9 @@ struct SearchOptions {
   // activations CP divides are small beside the states it does not divide,
   // while each CP size adds a full set of candidates per algorithm.
   int min_cp_tokens = 4096;
+  // A layout fits when its peak on the device leaves this share of the
+  // capacity free (`mtrain plan --memory_margin`; the profile's default).
+  double memory_margin = 0;
 };
 
 struct SearchSummary {

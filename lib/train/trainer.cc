@@ -90,6 +90,8 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
       parallel::PipelineBuffers(model.device(), shape, c.tokens_local(c.micro_batch * c.seq_local()) * c.hidden,
                                 c.dtype, model.params().params().is_meta());
   state_->set_observer([this](const parallel::CommEvent& e) {
+    // HCCL / NCCL set a communicator up, and hold its buffers, on its first use.
+    model_.device().use_communicator(std::string(e.group), e.group_size);
     const observe::CommTotals add{1, e.bytes + e.recv_bytes, e.seconds};
     for (observe::CommTotals* t : {&step_comm_, &step_comm_by_group_[std::string(e.group)]}) {
       t->calls += add.calls;

@@ -157,9 +157,9 @@ def main():
         for _, name, devices, kind, value, flags in rows:
             if name.split()[0] in FIT_MODELS:
                 continue
-            base, _ = planner_validation.dry_run(mtrain, devices, flags, os.path.join(tmp, "o"))
+            base, _, _ = planner_validation.dry_run(mtrain, devices, flags, os.path.join(tmp, "o"))
             cal_flags = [calibrated if f == "A100-SXM-80GB" else f for f in flags]
-            cal, _ = planner_validation.dry_run(mtrain, devices, cal_flags, os.path.join(tmp, "o"))
+            cal, _, _ = planner_validation.dry_run(mtrain, devices, cal_flags, os.path.join(tmp, "o"))
             base_err.append(abs(base / value - 1))
             cal_err.append(abs(cal / value - 1))
             print(f"| {name} | {value:.2f} | {base:.2f} | {100 * (base / value - 1):+.1f}% | {cal:.2f} | "

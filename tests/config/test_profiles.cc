@@ -194,6 +194,78 @@ TEST(DeviceProfiles, ShapeModelKeysAreChecked) {
             pair + ":5:23: all_gather_bus_gbps: expected a [group size, GB/s] pair");
 }
 
+// What the device holds beside the tensors, each part from the profile's
+// cited source (configs/devices/*.yaml runtime:).
+TEST(DeviceProfiles, RuntimeMemoryOfTheShippedProfiles) {
+  const DeviceProfileSpec b3 = load_device_profile("Ascend910B3");
+  EXPECT_EQ(b3.runtime.library, device::CollectiveLibrary::kHccl);
+  // CANN: each communicator takes 2 x HCCL_BUFFSIZE, 200 MB by default; a group of one rank has none.
+  EXPECT_EQ(b3.runtime.communicator_bytes(8), 2 * (200LL << 20));
+  EXPECT_EQ(b3.runtime.communicator_bytes(2), 2 * (200LL << 20));
+  EXPECT_EQ(b3.runtime.communicator_bytes(1), 0);
+  EXPECT_EQ(b3.runtime.device_reserved_bytes, 3380LL << 20);
+  EXPECT_EQ(b3.runtime.context_bytes, 199LL << 20);
+  const DeviceProfileSpec a100 = load_device_profile("A100-SXM-80GB");
+  EXPECT_EQ(a100.runtime.library, device::CollectiveLibrary::kNccl);
+  EXPECT_EQ(a100.runtime.context_bytes, 287047680);            // PyTorch PR #86509, lazy module loading
+  EXPECT_EQ(a100.runtime.communicator_bytes(2), 544LL << 20);  // NVIDIA/nccl #964
+  EXPECT_EQ(a100.runtime.communicator_bytes(4), 688LL << 20);
+  EXPECT_EQ(a100.runtime.workspace_bytes, 8519680 + (1 << 20));  // cuBLAS 4096*1024*2 + 16*1024*8, cuBLASLt 1 MiB
+  const DeviceProfileSpec h100 = load_device_profile("H100-SXM-80GB");
+  EXPECT_EQ(h100.runtime.workspace_bytes, (32 << 20) + (1 << 20));  // Hopper: 4096*8*1024
+  for (const auto* p : {&b3, &a100, &h100}) {
+    EXPECT_DOUBLE_EQ(p->runtime.fragmentation, 0.025) << p->name;
+    EXPECT_DOUBLE_EQ(p->runtime.memory_margin, 0.05) << p->name;
+  }
+  // The test device holds nothing beside its tensors.
+  const DeviceProfileSpec tiny = load_device_profile("tiny_test");
+  EXPECT_EQ(tiny.runtime.library, device::CollectiveLibrary::kNone);
+  EXPECT_EQ(tiny.runtime.communicator_bytes(8), 0);
+}
+
+TEST(DeviceProfiles, HcclBuffsizeComesFromTheEnvironment) {
+  DeviceProfileSpec b3 = load_device_profile("Ascend910B3");
+  apply_hccl_buffsize(b3, "400");  // MindSpeed-LLM's DeepSeek-V3 scripts export HCCL_BUFFSIZE=400
+  EXPECT_EQ(b3.runtime.communicator_bytes(4), 2 * (400LL << 20));
+  apply_hccl_buffsize(b3, "");
+  EXPECT_EQ(b3.runtime.hccl_buffsize_bytes, 400LL << 20);  // unset: unchanged
+  for (const char* bad : {"0", "-5", "2e3", "200MB", "99999999"}) {
+    try {
+      apply_hccl_buffsize(b3, bad);
+      ADD_FAILURE() << "HCCL_BUFFSIZE=" << bad << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("HCCL_BUFFSIZE=") + bad + ": expected a whole number of MB, at least 1");
+    }
+  }
+  // A GPU's NCCL has no such variable: ignored.
+  DeviceProfileSpec h100 = load_device_profile("H100-SXM-80GB");
+  apply_hccl_buffsize(h100, "abc");
+  EXPECT_EQ(h100.runtime.communicator_bytes(8), 976LL << 20);
+}
+
+TEST(DeviceProfiles, RuntimeKeysAreChecked) {
+  TempDir dir;
+  const std::string base = "hbm_gib: 1\npeak_tflops_16bit: 1\npeak_tflops_fp32: 1\nhbm_gbps: 1\n";
+  const std::string ok = dir.write("ok.yaml", base +
+                                                  "runtime:\n  context_mib: 1.5\n  collective_library: nccl\n"
+                                                  "  nccl_pair_mib: 3\n  nccl_group_mib: 4\n  fragmentation: 0.1\n");
+  const DeviceProfileSpec p = load_device_profile(ok);
+  EXPECT_EQ(p.runtime.context_bytes, 3 << 19);
+  EXPECT_EQ(p.runtime.communicator_bytes(2), 3 << 20);
+  EXPECT_EQ(p.runtime.communicator_bytes(3), 4 << 20);
+  EXPECT_DOUBLE_EQ(p.runtime.fragmentation, 0.1);
+  const std::string lib = dir.write("lib.yaml", base + "runtime:\n  collective_library: mpi\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(lib); }, ExitCode::kConfig),
+            lib + ":6:23: key 'runtime.collective_library': got 'mpi' but expected none, hccl or nccl");
+  const std::string share = dir.write("share.yaml", base + "runtime:\n  fragmentation: 1.5\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(share); }, ExitCode::kConfig),
+            share + ":6:18: runtime.fragmentation must be a share in [0, 1)");
+  const std::string typo = dir.write("typo.yaml", base + "runtime:\n  context_mb: 1\n");
+  EXPECT_EQ(error_of([&] { load_device_profile(typo); }, ExitCode::kConfig),
+            typo + ":6:3: unknown device profile key 'runtime.context_mb'; did you mean 'runtime.context_mib'?");
+}
+
 Args preset(const std::string& name) { return parse({"sft", "--model_preset", name, "--train_iters", "1"}).args; }
 
 TEST(ModelPresets, DemoIsATinyQwenStyleModel) {

@@ -74,6 +74,31 @@ TEST_F(NpuStatus, PublishedAccountingIsReadBackAndRemovedWithThePublisher) {
   EXPECT_TRUE(read_npu_status(dir_).empty());
 }
 
+// As npu-smi counts HBM: a process uses its allocator's reserve and what its
+// runtime holds (context, collective buffers); the chip adds what the device
+// keeps for itself, in use with no process on it too.
+TEST_F(NpuStatus, RuntimeMemoryIsTheProcessesAndTheReservationTheChips) {
+  DeviceProfile p;
+  p.runtime.device_reserved_bytes = 3380LL << 20;
+  p.runtime.context_bytes = 199LL << 20;
+  p.runtime.library = CollectiveLibrary::kHccl;  // 2 x 200 MB per communicator
+  Device dev(p, 2);
+  dev.allocate(100LL << 20, MemCategory::kWeights, "w");
+  dev.use_communicator("tp", 2);
+  NpuStatusPublisher pub(dir_, me(2));
+  pub.publish(dev);
+  const auto all = read_npu_status(dir_);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].memory.runtime, dev.stats().runtime);
+  const std::string table = format_npu_smi_info(p, 8, 0, all);
+  // 100 + 199 + 400 MB for the process; 3380 more on its chip; 3380 on an idle chip.
+  EXPECT_NE(table.find(fmt::format("| 2       0                 | {:<14}| mtrain sft               | 699 ", getpid())),
+            std::string::npos)
+      << table;
+  EXPECT_NE(table.find(" 4079 / 65536 "), std::string::npos) << table;
+  EXPECT_NE(table.find(" 3380 / 65536 "), std::string::npos) << table;
+}
+
 TEST_F(NpuStatus, FileOfAProcessThatIsGoneIsRemovedAndNotShown) {
   const pid_t child = fork();
   if (child == 0) _exit(0);

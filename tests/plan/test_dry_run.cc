@@ -8,7 +8,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,20 @@ TEST_P(RealAgrees, PeakMemoryByCategory) {
       for (int k = 0; k < static_cast<int>(MemCategory::kCount); ++k)
         EXPECT_EQ(c.stats.by_category[k], r.by_category[k])
             << "rank " << rank << ", " << device::mem_category_name(static_cast<MemCategory>(k));
+      // What the runtime holds beside the allocator: the same communicators set up, the same bytes.
+      // fp16: the real run's first steps overflow and skip the gradient norm, whose communicator
+      // a later step sets up; the dry step never skips and holds it already.
+      for (int k = 0; k < static_cast<int>(device::RuntimeKind::kCount); ++k) {
+        const auto kind = static_cast<device::RuntimeKind>(k);
+        if (args.fp16 && kind == device::RuntimeKind::kCollectiveBuffers) {
+          EXPECT_GE(c.stats.runtime[k], r.runtime[k]) << "rank " << rank;
+        } else {
+          EXPECT_EQ(c.stats.runtime[k], r.runtime[k]) << "rank " << rank << ", " << device::runtime_kind_name(kind);
+        }
+      }
+      if (!args.fp16) {
+        EXPECT_EQ(c.stats.communicators, r.communicators) << "rank " << rank;
+      }
     }
   }
   for (int rank = 0; rank < l.ranks; ++rank) EXPECT_TRUE(covered[rank]) << "rank " << rank << " in no class";
@@ -91,6 +107,57 @@ TEST_F(DryRunTest, ReportsFitsAndNamesTheRanksOfEachClass) {
   EXPECT_NE(text.find("stands for ranks 2-3\n  (2 distributed-optimizer shards simulated"), std::string::npos) << text;
   EXPECT_NE(text.find("FITS"), std::string::npos);
   EXPECT_EQ(text.find("DOES NOT FIT"), std::string::npos) << text;
+}
+
+// What the device holds beside the allocator is in the plan's peak: the
+// 910B's own reservation and CANN's context (configs/devices/Ascend910B3.yaml),
+// and 2 x HCCL_BUFFSIZE for each communicator the step uses (the variable
+// honoured); a plan whose allocator peak fits but not beside them does not fit.
+TEST_F(DryRunTest, RuntimeMemoryIsInThePeakOnTheDevice) {
+  const std::string flags =
+      demo("--tensor_model_parallel_size 2 --context_parallel_size 2 --use_distributed_optimizer");
+  const DryRun r = dry_run(parse(flags, 8));
+  constexpr int64_t kMiB = 1 << 20;
+  for (const ClassMemory& c : r.classes) {
+    // TP (SP collectives), CP (the ring), DP x CP (the distributed optimizer), world (grad norm, overflow check).
+    EXPECT_EQ(c.communicators, (std::vector<std::string>{"cp", "dp-cp", "tp", "world"}));
+    EXPECT_EQ(c.stats.runtime[static_cast<int>(device::RuntimeKind::kCollectiveBuffers)], 4 * 2 * 200 * kMiB);
+    EXPECT_EQ(class_peak(c), c.stats.max_reserved + (3380 + 199 + 1600) * kMiB);
+  }
+  const std::string text = memory_report(r);
+  EXPECT_NE(text.find("  held outside the allocator:\n    reserved by the device                       3.30 GiB\n"
+                      "    runtime context                              0.19 GiB\n"
+                      "    collective buffers                           1.56 GiB\n"
+                      "      4 communicators (cp, dp-cp, tp, world), 2 x HCCL_BUFFSIZE (200 MB) each\n"
+                      "  peak on the device "),
+            std::string::npos)
+      << text;
+  ASSERT_EQ(setenv("HCCL_BUFFSIZE", "50", 1), 0);
+  const DryRun small = dry_run(parse(flags, 8));
+  unsetenv("HCCL_BUFFSIZE");
+  EXPECT_EQ(small.classes[0].stats.runtime[static_cast<int>(device::RuntimeKind::kCollectiveBuffers)],
+            4 * 2 * 50 * kMiB);
+  EXPECT_NE(memory_report(small).find("2 x HCCL_BUFFSIZE (50 MB) each"), std::string::npos);
+  // 1 GiB of HBM: the allocator's 0.05 GiB fit, not beside 1000 MiB reserved and four 2 x 10 MiB communicators.
+  fs::create_directories(out_);
+  const fs::path profile = out_ / "small.yaml";
+  std::ofstream(profile) << "hbm_mib: 1024\npeak_tflops_16bit: 294.9\npeak_tflops_fp32: 73.7\nhbm_gbps: 1600\n"
+                            "runtime:\n  device_reserved_mib: 1000\n  collective_library: hccl\n"
+                            "  hccl_buffsize_mb: 10\n";
+  const config::Args tight = parse(flags + " --device_profile " + profile.string(), 8);
+  const DryRun t = dry_run(tight);
+  EXPECT_LT(t.classes[0].stats.max_reserved, 1024 * kMiB);
+  EXPECT_EQ(class_peak(t.classes[0]), t.classes[0].stats.max_reserved + 1080 * kMiB);
+  EXPECT_FALSE(plan_fits(t));
+  EXPECT_NE(memory_report(t).find("DOES NOT FIT"), std::string::npos);
+  try {
+    require_fit(t, tight);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("(1.05 GiB of it held outside the allocator: runtime, collective buffers)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The pipeline's receive buffers are on the device as communication buffers:

@@ -95,6 +95,29 @@ TEST(PlanSearch, PruningDropsNothingThatFits) {
   for (size_t i = 0; i < all.fitting.size(); ++i) EXPECT_EQ(pruned.fitting[i].flags, all.fitting[i].flags);
 }
 
+// A layout fits when its peak on the device (the allocator's and the
+// runtime's) leaves the margin free: with a margin the fitting layouts are
+// exactly those without one whose peak stays within the capacity less it.
+TEST(PlanSearch, MemoryMarginKeepsAShareOfTheDeviceFree) {
+  const config::Args base = parse_words(kModel, 4);
+  const SearchSummary none = search_layouts(base, four_devices(false));
+  SearchOptions o = four_devices(false);
+  o.memory_margin = 0.3;
+  const SearchSummary wide = search_layouts(base, o);
+  std::vector<std::string> expected, got;
+  for (const PlanResult& p : none.fitting) {
+    EXPECT_LE(p.peak_bytes, p.capacity_bytes);
+    EXPECT_EQ(p.usable_bytes, p.capacity_bytes);
+    if (static_cast<double>(p.peak_bytes) <= 0.7 * static_cast<double>(p.capacity_bytes)) expected.push_back(p.flags);
+  }
+  for (const PlanResult& p : wide.fitting) got.push_back(p.flags);
+  std::sort(expected.begin(), expected.end());
+  std::sort(got.begin(), got.end());
+  ASSERT_FALSE(got.empty());
+  EXPECT_LT(got.size(), none.fitting.size());  // the margin turned some layouts away
+  EXPECT_EQ(got, expected);
+}
+
 // Megatron's uneven-pipeline rule, independently: the middle stages hold an
 // equal share and the first / last stage one or two layers fewer.
 TEST(PlanSearch, StageSplitsAreMegatronsUnevenPipelines) {
@@ -178,6 +201,12 @@ TEST(PlanCommand, TopAndJson) {
   EXPECT_NE(table.str().find("\n2: mtrain pt --model_preset"), std::string::npos) << table.str();
   EXPECT_NE(table.str().find(" --nnodes 1 --nproc_per_node 4\n"), std::string::npos) << table.str();
   EXPECT_EQ(table.str().find("\n3: "), std::string::npos) << table.str();
+  // The profile's default margin (Ascend910B3: 5%) and each plan's free memory.
+  EXPECT_NE(table.str().find("A layout fits when its peak on the device stays within 60.80 GiB: the 64.00 GiB of HBM "
+                             "less the 5% margin (--memory_margin 0.05)."),
+            std::string::npos)
+      << table.str();
+  EXPECT_NE(table.str().find("free GiB"), std::string::npos) << table.str();
   o.json = true;
   std::ostringstream json;
   run_plan_command(o, json);
@@ -186,6 +215,11 @@ TEST(PlanCommand, TopAndJson) {
   EXPECT_EQ(rows[1]["rank"], 2);
   EXPECT_EQ(rows[0]["flags"].get<std::string>().rfind("--tensor_model_parallel_size", 0), 0u) << json.str();
   EXPECT_GT(rows[0]["tokens_per_s_per_device"].get<double>(), 0);
+  for (const nlohmann::json& row : rows) {
+    EXPECT_EQ(row["headroom_bytes"].get<int64_t>(),
+              row["capacity_bytes"].get<int64_t>() - row["peak_bytes"].get<int64_t>());
+    EXPECT_LE(row["peak_bytes"].get<int64_t>(), row["usable_bytes"].get<int64_t>());
+  }
 }
 
 TEST(PlanCommand, NothingFitsIsExitSixWithTheNearestMiss) {
@@ -282,6 +316,19 @@ TEST(PlanCommand, BadInputIsAUsageError) {
                            "--expert_tensor_parallel_size", "--moe_token_dispatcher_type"})
     EXPECT_THROW(parse_plan_args({axis, "2"}), UsageError) << axis << ": the plan chooses it";
   EXPECT_THROW(parse_plan_args({"--nproc-per-node=0"}), UsageError);
+  EXPECT_DOUBLE_EQ(*parse_plan_args({"--memory_margin", "0.1"}).memory_margin, 0.1);
+  EXPECT_DOUBLE_EQ(*parse_plan_args({"--memory-margin=12.5%"}).memory_margin, 0.125);
+  EXPECT_FALSE(parse_plan_args({}).memory_margin.has_value());  // the profile's
+  for (const char* bad : {"1", "-0.1", "x", "150%", ""}) {
+    try {
+      parse_plan_args({"--memory_margin", bad});
+      ADD_FAILURE() << "--memory_margin " << bad << " accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("--memory_margin ") + bad +
+                                           ": expected a share of the HBM from 0 to below 1, or a percentage");
+    }
+  }
+  EXPECT_THROW(parse_plan_args({"--memory_margin"}), UsageError);
   const PlanOptions eq = parse_plan_args({"pt", "--nproc-per-node=4", "--nnodes=2"});
   EXPECT_EQ(eq.nproc_per_node, 4);
   EXPECT_EQ(eq.nnodes, 2);

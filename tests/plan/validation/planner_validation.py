@@ -9,8 +9,11 @@ formula mtrain prints (step = F / (TFLOP/s x devices)).
 
   planner_validation.py MTRAIN [--check] [--markdown]
 
+The 910B table's device memory is held to mtrain's peak on the device too
+(within 5 % per row).
+
 --check exits 1 unless, per table, the mean |error| <= 10 %, every row's
-|error| <= 20 %, and the rows' throughput order (Megatron-formula TFLOP/s per
+|error| <= 20 %, every memory row within 5 %, and the rows' throughput order (Megatron-formula TFLOP/s per
 device) is the published one for every pair of rows whose published
 throughputs differ by more than 2 % (closer pairs are within the run-to-run
 spread of a measurement and carry no order). A table in OPEN is printed
@@ -93,14 +96,23 @@ def rows():
     # mask computes every step's whole block (MindSpeed's ring_context_parallel,
     # sparse_mode 1); Ulysses' flash call is per document (TND, actual_seq_len), which
     # mtrain prices as one causal sequence: the documents' lengths are not published.
-    for algo, tflops, extra in [("megatron_cp_algo", 102.7, ["--cp_attention_mask_type", "general"]),
-                                ("ulysses_cp_algo", 192.3, [])]:
+    for algo, tflops, extra in CP32K:
         f = ["pt", "--model_preset", "llama2-7b", "--seq_length", 32768, "--max_position_embeddings", 32768,
              "--global_batch_size", 16, "--micro_batch_size", 1, "--tensor_model_parallel_size", 2,
              "--context_parallel_size", 4, "--context_parallel_algo", algo, "--bf16", "--sequence_parallel",
              "--use_distributed_optimizer", "--device_profile", "Ascend910B3"] + extra
         out.append(("910B (MindSpeed-LLM CP 32K)", algo, 8, "tflops", tflops, f))
     return out
+
+
+CP32K = [("megatron_cp_algo", 102.7, ["--cp_attention_mask_type", "general"]), ("ulysses_cp_algo", 192.3, [])]
+# The same table's device memory per NPU (MB = 2^20 B), held to mtrain's peak
+# on the device: the allocator's peak reserved (its 2.5% fragmentation) plus
+# what the runtime holds beside it (the 910B's idle reservation, CANN's
+# context, 2 x HCCL_BUFFSIZE per communicator). The table does not say how
+# it was read; npu-smi's HBM usage is the whole device's, as compared here.
+CP32K_MEMORY_MB = {"megatron_cp_algo": 52777, "ulysses_cp_algo": 53681}
+MEMORY_BOUND = 0.05  # per row
 
 
 # Korthikanti et al. 2022 Table 4: one transformer layer of the 22B model
@@ -157,6 +169,7 @@ OPEN_ORDER = {
 
 # --- running mtrain ---------------------------------------------------------
 STEP = re.compile(r"^Simulated step time on .*: ([0-9.]+) ms$", re.M)
+PEAK = re.compile(r"^  peak on the device +([0-9.]+) GiB$", re.M)
 TFLOPS = re.compile(r"^  per device: .*?, ([0-9.]+) TFLOP/s \(Megatron's formula\)", re.M)
 
 
@@ -165,10 +178,10 @@ def dry_run(mtrain, devices, flags, outdir):
     cmd = [mtrain] + [str(x) for x in flags] + ["--train_iters", "10", "--lr_warmup_iters", "0", "--output_dir",
                                                 outdir, "--dry_run"]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    step, tf = STEP.search(p.stdout), TFLOPS.search(p.stdout)
-    if not step or not tf:
+    step, tf, peaks = STEP.search(p.stdout), TFLOPS.search(p.stdout), PEAK.findall(p.stdout)
+    if not step or not tf or not peaks:
         sys.exit(f"no step time from: {' '.join(cmd)}\n(exit {p.returncode})\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-    return float(step.group(1)) / 1e3, float(tf.group(1))
+    return float(step.group(1)) / 1e3, float(tf.group(1)), max(float(x) for x in peaks) * 1024
 
 
 def phase_seconds(mtrain, flags, outdir):
@@ -205,8 +218,11 @@ def main():
     mtrain = args[0]
     tables = {}
     with tempfile.TemporaryDirectory() as tmp:
+        memory = []
         for table, name, devices, kind, value, flags in rows():
-            step, tf = dry_run(mtrain, devices, flags, os.path.join(tmp, "o"))
+            step, tf, peak_mib = dry_run(mtrain, devices, flags, os.path.join(tmp, "o"))
+            if table.startswith("910B") and name in CP32K_MEMORY_MB:
+                memory.append((f"{table} memory", name, CP32K_MEMORY_MB[name], peak_mib))
             # Published step time: given, or Megatron's FLOPs / (TFLOP/s x devices), with
             # mtrain's own FLOPs count (F = tf x step x devices) so both sides share it.
             published_s = value if kind == "s" else tf * step / value
@@ -253,6 +269,21 @@ def main():
         if order_open:
             order += "; not kept, open: " + ", ".join(order_open)
         summaries.append(f"{table}: mean |error| {100 * mean:.1f}%, worst {100 * worst:.1f}%, order {order}{verdict}")
+    if markdown:
+        print("\n| table | row | published (MiB) | mtrain peak on the device (MiB) | error |")
+        print("|---|---|---|---|---|")
+    for table, name, pub, pred in memory:
+        e = (pred - pub) / pub
+        if markdown:
+            print(f"| {table} | {name} | {pub} | {pred:.0f} | {100 * e:+.1f}% |")
+        else:
+            print(f"{table:32} {name:30} published {pub:7d} MiB  mtrain {pred:7.0f} MiB  error {100 * e:+6.1f}%")
+    if memory:
+        worst = max(abs(pred - pub) / pub for _, _, pub, pred in memory)
+        ok = worst <= MEMORY_BOUND
+        failed |= not ok
+        summaries.append(f"{memory[0][0]}: worst |error| {100 * worst:.1f}%"
+                         + ("" if ok else f"  NOT MET (every row within {100 * MEMORY_BOUND:.0f}%)"))
     print()
     for line in summaries:
         print(f"- {line}" if markdown else line)
