@@ -175,7 +175,7 @@ static void print_table(const PlanOptions& o, const SearchSummary& s, std::ostre
         "A layout fits when its peak on the device stays within {:.2f} GiB: the {:.2f} GiB of HBM less "
         "the {:g}% margin (--memory_margin {:g}).\n\n",
         gib(s.fitting.front().usable_bytes), gib(s.fitting.front().capacity_bytes), 100 * o.margin, o.margin);
-  out << fmt::format("{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>17} {:>8} {:>9} {:>13} {:>6}\n",
+  out << fmt::format("{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>17} {:>9} {:>9} {:>13} {:>6}\n",
                      "rank", "TP", "PP", "1st/last", "VPP", axis_columns(s, nullptr), "DP", "MBS", "recompute",
                      "distopt", "SP", "peak GiB / cap", "free GiB", "step s", "tokens/s/dev", "MFU");
   const size_t n = std::min<size_t>(o.top, s.fitting.size());
@@ -183,7 +183,7 @@ static void print_table(const PlanOptions& o, const SearchSummary& s, std::ostre
     const PlanResult& p = s.fitting[i];
     const Layout& l = p.layout;
     out << fmt::format(
-        "{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>8.2f} / {:<6.2f} {:>8.2f} {:>9.3f} "
+        "{:>4} {:>3} {:>3} {:>8} {:>3}{} {:>3} {:>4} {:>9} {:>7} {:>5} {:>8.2f} / {:<6.2f} {:>9.2f} {:>9.3f} "
         "{:>13.1f} {:>5.1f}%\n",
         i + 1, l.tp, l.pp, edge_layers(l, p.num_layers), l.vpp, axis_columns(s, &l), p.dp, l.mbs, l.recompute,
         l.distopt ? "on" : "off", l.sp ? "on" : "off", gib(p.peak_bytes), gib(p.capacity_bytes),
