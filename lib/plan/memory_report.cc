@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "common/errors.h"
 #include "config/validate.h"
+#include "plan/step_time.h"
 
 namespace mtrain::plan {
 
@@ -114,61 +117,105 @@ std::string memory_report(const DryRun& r) {
 }
 
 namespace {
+// One setting a hint may change, as the command line spells it.
 struct Change {
   std::string flags;
-  void (*apply)(config::Args&);
+  std::function<void(config::Args&)> apply;
+};
+// What a set of changes gives, dry-run checked.
+struct Outcome {
+  std::string flags;
+  int64_t peak = 0;
+  double step_s = 0;
 };
 }  // namespace
 
-// The usual changes, cheapest first (no more devices, no lost throughput first).
-static std::vector<Change> candidate_changes(const config::Args& a) {
-  std::vector<Change> out;
+// The knobs a user turns when a job does not fit, each with its
+// alternatives (one taken at most), the gentlest first: the distributed
+// optimizer; selective, then full recompute; a smaller micro-batch, halved
+// down to 1 (the global batch kept: more gradient accumulation); twice,
+// four times the tensor or pipeline parallelism (TP within a node).
+static std::vector<std::vector<Change>> knobs(const config::Args& a, int devices_per_node) {
+  std::vector<std::vector<Change>> out;
   if (!a.use_distributed_optimizer && a.data_parallel_size > 1)
-    out.push_back({"--use_distributed_optimizer", [](config::Args& x) { x.use_distributed_optimizer = true; }});
+    out.push_back({{"--use_distributed_optimizer", [](config::Args& x) { x.use_distributed_optimizer = true; }}});
+  std::vector<Change> recompute;
+  if (a.recompute_granularity == "none")
+    recompute.push_back(
+        {"--recompute_granularity selective", [](config::Args& x) { x.recompute_granularity = "selective"; }});
   if (a.recompute_granularity != "full")
-    out.push_back(
+    recompute.push_back(
         {"--recompute_granularity full --recompute_method uniform --recompute_num_layers 1", [](config::Args& x) {
            x.recompute_granularity = "full";
            x.recompute_method = "uniform";
            x.recompute_num_layers = 1;
          }});
-  if (a.micro_batch_size > 1)
-    out.push_back({fmt::format("--micro_batch_size {}", a.micro_batch_size / 2),
-                   [](config::Args& x) { x.micro_batch_size /= 2; }});
-  out.push_back({fmt::format("--tensor_model_parallel_size {}", a.tensor_model_parallel_size * 2),
-                 [](config::Args& x) { x.tensor_model_parallel_size *= 2; }});
-  out.push_back({fmt::format("--pipeline_model_parallel_size {}", a.pipeline_model_parallel_size * 2),
-                 [](config::Args& x) { x.pipeline_model_parallel_size *= 2; }});
+  if (!recompute.empty()) out.push_back(recompute);
+  std::vector<Change> micro;
+  for (int b = a.micro_batch_size / 2; b >= 1; b /= 2)
+    micro.push_back({fmt::format("--micro_batch_size {}", b), [b](config::Args& x) { x.micro_batch_size = b; }});
+  if (!micro.empty()) out.push_back(micro);
+  std::vector<Change> tp, pp;
+  for (int f : {2, 4}) {
+    const int t = a.tensor_model_parallel_size * f, p = a.pipeline_model_parallel_size * f;
+    if (t <= devices_per_node)
+      tp.push_back({fmt::format("--tensor_model_parallel_size {}", t),
+                    [t](config::Args& x) { x.tensor_model_parallel_size = t; }});
+    pp.push_back({fmt::format("--pipeline_model_parallel_size {}", p),
+                  [p](config::Args& x) { x.pipeline_model_parallel_size = p; }});
+  }
+  if (!tp.empty()) out.push_back(tp);
+  out.push_back(pp);
   return out;
 }
 
-// True when `changed` is a valid layout for the same world and its dry run fits.
-static bool fits_after(config::Args changed, int world_size) {
+// `changed`'s dry run when it is a valid layout for the same world and fits.
+static std::optional<Outcome> fits_after(config::Args changed, int world_size, const std::string& flags) {
   try {
-    config::validate(changed, world_size);
-    return plan_fits(dry_run(changed));
+    config::validate(changed, world_size);  // and derives DP and the micro-batches per step
+    const DryRun d = dry_run(changed);
+    if (!plan_fits(d)) return std::nullopt;
+    int64_t peak = 0;
+    for (const ClassMemory& c : d.classes) peak = std::max(peak, class_peak(c));
+    return Outcome{flags, peak, step_time(d).step_s};
   } catch (const ConfigError&) {
-    return false;  // not a valid layout for this world (e.g. heads not divisible by TP)
+    return std::nullopt;  // not a valid layout for this world (e.g. heads not divisible by TP)
   }
 }
 
-// The first single change that fits; else the shortest run of the changes
-// in order, applied together, that fits; else "".
-static std::string cheapest_fitting_change(const config::Args& args) {
-  const std::vector<Change> changes = candidate_changes(args);
-  for (const Change& ch : changes) {
-    config::Args changed = args;
-    ch.apply(changed);
-    if (fits_after(changed, args.world_size)) return ch.flags;
+// The fastest (simulated step time) of the fitting changes of one knob;
+// else of two knobs, three, ...: each combination takes one alternative of
+// each of its knobs (with several knobs, each knob's strongest: the smallest
+// micro-batch, full recompute, 4 x TP / PP); nullopt when nothing fits.
+static std::optional<Outcome> cheapest_fitting_change(const config::Args& args, int devices_per_node) {
+  const std::vector<std::vector<Change>> k = knobs(args, devices_per_node);
+  std::optional<Outcome> best;
+  auto consider = [&](const std::optional<Outcome>& o) {
+    if (o && (!best || o->step_s < best->step_s)) best = o;
+  };
+  for (const auto& alternatives : k)
+    for (const Change& ch : alternatives) {
+      config::Args changed = args;
+      ch.apply(changed);
+      consider(fits_after(changed, args.world_size, ch.flags));
+    }
+  const int n = static_cast<int>(k.size());
+  for (int size = 2; !best && size <= n; ++size) {
+    std::vector<bool> pick(n, false);
+    std::fill(pick.end() - size, pick.end(), true);
+    do {
+      config::Args changed = args;
+      std::string flags;
+      for (int i = 0; i < n; ++i) {
+        if (!pick[i]) continue;
+        const Change& strongest = k[i].back();
+        strongest.apply(changed);
+        flags += (flags.empty() ? "" : " ") + strongest.flags;
+      }
+      consider(fits_after(changed, args.world_size, flags));
+    } while (std::next_permutation(pick.begin(), pick.end()));
   }
-  config::Args changed = args;
-  std::string flags;
-  for (const Change& ch : changes) {
-    ch.apply(changed);
-    flags += (flags.empty() ? "" : " ") + ch.flags;
-    if (fits_after(changed, args.world_size)) return flags;
-  }
-  return "";
+  return best;
 }
 
 void require_fit(const DryRun& r, const config::Args& args) {
@@ -179,7 +226,7 @@ void require_fit(const DryRun& r, const config::Args& args) {
     if (class_peak(*g.shown) > class_peak(*worst_group->shown)) worst_group = &g;
   const ClassMemory* worst = worst_group->shown;
   const MemCategory dom = dominant(*worst);
-  const std::string fix = cheapest_fitting_change(args);
+  const std::optional<Outcome> fix = cheapest_fitting_change(args, r.profile.devices_per_node);
   throw OutOfMemoryError(
       fmt::format("the plan does not fit: pipeline stage {} (ranks {}) needs {:.2f} GiB of {} HBM{}, capacity "
                   "{:.2f} GiB, short by {:.2f} GiB; the largest part is {} ({:.2f} GiB)",
@@ -190,9 +237,12 @@ void require_fit(const DryRun& r, const config::Args& args) {
                       : std::string(),
                   gib(r.profile.hbm_bytes), gib(class_peak(*worst) - r.profile.hbm_bytes),
                   device::mem_category_name(dom), gib(category(*worst, dom))),
-      fix.empty() ? "neither the distributed optimizer, full recompute, a smaller micro-batch nor twice the tensor "
-                    "or pipeline parallelism (alone or together) fits on this many devices; plan with more nodes"
-                  : fmt::format("the cheapest change that fits (dry-run checked): {}", fix));
+      !fix ? "neither the distributed optimizer, recompute, a smaller micro-batch (down to 1) nor 2 or 4 times the "
+             "tensor or pipeline parallelism (alone or together) fits on this many devices; plan with more nodes "
+             "(mtrain plan --nnodes N)"
+           : fmt::format("the cheapest change that fits (dry-run checked; the fastest of those that fit): {} "
+                         "(peak {:.2f} GiB on the device of {:.2f} GiB, simulated step {:.3f} s)",
+                         fix->flags, gib(fix->peak), gib(r.profile.hbm_bytes), fix->step_s));
 }
 
 }  // namespace mtrain::plan

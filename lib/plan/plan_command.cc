@@ -254,6 +254,20 @@ static void world_from_job(int argc, const char* const* argv, PlanOptions& o) {
     o.nproc_per_node = positive("nproc_per_node (job YAML)", std::to_string(*job->nproc_per_node));
 }
 
+// When nothing fits on the world asked for: the smallest world of whole
+// nodes (twice, four times, ... up to 64 times the nodes) on which a layout
+// fits, searched as the plan searches (dry-run checked); 0 when none does.
+static int smallest_fitting_nodes(const config::Args& job, SearchOptions so) {
+  so.progress = nullptr;
+  so.prune = true;
+  for (int nodes = so.nnodes * 2; nodes <= so.nnodes * 64; nodes *= 2) {
+    SearchOptions at = so;
+    at.nnodes = nodes;
+    if (!search_layouts(job, at).fitting.empty()) return nodes;
+  }
+  return 0;
+}
+
 int run_plan_command(const PlanOptions& given, std::ostream& out) {
   PlanOptions o = given;
   const std::vector<std::string> tokens = job_command_line(o);
@@ -276,17 +290,24 @@ int run_plan_command(const PlanOptions& given, std::ostream& out) {
   so.memory_margin = o.margin;
   const SearchSummary s = search_layouts(inv.args, so);
   if (s.fitting.empty()) {
+    const int nodes = smallest_fitting_nodes(inv.args, so);
+    const std::string more =
+        nodes ? fmt::format("the smallest world that fits is {} node{} of {} ({} ranks): plan it with --nnodes {}",
+                            nodes, nodes == 1 ? "" : "s", o.nproc_per_node, nodes * o.nproc_per_node, nodes)
+              : fmt::format("no world up to {} nodes of {} fits either: a smaller model or --seq_length", o.nnodes * 64,
+                            o.nproc_per_node);
     if (s.misses.empty())
-      throw OutOfMemoryError(
-          fmt::format("no layout of {} ranks fits: all {} candidates are invalid or pruned", world, s.candidates),
-          "plan with more nodes (--nnodes) or a smaller model / --seq_length");
+      throw OutOfMemoryError(fmt::format("no layout of {} ranks fits: of {} candidates, {} are invalid and the "
+                                         "parameter states alone of the other {} exceed the HBM",
+                                         world, s.candidates, s.invalid, s.candidates - s.invalid),
+                             more);
     const PlanResult& m = s.misses.front();
     throw OutOfMemoryError(
         fmt::format("no layout of {} ranks fits; the nearest miss ({}) needs {:.2f} GiB of {:.2f} GiB ({:.2f} GiB "
                     "of HBM less the {:g}% --memory_margin), short by {:.2f} GiB",
                     world, m.flags, gib(m.peak_bytes), gib(m.usable_bytes), gib(m.capacity_bytes), 100 * o.margin,
                     gib(m.peak_bytes - m.usable_bytes)),
-        "plan with more nodes (--nnodes) or a smaller --global_batch_size / --seq_length");
+        more);
   }
   if (o.json)
     print_json(o, s, out);

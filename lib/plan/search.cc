@@ -15,6 +15,7 @@
 #include "plan/formula_compare.h"
 #include "plan/memory_report.h"
 #include "plan/step_time.h"
+#include "train/rank_build.h"
 
 namespace mtrain::plan {
 
@@ -284,7 +285,10 @@ static std::string without_mbs(Layout l, int num_layers) {
 SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   const int world = o.nnodes * o.nproc_per_node;
   SearchSummary s;
-  int64_t capacity = -1;
+  // What a fitting peak stays within, known before the first dry run so
+  // that the first candidate is pruned like the rest.
+  const device::DeviceProfile profile = train::device_profile(base);
+  int64_t capacity = static_cast<int64_t>(static_cast<double>(profile.hbm_bytes) * (1 - o.memory_margin));
   std::set<std::string> missed;  // without_mbs of the layouts dry-run that did not fit
   const std::vector<Layout> layouts = enumerate_layouts(base, o);
   s.moe = base.num_experts.has_value();
@@ -301,7 +305,7 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
       ++s.invalid;  // Megatron would refuse it too
       continue;
     }
-    if (o.prune && capacity >= 0 && hopeless(a, capacity)) {
+    if (o.prune && hopeless(a, capacity)) {
       ++s.pruned;
       continue;
     }
@@ -315,7 +319,6 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
     }
     ++s.dry_run;
     PlanResult p = measure(a, l, o.memory_margin);
-    capacity = p.usable_bytes;
     if (!p.fits) missed.insert(others);
     (p.fits ? s.fitting : s.misses).push_back(std::move(p));
   }

@@ -39,7 +39,8 @@ TEST_F(DryRunCli, SevenBillionOnANodeThatDoesNotFitIsExitSix) {
   EXPECT_NE(r.out.find("DOES NOT FIT"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("the plan does not fit: pipeline stage 0 (ranks 0-7)"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("the largest part is optimizer states"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("hint: the cheapest change that fits (dry-run checked): --use_distributed_optimizer"),
+  EXPECT_NE(r.err.find("hint: the cheapest change that fits (dry-run checked; the fastest of those that fit): "
+                       "--pipeline_model_parallel_size 4 (peak "),
             std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(tmp_ / "out" / "logging.jsonl")) << "a dry run trains nothing";

@@ -40,7 +40,10 @@ TEST_F(PlanCli, TheBestPlanReRunAsADryRunFits) {
 TEST_F(PlanCli, NothingFitsIsExitSix) {
   const RunResult r = run(concat(qwen7b(), {"--nproc_per_node", "1"}), "one", world(4));
   EXPECT_EQ(r.exit_code, 6) << r.describe();
-  EXPECT_NE(r.err.find("no layout of 1 ranks fits; the nearest miss"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no layout of 1 ranks fits: of "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hint: the smallest world that fits is 4 nodes of 1 (4 ranks): plan it with --nnodes 4"),
+            std::string::npos)
+      << r.err;
 }
 
 // One rank per NPU: an Ascend910B3 node has 8, so 16 per node is refused

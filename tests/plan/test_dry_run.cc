@@ -232,17 +232,57 @@ TEST_F(DryRunTest, SevenBillionOnEightNpusWithoutHostMemory) {
     EXPECT_NE(msg.find("short by"), std::string::npos) << msg;
     // 18 B/param (113 GiB) at DP 8. Alone, the distributed optimizer leaves
     // 6 + 12/8 B/param (47 GiB) plus ~17 GiB of selective-recompute
-    // activations (34sbh per layer, Korthikanti et al.): over 64 GiB. Full
-    // recompute alone leaves the 113 GiB; both together fit.
-    EXPECT_EQ(e.hint(),
-              "the cheapest change that fits (dry-run checked): --use_distributed_optimizer --recompute_granularity "
-              "full --recompute_method uniform --recompute_num_layers 1");
+    // activations (34sbh per layer, Korthikanti et al.): over 64 GiB; full
+    // recompute leaves the 113 GiB; PP 2 or TP 2 leave 56 GiB of states
+    // beside 17 or 8.5 GiB of activations. PP 4 (28 GiB of states, stage 0
+    // holding 4 micro-batches of its 8 layers: 17 GiB) and TP 4 (28 + 4) fit;
+    // the hint names the faster by the simulated step, with its peak.
+    const std::string prefix =
+        "the cheapest change that fits (dry-run checked; the fastest of those that fit): "
+        "--pipeline_model_parallel_size 4 (peak ";
+    ASSERT_EQ(e.hint().rfind(prefix, 0), 0u) << e.hint();
+    const double peak_gib = std::stod(e.hint().substr(prefix.size()));
+    config::Args pp4 = parse(flags + " --pipeline_model_parallel_size 4", 8);
+    const DryRun fixed = dry_run(pp4);
+    EXPECT_TRUE(plan_fits(fixed));
+    int64_t peak = 0;
+    for (const ClassMemory& k : fixed.classes) peak = std::max(peak, class_peak(k));
+    EXPECT_NEAR(peak_gib, static_cast<double>(peak) / (1LL << 30), 0.005);
+    EXPECT_FALSE(plan_fits(dry_run(parse(flags + " --use_distributed_optimizer", 8))));
+    EXPECT_TRUE(plan_fits(dry_run(parse(flags + " --tensor_model_parallel_size 4", 8))));
   }
   // Bookkeeping only: the planned device holds > 100 GiB, the host grew by
   // far less than one fp32 copy of the weights (27 GB) would take.
   rusage after{};
   getrusage(RUSAGE_SELF, &after);
   EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 512L * 1024) << "max RSS grew in KiB";
+}
+
+// A micro-batch far too large: the hint halves it down to the largest that
+// fits (the global batch kept), not "nothing fits": Llama-2-7B at TP 8 + SP
+// holds ~2.36 GiB of activations per sample of 4096 tokens (151 GiB at 64),
+// 14 GiB of states, so 32 samples do not fit in 64 GiB and 16 do.
+TEST_F(DryRunTest, AHugeMicroBatchGetsTheLargestThatFits) {
+  const std::string flags =
+      "pt --model_preset llama2-7b --bf16 --seq_length 4096 --global_batch_size 64 --tensor_model_parallel_size 8 "
+      "--sequence_parallel --recompute_granularity none --train_iters 1 --lr_warmup_iters 0 --output_dir " +
+      out_.string();
+  const config::Args args = parse(flags + " --micro_batch_size 64", 8);
+  const DryRun r = dry_run(args);
+  ASSERT_FALSE(plan_fits(r));
+  try {
+    require_fit(r, args);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string prefix =
+        "the cheapest change that fits (dry-run checked; the fastest of those that fit): --micro_batch_size 16 (peak ";
+    ASSERT_EQ(e.hint().rfind(prefix, 0), 0u) << e.hint();
+    EXPECT_FALSE(plan_fits(dry_run(parse(flags + " --micro_batch_size 32", 8))));
+    const DryRun sixteen = dry_run(parse(flags + " --micro_batch_size 16", 8));
+    ASSERT_TRUE(plan_fits(sixteen));
+    EXPECT_NEAR(std::stod(e.hint().substr(prefix.size())),
+                static_cast<double>(class_peak(sixteen.classes[0])) / (1LL << 30), 0.005);
+  }
 }
 
 // Megatron-LM's theoretical_memory_usage.py (estimator-formulas.md §1b,

@@ -222,7 +222,9 @@ TEST(PlanCommand, TopAndJson) {
   }
 }
 
-TEST(PlanCommand, NothingFitsIsExitSixWithTheNearestMiss) {
+// Nothing fits: exit 6 with what is true of this world and the smallest
+// world that fits, searched the same way (not "a smaller batch").
+TEST(PlanCommand, NothingFitsIsExitSixWithTheSmallestWorldThatFits) {
   const PlanOptions o = parse_plan_args({"--nproc_per_node", "1", "--model_preset", "qwen2.5-7b", "--global_batch_size",
                                          "8", "--seq_length", "1024", "--bf16"});
   std::ostringstream out;
@@ -231,7 +233,34 @@ TEST(PlanCommand, NothingFitsIsExitSixWithTheNearestMiss) {
     FAIL() << "a 7B model fits on one 64 GiB device?";
   } catch (const OutOfMemoryError& e) {
     EXPECT_EQ(e.code(), ExitCode::kOutOfMemory);
-    EXPECT_NE(std::string(e.what()).find("nearest miss"), std::string::npos) << e.what();
+    // 18 B x 7.6e9 parameters (114 GiB) on the one device: every candidate's states alone exceed it,
+    // the first one too (none is dry-run to be named the "nearest miss").
+    EXPECT_EQ(std::string(e.what()),
+              "no layout of 1 ranks fits: of 12 candidates, 0 are invalid and the parameter states alone of the "
+              "other 12 exceed the HBM");
+    // On 2 devices the states alone take 18 B x 3.8e9 = 64 GiB per stage at PP 2, or (6 + 12/2) B x 7.6e9
+    // = 85 GiB with the distributed optimizer at DP 2: over 60.8 GiB; 4 devices (PP 2 x DP 2, 45 GiB of
+    // states) fit.
+    EXPECT_EQ(e.hint(), "the smallest world that fits is 4 nodes of 1 (4 ranks): plan it with --nnodes 4");
+  }
+  // States that fit, activations that do not (256K tokens of Qwen2.5-0.5B on one device): the nearest
+  // miss is a dry-run layout, full recompute's, with its need against the capacity less the margin.
+  const PlanOptions longer =
+      parse_plan_args({"--nproc_per_node", "1", "--model_preset", "qwen2.5-0.5b", "--global_batch_size", "8",
+                       "--seq_length", "262144", "--max_position_embeddings", "262144", "--bf16"});
+  try {
+    run_plan_command(longer, out);
+    FAIL() << "256K tokens fit on one device?";
+  } catch (const OutOfMemoryError& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(m.rfind("no layout of 1 ranks fits; the nearest miss (--tensor_model_parallel_size 1 "
+                      "--pipeline_model_parallel_size 1 --micro_batch_size 1 --recompute_granularity full",
+                      0),
+              0u)
+        << m;
+    EXPECT_NE(m.find(" GiB of 60.80 GiB (64.00 GiB of HBM less the 5% --memory_margin), short by "), std::string::npos)
+        << m;
+    EXPECT_EQ(e.hint().rfind("the smallest world that fits is ", 0), 0u) << e.hint();
   }
 }
 
