@@ -32,7 +32,10 @@
 #include "mtrain/launch/launch_run.h"
 #include "mtrain/launch/rendezvous.h"
 #include "parallel/mpi_comm.h"
+#include "plan/dry_run.h"
 #include "plan/dry_run_command.h"
+#include "plan/memory_report.h"
+#include "tensor/tensor.h"
 #include "train/rank_build.h"
 #include "train/run.h"
 
@@ -116,6 +119,28 @@ int validated_world_size(const LaunchChoice& launch, const mtrain::launch::Env& 
   return launch.dry_run ? launch.request.world_size() : world.size;
 }
 
+// A real run checks its budget first, shape-only (the dry run's numbers,
+// in well under a second): a plan that does not fit the simulated NPUs, or
+// whose fp32 tensors this machine's RAM cannot hold for its ranks, is
+// refused before any host memory is allocated. A job the dry run cannot
+// size (no vocabulary known before the data is read) is left to the run.
+static void preflight(const mtrain::config::Args& given, const WorldInfo& world) {
+  mtrain::config::Args args = given;
+  // --num_train_epochs: the length comes from the data; the budget is one step's.
+  if (!args.train_iters) args.train_iters = 1;
+  if (!args.lr_decay_iters) args.lr_decay_iters = *args.train_iters;
+  std::optional<mtrain::plan::DryRun> budget;
+  try {
+    budget = mtrain::plan::dry_run(args);
+  } catch (const mtrain::ConfigError&) {
+    return;
+  }
+  mtrain::plan::require_fit(*budget, args);
+  std::vector<int> local;
+  for (int i = 0; i < world.local_size; ++i) local.push_back(world.rank - world.local_rank + i);
+  mtrain::plan::require_host_fit(*budget, local, mtrain::host_available_bytes());
+}
+
 Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const WorldInfo& world) {
   Prepared p;
   mtrain::config::ParseOptions options;
@@ -144,6 +169,7 @@ Prepared prepare(int argc, char** argv, const mtrain::launch::Env& env, const Wo
     placed.local_size = launch.request.nproc_per_node;
   }
   p.placement = mtrain::launch::place_device(profile, env, placed, &p.warnings);
+  if (!p.inv.args.dry_run) preflight(p.inv.args, world);  // every rank alike: agreed on, reported once
   return p;
 }
 

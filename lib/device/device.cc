@@ -106,7 +106,7 @@ void Device::use_communicator(const std::string& group, int group_size) {
   ++stats_.communicators;
 }
 
-void Device::allocate(int64_t bytes, MemCategory category, const std::string& what) {
+void Device::allocate(int64_t bytes, MemCategory category, const std::string& what, int64_t host_bytes) {
   if (bytes < 0) throw Error(ExitCode::kInternal, "negative allocation for " + what);
   const int64_t block = profile_.allocator_block_bytes;
   int64_t new_allocated = stats_.allocated + bytes;
@@ -123,10 +123,13 @@ void Device::allocate(int64_t bytes, MemCategory category, const std::string& wh
   live_[static_cast<int>(category)][what] += bytes;
   stats_.max_allocated = std::max(stats_.max_allocated, stats_.allocated);
   stats_.max_reserved = std::max(stats_.max_reserved, stats_.reserved);
+  stats_.host += host_bytes;
+  stats_.max_host = std::max(stats_.max_host, stats_.host);
 }
 
-void Device::release(int64_t bytes, MemCategory category, const std::string& what) {
+void Device::release(int64_t bytes, MemCategory category, const std::string& what, int64_t host_bytes) {
   stats_.allocated -= bytes;
+  stats_.host -= host_bytes;
   stats_.by_category[static_cast<int>(category)] -= bytes;
   auto& live = live_[static_cast<int>(category)];
   if (auto it = live.find(what); it != live.end() && (it->second -= bytes) == 0) live.erase(it);

@@ -31,6 +31,9 @@ struct MemoryStats {
   std::array<int64_t, static_cast<int>(MemCategory::kCount)> by_category{};
   std::array<int64_t, static_cast<int>(RuntimeKind::kCount)> runtime{};
   int communicators = 0;  // the communicators whose buffers are held
+  // The host memory the real run's tensors take (the simulated device's math
+  // is fp32 on the CPU): counted in a dry run too, where nothing is allocated.
+  int64_t host = 0, max_host = 0;
   int64_t runtime_bytes() const;
   // What the device holds at its peak: the allocator's peak reserved plus the runtime's.
   int64_t device_peak() const { return max_reserved + runtime_bytes(); }
@@ -43,10 +46,11 @@ class Device {
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
-  // Accounts `bytes` for `what`; throws OutOfMemoryError naming `what` and the breakdown.
-  void allocate(int64_t bytes, MemCategory category, const std::string& what);
-  // Gives back an allocation made with the same bytes, category and name.
-  void release(int64_t bytes, MemCategory category, const std::string& what);
+  // Accounts `bytes` for `what` (and `host_bytes` of the host storage a real
+  // run gives it); throws OutOfMemoryError naming `what` and the breakdown.
+  void allocate(int64_t bytes, MemCategory category, const std::string& what, int64_t host_bytes = 0);
+  // Gives back an allocation made with the same bytes, category, name and host bytes.
+  void release(int64_t bytes, MemCategory category, const std::string& what, int64_t host_bytes = 0);
   // The live bytes of a category by allocation name (allocations of one name
   // summed), in name order: what the dry run's report breaks a category into.
   const std::map<std::string, int64_t>& live_by_name(MemCategory category) const {

@@ -228,9 +228,11 @@ void require_fit(const DryRun& r, const config::Args& args) {
   const MemCategory dom = dominant(*worst);
   const std::optional<Outcome> fix = cheapest_fitting_change(args, r.profile.devices_per_node);
   throw OutOfMemoryError(
-      fmt::format("the plan does not fit: pipeline stage {} (ranks {}) needs {:.2f} GiB of {} HBM{}, capacity "
-                  "{:.2f} GiB, short by {:.2f} GiB; the largest part is {} ({:.2f} GiB)",
-                  worst->rank_class.stage, ranks_text(worst_group->ranks), gib(class_peak(*worst)), r.profile.name,
+      fmt::format("the plan does not fit: pipeline stage {} (rank{} {}) needs {:.2f} GiB of {} HBM{}, capacity "
+                  "{:.2f} GiB, short by {:.2f} GiB; the largest part is {} ({:.2f} GiB; --dry_run of the same flags "
+                  "shows every part)",
+                  worst->rank_class.stage, worst_group->ranks.size() == 1 ? "" : "s", ranks_text(worst_group->ranks),
+                  gib(class_peak(*worst)), r.profile.name,
                   worst->stats.runtime_bytes() > 0
                       ? fmt::format(" ({:.2f} GiB of it held outside the allocator: runtime, collective buffers)",
                                     gib(worst->stats.runtime_bytes()))
@@ -243,6 +245,27 @@ void require_fit(const DryRun& r, const config::Args& args) {
            : fmt::format("the cheapest change that fits (dry-run checked; the fastest of those that fit): {} "
                          "(peak {:.2f} GiB on the device of {:.2f} GiB, simulated step {:.3f} s)",
                          fix->flags, gib(fix->peak), gib(r.profile.hbm_bytes), fix->step_s));
+}
+
+int64_t host_need(const DryRun& r, const std::vector<int>& local_ranks) {
+  int64_t need = 0;
+  for (int rank : local_ranks)
+    for (const ClassMemory& c : r.classes)
+      if (std::find(c.rank_class.ranks.begin(), c.rank_class.ranks.end(), rank) != c.rank_class.ranks.end())
+        need += c.stats.max_host;
+  return need;
+}
+
+void require_host_fit(const DryRun& r, const std::vector<int>& local_ranks, int64_t available) {
+  const int64_t need = host_need(r, local_ranks);
+  if (available < 0 || need <= available) return;
+  throw OutOfMemoryError(
+      fmt::format("host out of memory: the run's {} rank{} on this machine need{} {} MiB of RAM for the real fp32 "
+                  "tensors of the simulated NPUs, only {} MiB are available",
+                  local_ranks.size(), local_ranks.size() == 1 ? "" : "s", local_ranks.size() == 1 ? "s" : "",
+                  need >> 20, available >> 20),
+      "the simulated NPUs have room (checked shape-only); train a smaller model or fewer ranks per machine here, "
+      "or plan the job with --dry_run (memory per device, nothing allocated on the host)");
 }
 
 }  // namespace mtrain::plan

@@ -37,4 +37,11 @@ std::string memory_report(const DryRun& r);
 // else the shortest run of them applied together that fits.
 void require_fit(const DryRun& r, const config::Args& args);
 
+// The host RAM a real run of `r` needs on one machine: the fp32 storage of
+// every tensor (the peak, Device's max_host) of the ranks `local_ranks`.
+int64_t host_need(const DryRun& r, const std::vector<int>& local_ranks);
+// Throws OutOfMemoryError saying how much the host needs and has when the
+// ranks' need exceeds `available` (bytes; negative: unknown, no check).
+void require_host_fit(const DryRun& r, const std::vector<int>& local_ranks, int64_t available);
+
 }  // namespace mtrain::plan

@@ -36,8 +36,7 @@ std::string shape_str(const Shape& s) {
   return r + ")";
 }
 
-// MemAvailable from /proc/meminfo in bytes, or -1 if unknown.
-static int64_t host_available_bytes() {
+int64_t host_available_bytes() {
   std::FILE* f = std::fopen("/proc/meminfo", "r");
   if (!f) return -1;
   char line[256];
@@ -58,10 +57,10 @@ void Tensor::FreeDeleter::operator()(float* p) const { std::free(p); }
 Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategory category, std::string name, bool meta)
     : shape_(std::move(shape)), dtype_(dtype), category_(category), name_(std::move(name)) {
   numel_ = shape_numel(shape_);
-  dev.allocate(numel_ * dtype_bytes(dtype_), category_, name_);
+  dev.allocate(numel_ * dtype_bytes(dtype_), category_, name_, host_bytes());
   device_ = &dev;
   if (!meta && numel_ > 0) {
-    size_t bytes = (static_cast<size_t>(numel_) * sizeof(float) + 63) / 64 * 64;
+    const size_t bytes = static_cast<size_t>(host_bytes());
     // Linux overcommits: a too-large allocation "succeeds" and the kernel
     // kills the process when the pages are touched. Check big buffers
     // against the memory actually available first.
@@ -73,8 +72,8 @@ Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategor
           "host out of memory: " + std::to_string(bytes >> 20) + " MiB for " + name_ +
               (available >= 0 ? " but only " + std::to_string(available >> 20) + " MiB are available" : ""),
           "the simulated NPU has room, but this machine's RAM does not hold the real fp32 tensors; "
-          "train a smaller model here, or plan the job shape-only with --dry_run (memory per device, nothing "
-          "allocated on the host)");
+          "train a smaller model here, or plan the job shape-only with --dry_run (memory per device and the host "
+          "RAM a real run needs, nothing allocated on the host)");
     }
     std::memset(p, 0, bytes);
     data_.reset(static_cast<float*>(p));
@@ -84,7 +83,7 @@ Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategor
 Tensor::~Tensor() { reset(); }
 
 void Tensor::reset() {
-  if (device_) device_->release(numel_ * dtype_bytes(dtype_), category_, name_);
+  if (device_) device_->release(numel_ * dtype_bytes(dtype_), category_, name_, host_bytes());
   device_ = nullptr;
   data_.reset();
 }

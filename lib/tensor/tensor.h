@@ -27,6 +27,9 @@ std::string shape_str(const Shape& s);
 // bandwidth is well below the machine's).
 void zero_floats(float* x, int64_t n);
 
+// MemAvailable from /proc/meminfo in bytes, or -1 if unknown.
+int64_t host_available_bytes();
+
 class Tensor {
  public:
   Tensor() = default;
@@ -48,6 +51,8 @@ class Tensor {
   bool defined() const { return device_ != nullptr; }
   const std::string& name() const { return name_; }
   int64_t device_bytes() const { return numel_ * dtype_bytes(dtype_); }
+  // The host storage a real (not meta) tensor holds: fp32 in whole 64-byte lines.
+  int64_t host_bytes() const { return numel_ > 0 ? (numel_ * static_cast<int64_t>(sizeof(float)) + 63) / 64 * 64 : 0; }
   void zero();  // zero_floats over the whole storage (no-op for meta tensors)
 
  private:

@@ -88,18 +88,24 @@ TEST_F(RankFaults, HealthyTwoRankRunSucceedsWithTheWatchdogArmed) {
   EXPECT_EQ(train_rows(tmp_ / "out").size(), 3u);
 }
 
-// Errors that differ per rank are not merged: on the 64 MiB test device each
-// rank runs out of memory on its own NPU, and each says so with its rank
-// (an error every rank hits alike is printed once: tests/launch ChildExitCodePropagates).
-TEST_F(RankFaults, RankSpecificErrorsArePrintedByEachRank) {
-  // The demo's own batch (micro-batches of 8): its activations do not fit 64 MiB.
+// A real run checks the simulated NPUs' budget shape-only before it
+// allocates anything: on the 64 MiB test device the demo's activations do
+// not fit, and every rank finds so alike, so the verdict (the dry run's,
+// with its hint) is printed once, before training. Errors that differ per
+// rank are printed by each rank: SaveErrors.DiskFullStopsEveryRankAndKeepsThePreviousCheckpoint.
+TEST_F(RankFaults, APlanThatDoesNotFitIsRefusedOnceBeforeTraining) {
+  // The demo's own batch (micro-batches of 8).
   const RunResult r =
       run(concat(demo_sft_args(2, tmp_ / "out"), words("--device_profile tiny_test --lr_warmup_iters 0")), "oom",
           two_ranks());
   ASSERT_FALSE(r.timed_out) << r.describe();
   EXPECT_EQ(r.exit_code, 6) << r.describe();
-  EXPECT_TRUE(contains(r.err, "mtrain: error: (rank 0, node 0) npu:0 (tiny_test) out of memory")) << r.err;
-  EXPECT_TRUE(contains(r.err, "mtrain: error: (rank 1, node 0) npu:1 (tiny_test) out of memory")) << r.err;
+  const std::string verdict = "mtrain: error: the plan does not fit: pipeline stage 0 (ranks 0-1) needs ";
+  const size_t at = r.err.find(verdict);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find(verdict, at + 1), std::string::npos) << "printed once:\n" << r.err;
+  EXPECT_TRUE(contains(r.err, "  hint: the cheapest change that fits (dry-run checked")) << r.err;
+  EXPECT_TRUE(training_lines(r.out).empty()) << r.out;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // shape-only construction of the rank class that stands for it. Also: the
 // report's verdict, the exit-6 message of a plan that does not fit, and a
 // 7B-scale plan that allocates nothing on the host.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -49,6 +50,7 @@ TEST_P(RealAgrees, PeakMemoryByCategory) {
       ASSERT_GT(r.max_allocated, 0) << "rank " << rank << " recorded nothing";
       EXPECT_EQ(c.stats.max_allocated, r.max_allocated) << "rank " << rank;
       EXPECT_EQ(c.stats.max_reserved, r.max_reserved) << "rank " << rank;
+      EXPECT_EQ(c.stats.max_host, r.max_host) << "rank " << rank << ": the host RAM of the real fp32 tensors";
       for (int k = 0; k < static_cast<int>(MemCategory::kCount); ++k)
         EXPECT_EQ(c.stats.by_category[k], r.by_category[k])
             << "rank " << rank << ", " << device::mem_category_name(static_cast<MemCategory>(k));
@@ -82,6 +84,8 @@ INSTANTIATE_TEST_SUITE_P(
                "--untie_embeddings_and_output_weights false --fp16"},
         Layout{"dp2_no_distopt", 2, "--use_distributed_optimizer false"},
         Layout{"dp2_distopt", 2, "--use_distributed_optimizer"},
+        // The logged norms' collectives (a dry step has no gradients to count: the same sums over nothing).
+        Layout{"dp2_logged_norms", 2, "--use_distributed_optimizer --log_num_zeros_in_grad --log_params_norm"},
         Layout{"full_recompute_block", 1,
                "--recompute_granularity full --recompute_method block --recompute_num_layers 1"},
         Layout{"selective_recompute_unfused", 1, "--recompute_granularity selective --attention_backend unfused"},
@@ -157,6 +161,29 @@ TEST_F(DryRunTest, RuntimeMemoryIsInThePeakOnTheDevice) {
     EXPECT_NE(std::string(e.what()).find("(1.05 GiB of it held outside the allocator: runtime, collective buffers)"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// The host RAM a real run needs (its tensors' fp32 storage) is known
+// shape-only: a machine without it is refused before anything is allocated,
+// saying how much the ranks on it need.
+TEST_F(DryRunTest, HostNeedIsKnownBeforeAllocating) {
+  const DryRun r = dry_run(parse(demo("--tensor_model_parallel_size 2"), 2));
+  const int64_t one = host_need(r, {0}), both = host_need(r, {0, 1});
+  // At least the fp32 weights, gradients and Adam states of the rank's 1.7e6 parameters.
+  EXPECT_GE(one, 16 * r.classes[0].parameters);
+  EXPECT_EQ(both, 2 * one);  // TP shards are alike
+  EXPECT_NO_THROW(require_host_fit(r, {0, 1}, both));
+  EXPECT_NO_THROW(require_host_fit(r, {0, 1}, -1));  // unknown: no check
+  try {
+    require_host_fit(r, {0, 1}, both - 1);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(std::string(e.what()), fmt::format("host out of memory: the run's 2 ranks on this machine need {} MiB of "
+                                                 "RAM for the real fp32 tensors of the simulated NPUs, only {} MiB are "
+                                                 "available",
+                                                 both >> 20, (both - 1) >> 20));
+    EXPECT_NE(e.hint().find("--dry_run"), std::string::npos);
   }
 }
 
