@@ -134,8 +134,10 @@ void shared_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const
   if (wt.shared_fc2_lora.A)
     lora::row_adapter_forward(tp, out, shared_lora_buffers(a, w, 1), a.shared_act.data(), wt.shared_fc2_lora, N, Fs, C);
   round_act(c, out, Nl * C);
-  if (!c.shared_gate || profiler::shape_only()) return;
-  // Qwen2-MoE: out_t *= sigmoid(x_t . gate_weight) on this rank's tokens.
+  if (!c.shared_gate) return;
+  // Qwen2-MoE: out_t *= sigmoid(x_t . gate_weight) on this rank's tokens (x read, out kept, scaled, written).
+  profiler::Scope prof(profiler::elementwise_kernel("shared_expert_gate", 4.0 * Nl * C, 3.0 * Nl * C));
+  if (profiler::shape_only()) return;
   std::memcpy(a.shared_out.data(), out, sizeof(float) * Nl * C);
   for (int64_t t = 0; t < Nl; ++t) {
     double s = 0;
@@ -152,10 +154,11 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
                      MoeWorkspace& w, const SpBuffers& sp, float* dx, const float* dout, const float* x, int64_t N) {
   const int64_t C = c.hidden, Fs = c.shared_local(), FC1s = c.shared_fc1_local(), Nl = tokens_local(c, N);
   const float* d_out = dout;
-  if (c.shared_gate && !profiler::shape_only()) {
+  if (c.shared_gate) {
     // out = s * g, g = sigmoid(x . w): d(s) = dout * g; d(pre) = <dout, s> g (1 - g).
+    profiler::Scope prof(profiler::elementwise_kernel("shared_expert_gate_backward", 3.0 * Nl * C, 3.0 * Nl * C));
     float* ds = w.d_shared.data();
-    for (int64_t t = 0; t < Nl; ++t) {
+    for (int64_t t = 0; t < Nl && !profiler::shape_only(); ++t) {
       const float g = a.gate.data()[t];
       double dot = 0;
       for (int64_t j = 0; j < C; ++j) {
@@ -164,7 +167,7 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
       }
       w.dprobs.data()[t] = static_cast<float>(dot * g * (1.0 - g));  // dprobs is free here: d(pre-gate) per token
     }
-    round_act(c, ds, Nl * C);
+    if (!profiler::shape_only()) round_act(c, ds, Nl * C);
     d_out = ds;
   }
   parallel::row_parallel_linear_backward(tp, w.shared_d_act.data(), wt.shared_fc2_grad, sp.full_out, d_out,
@@ -185,7 +188,10 @@ void shared_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
   if (wt.shared_fc1_lora.A)
     lora::column_adapter_backward(tp, dx, shared_lora_buffers(a, w, 0), w.shared_d_fc1.data(), x_full,
                                   wt.shared_fc1_lora, N, C, FC1s);
-  if (!c.shared_gate || profiler::shape_only()) return;
+  if (!c.shared_gate) return;
+  // dx += d(pre) w and d(w) += d(pre) x over this rank's tokens: x read, dx read and written.
+  profiler::Scope prof(profiler::elementwise_kernel("shared_expert_gate_input_backward", 3.0 * Nl * C, 4.0 * Nl * C));
+  if (profiler::shape_only()) return;
   const float* dpre = w.dprobs.data();
   for (int64_t t = 0; t < Nl; ++t)
     for (int64_t j = 0; j < C; ++j) {
@@ -220,9 +226,8 @@ void routed_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
   const int64_t C = c.hidden, K = c.router.topk, M = a.M;
   const bool shape = profiler::shape_only();
   const Routing r = routing_of(a, c.perm_rows(Nl));
-  if (!shape)
-    unpermute_backward(w.d_perm.data(), w.dprobs.data(), dout, a.y_perm.data(), a.probs_perm.data(), r.row_token,
-                       r.slot_row, Nl, K, M, C);
+  unpermute_backward(w.d_perm.data(), w.dprobs.data(), dout, a.y_perm.data(), a.probs_perm.data(), r.row_token,
+                     r.slot_row, Nl, K, M, C);
   round_act(c, w.d_perm.data(), M * C);
   if (!shape && c.ep == 1) add_fc2_bias_grad(c, wt, w.d_perm.data(), a.rows.data());
   const int64_t m_max = c.max_rows(Nl);
@@ -240,7 +245,6 @@ void routed_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
   } else {
     experts_backward(c, wt, a, w, w.d_perm.data(), w.d_perm.data(), a.x_perm.data(), a.rows.data());
   }
-  if (shape) return;
   permute_backward(dx, w.d_perm.data(), r.slot_row, Nl, K, C);
 }
 
@@ -301,17 +305,19 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
   } else if (out) {
     std::memset(out, 0, sizeof(float) * Nl * C);
   }
-  if (profiler::shape_only()) {  // a dry run: no routing, every expert gets its even share of the rows
+  // Each TP rank routes its own contiguous token shard of the B sequences of T tokens (sequence parallel);
+  // a dry run prices the gate GEMM and the routing pass, then gives every expert its even share of the rows.
+  const RouterTokens toks = c.sequence_parallel ? RouterTokens{B, T, tp.tp->rank() * Nl, Nl} : RouterTokens{B, T};
+  router_forward(a.route, nullptr, x, wt.router, wt.expert_bias, toks, c.router, training, token_group(tp));
+  if (profiler::shape_only()) {
     a.M = Nl * K;
     const int64_t E = c.router.num_experts;
     for (int64_t e = 0; e < E; ++e) a.rows[e] = a.M / E + (e < a.M % E ? 1 : 0);
-  } else {
-    // Each TP rank routes its own contiguous token shard of the B sequences of T tokens (sequence parallel).
-    const RouterTokens toks = c.sequence_parallel ? RouterTokens{B, T, tp.tp->rank() * Nl, Nl} : RouterTokens{B, T};
-    router_forward(a.route, nullptr, x, wt.router, wt.expert_bias, toks, c.router, training, token_group(tp));
   }
   if (c.allgather_dispatch()) return allgather_forward(c, tp, wt, a, w, out, x, Nl);
-  if (!profiler::shape_only()) {
+  if (profiler::shape_only()) {
+    permute_forward(nullptr, nullptr, x, nullptr, nullptr, nullptr, a.M, C, c.permute_fusion);
+  } else {
     const int64_t m_max = c.max_rows(Nl);
     const Routing r = routing_of(a, m_max);
     const int64_t pad = c.router.pad_to_capacity && a.route.capacity > 0 ? a.route.capacity : 0;
@@ -344,7 +350,10 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
   // After the reduction over expert TP, like a row-parallel bias (EP: added on the experts' rank).
   if (!profiler::shape_only() && c.ep == 1) add_fc2_bias(c, wt, a.y_perm.data(), a.rows.data());
   round_act(c, a.y_perm.data(), M * C);
-  if (profiler::shape_only()) return;
+  if (profiler::shape_only()) {
+    unpermute_forward(nullptr, nullptr, nullptr, nullptr, Nl, K, M, C, c.permute_fusion, nullptr);
+    return;
+  }
   const Routing r = routing_of(a, c.perm_rows(Nl));
   unpermute_forward(w.routed.data(), a.y_perm.data(), a.probs_perm.data(), r.slot_row, Nl, K, M, C, c.permute_fusion,
                     w.scratch.data());
@@ -368,12 +377,12 @@ void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const M
   } else {
     routed_backward(c, tp, wt, a, w, dx, dout, Nl);
   }
-  if (shape) return;
   // Megatron under the per-token loss scales each aux loss by the router's tokens times the token
   // group's size before its autoscaler (router.h, aux_grad_scale).
   const float aux_grad_scale = aux_loss_scale * static_cast<float>(Nl * token_group(tp).size());
   router_backward(dx, wt.router_grad, w.dlogits.data(), w.dprobs.data(), a.route, x, wt.router, c.router,
                   aux_grad_scale);
+  if (shape) return;
   round_act(c, dx, Nl * C);
 }
 

@@ -33,6 +33,17 @@ void check_shapes(const float* expert_bias, const RouterTokens& tokens, const Ro
     throw std::invalid_argument("router: an expert_bias buffer is required exactly with enable_expert_bias");
 }
 
+// The routing pass over the fp32 logits (N, E): score function, top-k and
+// their probabilities per token, memory-bound (the logits read, the ids and
+// probabilities written; a few operations per score).
+profiler::Region routing_region(int64_t N, int64_t E, int k) {
+  return profiler::memory_kernel("router_topk", 4.0 * N * E + 8.0 * N * k, 4.0 * N * E);
+}
+// Its backward: the logits and the probabilities' gradient read, the logits' written.
+profiler::Region routing_backward_region(int64_t N, int64_t E, int k) {
+  return profiler::memory_kernel("router_topk_backward", 8.0 * N * E + 4.0 * N * k, 4.0 * N * E);
+}
+
 }  // namespace
 
 void router_forward(RouterForward& out, float* expert_counts, const float* x, const float* weight,
@@ -46,14 +57,16 @@ void router_forward(RouterForward& out, float* expert_counts, const float* x, co
   out.losses = {};
   out.aux_active = out.z_active = false;
   out.token_group_size = token_group.size();
-  if (profiler::shape_only()) {  // a dry run: only the gate GEMM is priced
+  if (profiler::shape_only()) {  // a dry run: the gate GEMM and the routing pass, priced as a real run's
     kernels::linear_forward(nullptr, x, weight, nullptr, N, C, E);
+    profiler::Scope prof(routing_region(N, E, k));
     return;
   }
   out.logits.resize(N * E);
   out.expert_ids.resize(N * k);
   out.probs.resize(N * k);
   kernels::linear_forward(out.logits.data(), x, weight, nullptr, N, C, E);  // fp32 router
+  profiler::Scope prof(routing_region(N, E, k));
   // Tokens are independent: any thread split gives the same bits.
 #pragma omp parallel if (N * E > kParallelMin)
   {
@@ -71,6 +84,8 @@ void router_probs_backward(float* dlogits, const float* dprobs, const RouterForw
                            float aux_grad_scale) {
   const int64_t N = fwd.num_tokens, E = cfg.num_experts;
   const int k = cfg.topk;
+  profiler::Scope prof(routing_backward_region(N, E, k));
+  if (profiler::shape_only()) return;
 #pragma omp parallel if (N * E > kParallelMin)
   {
     std::vector<float> scratch(E), masked(k);
@@ -88,10 +103,11 @@ void router_probs_backward(float* dlogits, const float* dprobs, const RouterForw
 void router_backward(float* dx, float* dweight, float* dlogits, const float* dprobs, const RouterForward& fwd,
                      const float* x, const float* weight, const RouterConfig& cfg, float aux_grad_scale) {
   const int64_t N = fwd.num_tokens, E = cfg.num_experts, C = cfg.hidden;
-  if (!profiler::shape_only()) router_probs_backward(dlogits, dprobs, fwd, cfg, aux_grad_scale);
+  router_probs_backward(dlogits, dprobs, fwd, cfg, aux_grad_scale);
   // dweight (E, C) += dlogits^T · x.
   kernels::linear_backward(nullptr, dweight, nullptr, dlogits, x, weight, N, C, E);
-  if (dx == nullptr || N == 0 || C == 0) return;
+  // (A dry run's buffers are all null: it prices the input gradient a real run computes.)
+  if ((dx == nullptr && !profiler::shape_only()) || N == 0 || C == 0) return;
   // dx (N, C) += dlogits (N, E) · W_r (E, C): accumulated onto the experts' input gradient.
   profiler::Scope prof(profiler::gemm_kernel("router_backward_dinp", N, C, E));
   if (profiler::shape_only()) return;

@@ -7,6 +7,7 @@
 // one as the formula assumes (flash recomputes the scores: 5 GEMMs to 2).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -146,6 +147,42 @@ TEST_F(StepFlops, GroupedExpertGemmsArePricedPerExpert) {
     EXPECT_LT(rows_dim, 2.0 * k.work.flops / (2.0 * (wgrad ? k.work.m : k.work.k) * k.work.n)) << k.name;
   }
   EXPECT_GT(seen, 0);
+}
+
+// The router's routing pass, the token permutation and the shared expert's
+// sigmoid gate are kernels the cost model prices, in a dry step as in a real
+// one: per MoE layer and micro-batch one top-k pass over the fp32 logits (N
+// tokens x E experts read, k ids and probabilities a token written) and its
+// backward, the permutation and unpermutation of the N k rows and their
+// backwards, and the gate's forward and two backward passes over N x C. demo-moe: 8 experts, top-2, a
+// gated shared expert in every layer; micro-batch 1 of the job's sequence.
+TEST_F(StepFlops, RoutingAndTheSharedExpertGateArePriced) {
+  const DryRun r = dry_run(parse(job("demo-moe", ""), 1));
+  const ClassMemory& c = r.classes.at(0);
+  const double N = static_cast<double>(r.seq_length), E = 8, k = 2, C = r.whole_model.hidden;
+  const int layers_x_mb = r.whole_model.num_layers * r.microbatches;
+  std::map<std::string, int> seen;
+  for (const KernelRecord& x : c.step.kernels) {
+    if (x.name == "router_topk") {
+      EXPECT_DOUBLE_EQ(x.work.bytes, 4 * N * E + 8 * N * k);
+    } else if (x.name == "router_topk_backward") {
+      EXPECT_DOUBLE_EQ(x.work.bytes, 8 * N * E + 4 * N * k);
+    } else if (x.name.rfind("shared_expert_gate", 0) == 0) {
+      EXPECT_GT(x.work.bytes, 2 * N * C) << x.name;  // at least x and the output, 16-bit or wider
+    } else if (x.name.rfind("moe_permute", 0) == 0 || x.name.rfind("moe_unpermute", 0) == 0) {
+      EXPECT_GE(x.work.bytes, 2 * N * k * C) << x.name;  // the k rows of every token moved once at least
+    } else {
+      continue;
+    }
+    EXPECT_EQ(x.work.kind, KernelKind::kMemory) << x.name;
+    ++seen[x.name];
+  }
+  for (const char* name : {"router_topk", "router_topk_backward", "shared_expert_gate", "shared_expert_gate_backward",
+                           "shared_expert_gate_input_backward", "moe_permute_backward", "moe_unpermute_backward"})
+    EXPECT_EQ(seen[name], layers_x_mb) << name;
+  // The token permutation and its inverse, fused or not (--moe_permute_fusion).
+  EXPECT_EQ(seen["moe_permute"] + seen["moe_permute_fused"], layers_x_mb);
+  EXPECT_EQ(seen["moe_unpermute"] + seen["moe_unpermute_fused"], layers_x_mb);
 }
 
 }  // namespace
