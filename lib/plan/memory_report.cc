@@ -19,6 +19,12 @@ static double gib(int64_t b) { return static_cast<double>(b) / (1LL << 30); }
 
 int64_t class_peak(const ClassMemory& c) { return c.stats.device_peak(); }
 
+int64_t plan_peak(const DryRun& r) {
+  int64_t peak = 0;
+  for (const ClassMemory& c : r.classes) peak = std::max(peak, class_peak(c));
+  return peak;
+}
+
 bool plan_fits(const DryRun& r) {
   return std::all_of(r.classes.begin(), r.classes.end(),
                      [&](const ClassMemory& c) { return class_peak(c) <= r.profile.hbm_bytes; });
@@ -175,9 +181,7 @@ static std::optional<Outcome> fits_after(config::Args changed, int world_size, c
     config::validate(changed, world_size);  // and derives DP and the micro-batches per step
     const DryRun d = dry_run(changed);
     if (!plan_fits(d)) return std::nullopt;
-    int64_t peak = 0;
-    for (const ClassMemory& c : d.classes) peak = std::max(peak, class_peak(c));
-    return Outcome{flags, peak, step_time(d).step_s};
+    return Outcome{flags, plan_peak(d), step_time(d).step_s};
   } catch (const ConfigError&) {
     return std::nullopt;  // not a valid layout for this world (e.g. heads not divisible by TP)
   }

@@ -14,8 +14,11 @@
 
 namespace mtrain::plan {
 
-// Peak reserved bytes of a class: what must fit in HBM.
+// Peak bytes of a class on the device (the allocator's peak reserved and
+// what the runtime holds beside it): what must fit in HBM.
 int64_t class_peak(const ClassMemory& c);
+// The largest class_peak of the plan's classes.
+int64_t plan_peak(const DryRun& r);
 bool plan_fits(const DryRun& r);
 
 // Classes of one stage that hold the same parameters (the distributed
@@ -31,10 +34,11 @@ std::vector<ReportGroup> report_groups(const DryRun& r);
 // The report text (every class, fitting or not).
 std::string memory_report(const DryRun& r);
 
-// Throws OutOfMemoryError when `r` (the dry run of `args`) does not fit. The
-// hint names the first of the usual changes (distributed optimizer, full
-// recompute, smaller micro-batch, more TP, more PP) whose own dry run fits,
-// else the shortest run of them applied together that fits.
+// Throws OutOfMemoryError when `r` (the dry run of `args`) does not fit.
+// The hint is the fastest fitting change (by simulated step time) of one
+// knob (distributed optimizer, recompute, a smaller micro-batch, 2x / 4x TP
+// or PP), else of two, three ... knobs together at their strongest, with
+// its peak; or that none fits on this many devices.
 void require_fit(const DryRun& r, const config::Args& args);
 
 // The host RAM a real run of `r` needs on one machine: the fp32 storage of

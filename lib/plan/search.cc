@@ -223,6 +223,11 @@ static bool hopeless(config::Args a, int64_t capacity) {
   return 0.85 * megatron_formulas(a).states > static_cast<double>(capacity);
 }
 
+// The HBM a fitting peak stays within: the capacity less the margin.
+static int64_t usable_bytes(const device::DeviceProfile& p, double memory_margin) {
+  return static_cast<int64_t>(static_cast<double>(p.hbm_bytes) * (1 - memory_margin));
+}
+
 static PlanResult measure(const config::Args& a, const Layout& l, double memory_margin) {
   const DryRun r = dry_run(a);
   const StepTime t = step_time(r);
@@ -230,9 +235,9 @@ static PlanResult measure(const config::Args& a, const Layout& l, double memory_
   p.layout = l;
   p.dp = a.data_parallel_size;
   p.num_layers = a.num_layers;
-  for (const ClassMemory& c : r.classes) p.peak_bytes = std::max(p.peak_bytes, class_peak(c));
+  p.peak_bytes = plan_peak(r);
   p.capacity_bytes = r.profile.hbm_bytes;
-  p.usable_bytes = static_cast<int64_t>(static_cast<double>(p.capacity_bytes) * (1 - memory_margin));
+  p.usable_bytes = usable_bytes(r.profile, memory_margin);
   p.step_s = t.step_s;
   p.tokens_per_s_per_device = t.tokens_per_s_per_device;
   p.mfu = t.mfu;
@@ -288,7 +293,7 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   // What a fitting peak stays within, known before the first dry run so
   // that the first candidate is pruned like the rest.
   const device::DeviceProfile profile = train::device_profile(base);
-  int64_t capacity = static_cast<int64_t>(static_cast<double>(profile.hbm_bytes) * (1 - o.memory_margin));
+  const int64_t capacity = usable_bytes(profile, o.memory_margin);
   std::set<std::string> missed;  // without_mbs of the layouts dry-run that did not fit
   const std::vector<Layout> layouts = enumerate_layouts(base, o);
   s.moe = base.num_experts.has_value();
