@@ -112,6 +112,7 @@ struct Args {
   double sgd_momentum = 0.9;
   bool bf16 = false;
   bool fp16 = false;
+  bool grad_reduce_in_bf16 = false;  // Megatron: main grads kept and reduced in bf16 (with --bf16)
   // Megatron's static fp16 loss scale (--loss-scale NUMBER); None = dynamic.
   // `--loss_scale 1024` (a number) lands here, `--loss_scale all` in loss_scale.
   std::optional<double> static_loss_scale;
@@ -169,6 +170,7 @@ struct Args {
   std::optional<double> moe_expert_capacity_factor;  // None: no token dropping
   std::string moe_token_drop_policy = "probs";       // probs | position
   bool moe_pad_expert_input_to_capacity = false;
+  double moe_routing_imbalance = 1.0;  // mtrain: the expert buffers' planned load over the balanced share
 
   // ---- data ----------------------------------------------------------------
   std::vector<std::string> dataset;

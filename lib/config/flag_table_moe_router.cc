@@ -70,6 +70,14 @@ std::vector<FlagSpec> moe_router_flags() {
        .field = &Args::moe_pad_expert_input_to_capacity,
        .group = M,
        .help = "MoE: pad every expert's input to the capacity (needs --moe_expert_capacity_factor)."},
+      {.name = "moe_routing_imbalance",
+       .field = &Args::moe_routing_imbalance,
+       .group = M,
+       .help = "MoE memory (mtrain): the most rows an expert receives from a rank, as a multiple of its "
+               "balanced share, that the expert buffers are charged for on the device (1: balanced routing; "
+               "not with --moe_expert_capacity_factor, whose capacity bounds them). A real micro-batch whose "
+               "routing brings more holds the excess while it runs; the dry run's report also shows the peak if "
+               "routing collapses onto one rank's experts."},
   };
 }
 

@@ -126,6 +126,13 @@ std::vector<FlagSpec> precision_flags() {
        .field = &Args::fp16,
        .group = X,
        .help = "Emulate fp16 storage with dynamic loss scaling (skipped iterations are counted)."},
+      {.name = "grad_reduce_in_bf16",
+       .field = &Args::grad_reduce_in_bf16,
+       .group = X,
+       .help = "With --bf16: keep the main gradients in bf16 (2 bytes a parameter instead of fp32's 4; each "
+               "micro-batch's accumulation rounded to bf16) and reduce them over data parallelism (and the TP / "
+               "embedding groups) in bf16, as Megatron's --grad-reduce-in-bf16; the optimizer reads them as "
+               "fp32."},
       {.name = "static_loss_scale",
        .field = &Args::static_loss_scale,
        .group = X,

@@ -105,6 +105,23 @@ void check_moe_lora(const Args& a) {
                       "use --lora_dropout 0 or --context_parallel_size 1");
 }
 
+// The allgather dispatcher gathers equal token counts over its TP x EP
+// group (Megatron's all-gather into one tensor); its EP ranks train
+// different data-parallel micro-batches, which in SFT are as long as their
+// samples: the gather would fail mid-run, so it is refused here.
+void check_allgather_lengths(const Args& a) {
+  const int ep = a.expert_model_parallel_size;
+  if (a.command == "sft" && a.moe_token_dispatcher_type == "allgather" && ep > 1)
+    throw ConfigError(
+        fmt::format("--moe_token_dispatcher_type allgather with --expert_model_parallel_size {} in sft: the "
+                    "dispatcher gathers the same number of tokens from each rank of its expert TP x EP group, whose "
+                    "EP ranks hold different data-parallel micro-batches, and SFT micro-batches are as long as "
+                    "their samples",
+                    ep),
+        "use --moe_token_dispatcher_type alltoall (each rank's rows sent with their counts), or pretrain (mtrain pt) "
+        "at a fixed --seq_length");
+}
+
 }  // namespace
 
 void check_moe(Args& a, std::vector<std::string>& warnings) {
@@ -128,6 +145,7 @@ void check_moe(Args& a, std::vector<std::string>& warnings) {
   check_shared_expert(a);
   check_expert_parallel(a);
   check_moe_lora(a);
+  check_allgather_lengths(a);
 }
 
 }  // namespace mtrain::config::detail

@@ -25,7 +25,8 @@ const char* const kRouterFlags[] = {"moe_router_topk",
                                     "moe_router_bias_update_rate",
                                     "moe_expert_capacity_factor",
                                     "moe_token_drop_policy",
-                                    "moe_pad_expert_input_to_capacity"};
+                                    "moe_pad_expert_input_to_capacity",
+                                    "moe_routing_imbalance"};
 
 // Router flags shape MoE layers only: without --num_experts there is no
 // router, so a changed router flag would be ignored — refuse it instead.
@@ -118,7 +119,17 @@ void check_moe_router_settings(Args& a) {
   if (a.moe_router_topk_scaling_factor)
     require_non_negative(*a.moe_router_topk_scaling_factor, "moe_router_topk_scaling_factor");
   require_non_negative(a.moe_router_bias_update_rate, "moe_router_bias_update_rate");
+  if (!(a.moe_routing_imbalance >= 1.0))
+    throw ConfigError(fmt::format("--moe_routing_imbalance must be >= 1, got {}", a.moe_routing_imbalance),
+                      "it is the most rows an expert receives as a multiple of its balanced share: 1 plans for "
+                      "balanced routing");
   check_megatron_rules(a);
+  // With a capacity the expert buffers are planned for it (no expert takes more).
+  if (a.moe_expert_capacity_factor && a.moe_routing_imbalance != 1.0)
+    throw ConfigError(
+        "--moe_routing_imbalance has no effect with --moe_expert_capacity_factor: the expert buffers are planned "
+        "for the capacity, which no expert exceeds",
+        "drop --moe_routing_imbalance, or drop --moe_expert_capacity_factor to plan for an allowance instead");
   refuse_unimplemented(a);
 }
 

@@ -63,6 +63,11 @@ void check_precision(const Args& a, std::vector<std::string>& warnings) {
   if (a.fp16 && a.bf16) {
     throw ConfigError("fp16 and bf16 cannot both be set", "choose one of --fp16 or --bf16");
   }
+  // Megatron reads the flag under --bf16 only (arguments.py); elsewhere it would be ignored.
+  if (a.grad_reduce_in_bf16 && !a.bf16)
+    throw ConfigError(
+        "--grad_reduce_in_bf16 needs --bf16: it keeps and reduces the bf16 model's main gradients in bf16",
+        "add --bf16, or drop --grad_reduce_in_bf16");
   if (!(a.initial_loss_scale > 0)) {
     throw ConfigError(fmt::format("--initial_loss_scale must be > 0, got {}", a.initial_loss_scale));
   }

@@ -34,6 +34,10 @@ struct MemoryStats {
   // The host memory the real run's tensors take (the simulated device's math
   // is fp32 on the CPU): counted in a dry run too, where nothing is allocated.
   int64_t host = 0, max_host = 0;
+  // What live buffers would need beyond their charge in the worst case they
+  // are sized for on the host (Tensor's charged_numel): the MoE expert
+  // buffers if routing collapses onto one rank's experts.
+  int64_t contingent = 0;
   int64_t runtime_bytes() const;
   // What the device holds at its peak: the allocator's peak reserved plus the runtime's.
   int64_t device_peak() const { return max_reserved + runtime_bytes(); }
@@ -51,6 +55,8 @@ class Device {
   void allocate(int64_t bytes, MemCategory category, const std::string& what, int64_t host_bytes = 0);
   // Gives back an allocation made with the same bytes, category, name and host bytes.
   void release(int64_t bytes, MemCategory category, const std::string& what, int64_t host_bytes = 0);
+  // Adds (or, negative, gives back) contingent bytes: MemoryStats::contingent.
+  void add_contingent(int64_t bytes) { stats_.contingent += bytes; }
   // The live bytes of a category by allocation name (allocations of one name
   // summed), in name order: what the dry run's report breaks a category into.
   const std::map<std::string, int64_t>& live_by_name(MemCategory category) const {

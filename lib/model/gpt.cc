@@ -40,7 +40,7 @@ GptModel::GptModel(const ModelConfig& config, device::Device& dev, parallel::Com
   mark_trainable(params_, c);
   check_grad_coverage();
   params_.layout();
-  params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_) : 0);
+  params_.finalize(dev, c.dtype, meta, padded_numel ? padded_numel(params_) : 0, c.grad_dtype);
   params_.initialize(c.seed, c.init_std, c.num_layers, c.dtype);
   allocate_chunks(meta);
   init_router_state(meta);
@@ -143,11 +143,21 @@ void GptModel::build_params() {
 }
 
 void GptModel::allocate_chunks(bool meta) {
+  // Each pool's slots are allocated for its first chunk (named after it): its chunks' activations have one shape.
+  const std::vector<int>& pool = config_.chunk_pool;
+  if (!pool.empty() && pool.size() != chunks_.size())
+    throw Error(ExitCode::kInternal, "GptModel: chunk_pool needs one pool per chunk");
   for (size_t ci = 0; ci < chunks_.size(); ++ci) {
-    const int n = ci < config_.chunk_slots.size() ? config_.chunk_slots[ci] : 1;
+    const int p = pool.empty() ? static_cast<int>(ci) : pool[ci];
+    chunks_[ci].pool = p;
+    if (p < static_cast<int>(pools_.size())) continue;
+    if (p != static_cast<int>(pools_.size())) throw Error(ExitCode::kInternal, "GptModel: pools in order of first use");
+    const int n = p < static_cast<int>(config_.chunk_slots.size()) ? config_.chunk_slots[p] : 1;
     if (n < 1) throw Error(ExitCode::kInternal, "GptModel: a chunk needs at least one activation slot");
-    chunks_[ci].slots.resize(n);
-    for (int s = 0; s < n; ++s) allocate_slot(chunks_[ci].slots[s], chunks_[ci], static_cast<int>(ci), s, meta);
+    pools_.emplace_back(n);
+    const int64_t before = dev_.stats().allocated;
+    for (int s = 0; s < n; ++s) allocate_slot(pools_[p][s], chunks_[ci], static_cast<int>(ci), s, meta);
+    pool_slot_bytes_.push_back((dev_.stats().allocated - before) / n);
   }
   bool any_recomputed = false;
   for (const Chunk& ch : chunks_)
@@ -248,7 +258,12 @@ std::vector<std::pair<int64_t, int64_t>> GptModel::chunk_param_spans(int c) cons
 }
 
 void GptModel::report_ready(int first, int last) {
-  if (!grad_ready_ || first < 0) return;
+  if (first < 0) return;
+  // bf16 main grads: this micro-batch's accumulation lands in bf16 (Megatron's main_grad of the param dtype).
+  if (config_.grad_dtype != DType::kF32 && !params_.grads().is_meta())
+    for (const auto& [begin, end] : grad_spans(first, last))
+      if (end > begin) kernels::round_to_dtype(params_.grads().data() + begin, end - begin, config_.grad_dtype);
+  if (!grad_ready_) return;
   for (const auto& [begin, end] : grad_spans(first, last))
     if (end > begin) grad_ready_(begin, end);
 }
@@ -258,7 +273,7 @@ AuxLosses GptModel::aux_losses(int c, int s) {
   Chunk& ch = chunks_[c];
   for (int64_t i = 0; i < ch.spec.num_layers; ++i) {
     const LayerParams& lp = layers_[ch.layer_index[i]];
-    LayerActs& a = acts_for(ch.slots[s], i);
+    LayerActs& a = acts_for(slot_of(c, s), i);
     if (lp.moe && a.moe) add_aux_losses(sum, a.moe->route, config_.moe.router);
   }
   return sum;

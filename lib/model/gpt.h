@@ -7,9 +7,10 @@
 // layers come from lib/parallel/tensor_parallel.h; this class only picks them.
 //
 // Parameters live in one ParamStore; activations are allocated once on the
-// device: chunk_slots[c] activation sets for chunk c (the micro-batches a
-// pipeline schedule keeps in flight), each for up to (micro_batch,
-// seq_length) tokens — the memory a real run would hold.
+// device: chunk_slots[p] activation sets for the chunks of pool p
+// (chunk_pool: chunks of one activation shape share a pool; its slots are the
+// micro-batches a pipeline schedule keeps in flight over them), each for up
+// to (micro_batch, seq_length) tokens — the memory a real run would hold.
 //
 // Recompute: with --recompute_granularity full, the recomputed layers of all
 // chunks and slots share one activation set and backward re-runs each such
@@ -61,7 +62,10 @@ class GptModel {
   // ---- Model chunks (pipeline schedules) ----
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
   const ModelChunk& chunk(int c) const { return chunks_[c].spec; }
-  int slots(int c) const { return static_cast<int>(chunks_[c].slots.size()); }
+  int slots(int c) const { return static_cast<int>(pools_[chunks_[c].pool].size()); }
+  int pool(int c) const { return chunks_[c].pool; }  // chunk c's activation pool
+  // The device bytes of one micro-batch's activation slot of chunk c.
+  int64_t slot_bytes(int c) const { return pool_slot_bytes_[chunks_[c].pool]; }
   // Elements of the hidden state a chunk receives or sends for a micro-batch
   // of N = B*T tokens: tokens_local(N) * hidden.
   int64_t hidden_elems(const TokenBatch& b) const { return config_.tokens_local(b.B * b.T) * config_.hidden; }
@@ -151,8 +155,10 @@ class GptModel {
   struct Chunk {
     ModelChunk spec;
     std::vector<int> layer_index;  // into layers_, per layer of the chunk
-    std::vector<ChunkSlot> slots;
+    int pool = 0;                  // its activation pool (pools_)
   };
+  ChunkSlot& slot_of(int c, int s) { return pools_[chunks_[c].pool][s]; }
+  const ChunkSlot& slot_of(int c, int s) const { return pools_[chunks_[c].pool][s]; }
 
   void build_params();
   void allocate_chunks(bool meta);
@@ -174,7 +180,8 @@ class GptModel {
   void head_forward(ChunkSlot& s, const TokenBatch& b, const float* h);
   void head_backward(ChunkSlot& s, const TokenBatch& b, const float* h, const float* dloss, bool zero_grads);
   parallel::TpConfig tp_config() const {
-    return parallel::TpConfig{tp_, config_.sequence_parallel, parallel::Wire::of(config_.dtype), cp_, ep_, tp_ep_, tp_cp_};
+    return parallel::TpConfig{tp_,   config_.sequence_parallel, parallel::Wire::of(config_.dtype), cp_, ep_, tp_ep_,
+                              tp_cp_};
   }
 
   ModelConfig config_;
@@ -190,7 +197,9 @@ class GptModel {
   std::vector<LayerParams> layers_;                    // the layers this rank holds, in chunk order
   std::vector<std::pair<int, int>> layer_param_span_;  // [first, last] parameter index of each
   std::vector<Chunk> chunks_;
-  LayerActs recompute_acts_;  // shared by every recomputed layer
+  std::vector<std::vector<ChunkSlot>> pools_;  // per activation pool, its slots
+  std::vector<int64_t> pool_slot_bytes_;       // per pool, the device bytes of one slot
+  LayerActs recompute_acts_;                   // shared by every recomputed layer
   Workspace ws_;
   Tensor dres_;  // (N_loc, C) gradient of the residual stream
   Tensor dlnf_;  // (N_loc, C)

@@ -15,7 +15,7 @@ const float* GptModel::decode_chunk(int c, KvCache& cache, const TokenBatch& b, 
     throw Error(ExitCode::kInternal,
                 "decode_chunk: one sequence within the cache, without sequence parallelism or recompute");
   Chunk& ch = chunks_[c];
-  ChunkSlot& sl = ch.slots[0];
+  ChunkSlot& sl = slot_of(c, 0);
   const int64_t stride = residual_stride();
   float* res = sl.residuals.data();
   if (ch.spec.pre) {

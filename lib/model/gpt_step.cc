@@ -53,9 +53,9 @@ void GptModel::backward(const TokenBatch& b, const float* dloss, uint64_t seed, 
   backward_chunk(0, 0, b, nullptr, dloss, seed, training, zero_grads);
 }
 
-const float* GptModel::logits() const { return chunks_.back().slots[0].logits.data(); }
+const float* GptModel::logits() const { return slot_of(static_cast<int>(chunks_.size()) - 1, 0).logits.data(); }
 
-const float* GptModel::chunk_losses(int c, int s) const { return chunks_[c].slots[s].losses.data(); }
+const float* GptModel::chunk_losses(int c, int s) const { return slot_of(c, s).losses.data(); }
 
 const float* GptModel::forward_chunk(int c, int s, const TokenBatch& b, const float* input, uint64_t seed,
                                      bool training) {
@@ -67,7 +67,7 @@ const float* GptModel::forward_chunk(int c, int s, const TokenBatch& b, const fl
   if (cf.sequence_parallel && (b.B * b.T) % cf.tp != 0)
     throw Error(ExitCode::kInternal, "sequence parallelism needs B*T divisible by the tensor-parallel size");
   Chunk& ch = chunks_[c];
-  ChunkSlot& sl = ch.slots[s];
+  ChunkSlot& sl = slot_of(c, s);
   const int64_t Nl = cf.tokens_local(b.B * b.T), C = cf.hidden;
   const int64_t stride = residual_stride();
   float* res = sl.residuals.data();
@@ -102,7 +102,7 @@ const float* GptModel::backward_chunk(int c, int s, const TokenBatch& b, const f
                                       uint64_t seed, bool training, bool zero_grads) {
   const ModelConfig& cf = config_;
   Chunk& ch = chunks_[c];
-  ChunkSlot& sl = ch.slots[s];
+  ChunkSlot& sl = slot_of(c, s);
   const int64_t Nl = cf.tokens_local(b.B * b.T), C = cf.hidden;
   const int64_t stride = residual_stride();
   float* res = sl.residuals.data();

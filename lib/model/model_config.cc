@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "common/errors.h"
 #include "config/args.h"
 #include "config/moe_layer_freq.h"
@@ -46,6 +48,7 @@ static MoeSettings moe_settings_from_args(const config::Args& a) {
   m.etp = a.expert_tensor_parallel_size;
   m.ep = a.expert_model_parallel_size;
   m.allgather = a.moe_token_dispatcher_type == "allgather";
+  m.routing_imbalance = a.moe_routing_imbalance;
   m.router = moe::router_config_from_args(a, m.num_experts);
   return m;
 }
@@ -80,6 +83,7 @@ ModelConfig model_config_from_args(const config::Args& a, int64_t vocab_size) {
   c.lora = lora_config_from_args(a);
   c.moe = moe_settings_from_args(a);
   c.dtype = a.bf16 ? DType::kBF16 : (a.fp16 ? DType::kF16 : DType::kF32);
+  c.grad_dtype = a.grad_reduce_in_bf16 ? DType::kBF16 : DType::kF32;
   c.fusions.masked_softmax = a.masked_softmax_fusion;
   c.fusions.bias_dropout = a.bias_dropout_fusion;
   c.fusions.bias_activation = a.bias_swiglu_fusion;
@@ -156,6 +160,20 @@ static std::string describe_moe(const ModelConfig& c) {
       ", MoE {} experts (top-{}, ffn {}) in {} of {} layers{}", m.num_experts, m.router.topk, m.ffn, moe_layers,
       c.num_layers,
       m.shared_ffn > 0 ? fmt::format(", shared expert {}{}", m.shared_ffn, m.shared_gate ? " (gated)" : "") : "");
+}
+
+std::vector<int> chunk_pools(const ModelConfig& c) {
+  std::vector<std::vector<int64_t>> shapes;  // per pool: post, then per layer its kind
+  std::vector<int> pool;
+  for (const ModelChunk& ch : c.chunks) {
+    std::vector<int64_t> shape{ch.post ? 1 : 0};
+    for (int64_t i = 0; i < ch.num_layers; ++i)
+      shape.push_back((c.is_moe_layer(ch.first_layer + i) ? 2 : 0) + (c.layer_recomputed(i) ? 1 : 0));
+    const auto it = std::find(shapes.begin(), shapes.end(), shape);
+    pool.push_back(static_cast<int>(it - shapes.begin()));
+    if (it == shapes.end()) shapes.push_back(std::move(shape));
+  }
+  return pool;
 }
 
 std::string describe(const ModelConfig& c) {

@@ -46,7 +46,8 @@ struct MoeSettings {
   int64_t etp = 1;  // --expert_tensor_parallel_size: 1 (whole experts per TP rank) or tp
   // --expert_model_parallel_size: EP rank r holds experts [r*E/ep, (r+1)*E/ep) (Megatron's split).
   int64_t ep = 1, ep_rank = 0;
-  bool allgather = false;  // --moe_token_dispatcher_type allgather
+  bool allgather = false;          // --moe_token_dispatcher_type allgather
+  double routing_imbalance = 1.0;  // --moe_routing_imbalance (moe::MoeLayerConfig)
   int64_t num_local() const { return num_experts / ep; }
   int64_t first_local() const { return ep_rank * num_local(); }
   moe::RouterConfig router;
@@ -92,6 +93,9 @@ struct ModelConfig {
   float init_std = 0.02f;
   uint64_t seed = 42;
   DType dtype = DType::kF32;
+  // The main gradients' dtype: fp32, or bf16 under --grad_reduce_in_bf16
+  // (every micro-batch's accumulation rounded to it, ParamStore::finalize).
+  DType grad_dtype = DType::kF32;
   Fusions fusions;
   Recompute recompute = Recompute::kNone;
   // --train_type lora: adapters on the targeted linears, everything else
@@ -129,7 +133,10 @@ struct ModelConfig {
   int64_t seq_local() const { return seq_length / cp; }
   // What this rank holds; empty = the whole model as one chunk.
   std::vector<ModelChunk> chunks;
-  // Activation sets per chunk (micro-batches in flight); empty = one each.
+  // The activation pool of each chunk (chunk_pools; empty = chunk c is pool
+  // c) and the activation sets per pool (micro-batches in flight); empty =
+  // one each.
+  std::vector<int> chunk_pool;
   std::vector<int> chunk_slots;
 
   int64_t qkv_width() const { return groups * (heads / groups + 2) * head_dim; }
@@ -170,6 +177,12 @@ std::vector<ModelChunk> pipeline_chunks(int64_t num_layers, int pp, int stage, i
                                         int64_t last_stage_layers);
 // Sets tp_rank and the chunks of pipeline stage `pp_stage` from the flags.
 void place_on_rank(ModelConfig& c, const config::Args& args, int tp_rank, int pp_stage);
+
+// The activation pool of each of c.chunks: chunks whose micro-batch
+// activations have the same shape (layer count, each layer dense or MoE and
+// recomputed or not, the loss head or not) share one, numbered in order of
+// first appearance. The embedding adds nothing per micro-batch.
+std::vector<int> chunk_pools(const ModelConfig& c);
 
 // Megatron's padding: multiple = divisible_by * tp; padded = ceil(vocab / multiple) * multiple.
 int64_t padded_vocab_size(int64_t vocab, int64_t divisible_by, int64_t tp);

@@ -23,6 +23,7 @@ moe::MoeLayerConfig moe_layer_config(const ModelConfig& c) {
   m.etp = c.expert_tp();
   m.ep = c.moe.ep;
   m.allgather = c.moe.allgather;
+  m.routing_imbalance = c.moe.routing_imbalance;
   m.lora_rank = c.lora.enabled ? c.lora.rank : 0;
   m.lora_dropout = c.lora.enabled ? c.lora.dropout : 0.f;
   return m;

@@ -95,12 +95,14 @@ void ParamStore::place_frozen() {
   frozen_ = at - total_;
 }
 
-void ParamStore::finalize(device::Device& dev, DType dtype, bool meta, int64_t min_numel) {
+void ParamStore::finalize(device::Device& dev, DType dtype, bool meta, int64_t min_numel, DType grad_dtype) {
   if (!laid_out_) layout();
   total_ = std::max(total_, min_numel);
   place_frozen();  // behind the padded trainable part
   params_ = Tensor(dev, {total_ + frozen_}, dtype, device::MemCategory::kWeights, "model parameters", meta);
-  grads_ = Tensor(dev, {total_}, DType::kF32, device::MemCategory::kGrads, "gradient buffer (fp32 main grads)", meta);
+  grads_ = Tensor(dev, {total_}, grad_dtype, device::MemCategory::kGrads,
+                  grad_dtype == DType::kF32 ? "gradient buffer (fp32 main grads)" : "gradient buffer (bf16 main grads)",
+                  meta);
   if (!meta) grads_.zero();
 }
 

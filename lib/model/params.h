@@ -105,7 +105,8 @@ class ParamStore {
   // fp32 grads (kGrads, trainable only) on the device; the trainable part is
   // padded to at least `min_numel` elements (the DP buckets' padding); padding
   // is zero and stays zero. Calls layout() if needed.
-  void finalize(device::Device& dev, DType dtype, bool meta, int64_t min_numel = 0);
+  // grad_dtype: the gradient buffer's on the device (fp32, or bf16 under --grad_reduce_in_bf16).
+  void finalize(device::Device& dev, DType dtype, bool meta, int64_t min_numel = 0, DType grad_dtype = DType::kF32);
   // Deterministic init: element j of parameter i is element j of its own
   // stream seeded by (seed, init_name), so the same tensor comes out whatever
   // else the model holds, and a TP shard holds exactly its slice of it.

@@ -219,6 +219,21 @@ void add_fc2_bias_grad(const MoeLayerConfig& c, const MoeWeights& wt, const floa
 // adds it (and takes its gradient; the bias's gradient is summed over TP).
 bool adds_fc2_bias(const MoeLayerConfig& c, const parallel::TpConfig& tp) { return c.etp == 1 || tp.tp->rank() == 0; }
 
+// The rows a dispatch brought (a.received) beyond the planned expert rows:
+// the acts' excess held until the layer's backward ends, the workspace's
+// while the layer runs (moe_buffers.cc).
+void hold_rows_beyond_plan(const MoeLayerConfig& c, MoeActs& a, MoeWorkspace& w, bool with_acts) {
+  const MoeBufferBytes x = moe_rows_beyond_plan(c, a.sized_B, a.sized_T, a.received);
+  if (with_acts) a.beyond.hold(x.acts);
+  w.beyond.hold(x.workspace);
+}
+
+int64_t sum_rows(const std::vector<int64_t>& rows) {
+  int64_t s = 0;
+  for (int64_t r : rows) s += r;
+  return s;
+}
+
 // The alltoall dispatcher's backward (and the local permutation's): dx
 // (N_loc, C) ACCUMULATED, w.dprobs OUT.
 void routed_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
@@ -251,13 +266,16 @@ void routed_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, cons
 // The allgather dispatcher (moe/allgather_dispatch.h) from the routed
 // tokens to out (N_loc, C) += the routed output.
 void allgather_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
-                       MoeWorkspace& w, float* out, const float* x, int64_t Nl) {
+                       MoeWorkspace& w, float* out, const float* x, int64_t B, int64_t T) {
+  const int64_t Nl = tokens_local(c, B * T);
   // LoRA on these experts: refused by config (validate_moe.cc); its dropout ids are not gathered.
   if (wt.lora.dropout > 0.f) throw std::logic_error("LoRA dropout ids under the allgather dispatcher");
   const AgShape s = ag_shape(c, tp.ep ? tp.ep->rank() : 0, Nl);
   const AgPermutation perm = routing_of(a, c.perm_rows(Nl));
   a.M = ag_dispatch(ag_group(tp), perm, a.rows_grp.data(), a.x_perm.data(), a.probs_perm.data(), w.gathered.data(),
                     w.ag_slots.data(), x, a.route, s, tp.wire);
+  a.received = a.M;
+  hold_rows_beyond_plan(c, a, w, true);
   experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows_grp.data());
   const bool shape = profiler::shape_only();
   if (!shape && adds_fc2_bias(c, tp)) add_fc2_bias(c, wt, a.y_perm.data(), a.rows_grp.data());
@@ -314,7 +332,11 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     const int64_t E = c.router.num_experts;
     for (int64_t e = 0; e < E; ++e) a.rows[e] = a.M / E + (e < a.M % E ? 1 : 0);
   }
-  if (c.allgather_dispatch()) return allgather_forward(c, tp, wt, a, w, out, x, Nl);
+  if (c.allgather_dispatch()) {
+    allgather_forward(c, tp, wt, a, w, out, x, B, T);
+    w.beyond.hold(0);
+    return;
+  }
   if (profiler::shape_only()) {
     permute_forward(nullptr, nullptr, x, nullptr, nullptr, nullptr, a.M, C, c.permute_fusion);
   } else {
@@ -329,6 +351,8 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
   const int64_t M = a.M, m_max = c.max_rows(Nl);
   if (c.ep > 1) {  // this rank's rows to the experts' EP ranks (and their expert-TP peers) and back
     ep_dispatch_rows(c, tp, a, w, a.x_grp.data(), a.x_perm.data(), m_max, true);
+    a.received = sum_rows(a.rows_grp);
+    hold_rows_beyond_plan(c, a, w, true);
     dispatch_row_ids(c, tp, wt.lora, a, w, B, T);
     experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());
     if (!profiler::shape_only() && adds_fc2_bias(c, tp)) add_fc2_bias(c, wt, w.grp.data(), a.rows_grp.data());
@@ -347,6 +371,7 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
     dispatch_row_ids(c, tp, wt.lora, a, w, B, T);
     experts_forward(c, wt, a, w, a.y_perm.data(), a.x_perm.data(), a.rows.data());
   }
+  w.beyond.hold(0);
   // After the reduction over expert TP, like a row-parallel bias (EP: added on the experts' rank).
   if (!profiler::shape_only() && c.ep == 1) add_fc2_bias(c, wt, a.y_perm.data(), a.rows.data());
   round_act(c, a.y_perm.data(), M * C);
@@ -372,11 +397,14 @@ void moe_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const M
     std::memset(dx, 0, sizeof(float) * Nl * C);
   }
   const bool shape = profiler::shape_only();
+  hold_rows_beyond_plan(c, a, w, false);
   if (c.allgather_dispatch()) {
     allgather_backward(c, tp, wt, a, w, dx, dout, Nl);
   } else {
     routed_backward(c, tp, wt, a, w, dx, dout, Nl);
   }
+  w.beyond.hold(0);
+  a.beyond.hold(0);
   // Megatron under the per-token loss scales each aux loss by the router's tokens times the token
   // group's size before its autoscaler (router.h, aux_grad_scale).
   const float aux_grad_scale = aux_loss_scale * static_cast<float>(Nl * token_group(tp).size());

@@ -21,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "lora/lora_linear.h"
@@ -57,6 +59,9 @@ struct MoeLayerConfig {
   bool allgather = false;
   int64_t gather_group() const { return allgather ? etp * ep : 1; }
   bool allgather_dispatch() const { return gather_group() > 1; }
+  // --moe_routing_imbalance: the most rows an expert receives from a sender
+  // as a multiple of its balanced share, what the expert buffers are planned for.
+  double routing_imbalance = 1.0;
   int64_t lora_rank = 0;     // r of the experts' and shared expert's LoRA adapters (0: none)
   float lora_dropout = 0.f;  // their --lora_dropout
   int64_t fc1_width() const { return swiglu ? 2 * ffn : ffn; }
@@ -69,6 +74,11 @@ struct MoeLayerConfig {
   // The most rows the experts see: this rank's, with etp > 1 every TP rank's,
   // with ep > 1 every EP rank's (all of them could pick this rank's experts).
   int64_t max_expert_rows(int64_t n_loc) const { return etp * ep * max_rows(n_loc); }
+  // The rows the device is charged for (moe_buffers.cc), as the frameworks'
+  // dynamically sized dispatch holds them: every expert at most its capacity
+  // from each sender under --moe_expert_capacity_factor, else its balanced
+  // share (rounded up) times routing_imbalance; at most max_expert_rows.
+  int64_t planned_expert_rows(int64_t n_loc) const;
   // The most rows this rank permutes: with the allgather dispatcher, of its group's tokens.
   int64_t perm_rows(int64_t n_loc) const { return gather_group() * max_rows(n_loc); }
 };
@@ -91,6 +101,31 @@ struct MoeWeights {
   // The shared expert's adapters, split over TP as the dense MLP's (A null: none).
   lora::AdapterWeights shared_fc1_lora, shared_fc2_lora;
 };
+
+// Device bytes a real micro-batch holds beyond the planned expert rows, as
+// their own allocation (the buffers' host storage already has room): held
+// from the dispatch that brought the rows to the end of the layer's backward.
+class MoeRowsBeyondPlan {
+ public:
+  MoeRowsBeyondPlan() = default;
+  MoeRowsBeyondPlan(device::Device& dev, std::string name) : dev(&dev), name(std::move(name)) {}
+  MoeRowsBeyondPlan(MoeRowsBeyondPlan&& o) noexcept { *this = std::move(o); }
+  MoeRowsBeyondPlan& operator=(MoeRowsBeyondPlan&& o) noexcept;
+  ~MoeRowsBeyondPlan() { hold(0); }
+  void hold(int64_t bytes);  // gives back what it held, then holds `bytes`
+
+ private:
+  device::Device* dev = nullptr;
+  int64_t bytes = 0;
+  std::string name;
+};
+
+// What the layer's acts / workspace buffers need beyond their charge when
+// the experts see `rows` rows (0 when rows are within the plan).
+struct MoeBufferBytes {
+  int64_t acts = 0, workspace = 0;
+};
+MoeBufferBytes moe_rows_beyond_plan(const MoeLayerConfig& c, int64_t B, int64_t T, int64_t rows);
 
 // What one layer keeps from forward to backward (activations on the device).
 // M = permuted rows (perm_rows), N = all tokens of the micro-batch, N_loc this rank's.
@@ -118,27 +153,31 @@ struct MoeActs {
   Tensor shared_lora_h;                      // LoRA: (2, N, r) the shared expert's fc1 | fc2 adapter activations
   std::vector<int64_t> lora_ids;             // LoRA dropout: (Mg) the expert rows' mask ids (moe/expert_lora.h)
   std::vector<uint64_t> lora_seeds;          // ... and under EP (2, Mg) their fc1 | fc2 mask streams
+  int64_t sized_B = 0, sized_T = 0;          // the micro-batch the buffers are sized for (the largest)
+  int64_t received = 0;                      // EP / allgather: the rows the local experts got (sum rows_grp)
+  MoeRowsBeyondPlan beyond;                  // their bytes beyond the planned rows, until the backward ends
 };
 
 // Temporaries shared by all MoE layers.
 struct MoeWorkspace {
-  Tensor d_perm;        // (M, C) d(y_perm), then d(x_perm)
-  Tensor d_fc1;         // (Mg, FC1/etp)
-  Tensor d_act;         // (Mg, F/etp)
-  Tensor gathered;      // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer; ep > 1: (etp * ep * M,
-                        // C) the all-to-all-v receive (and expert-TP gather) buffer; allgather: (G * N_loc, C)
-  Tensor grp;           // etp > 1 or ep > 1: (Mg, C) grouped expert outputs / their gradients
-  Tensor ep_grp;        // ep > 1 and etp > 1: (ep * M, C) the rows received over EP, by local expert
-  Tensor ag_slots;      // allgather: (2 * G * N_loc * k) the group's expert ids and probs; then d(probs)
-  Tensor dprobs;        // (N_loc * k)
-  Tensor dlogits;       // (N_loc, E)
-  Tensor routed;        // (N_loc, C) unpermuted routed output
-  Tensor d_shared;      // (N_loc, C) d(shared output before the gate)
-  Tensor shared_d_fc1;  // (N, FC1s_local)
-  Tensor shared_d_act;  // (N, Fs_local)
-  Tensor scratch;       // unfused activation / unpermute / weight-gradient scratch
-  Tensor lora_dh;       // LoRA: (max(Mg, N), r) adapter gradient
-  Tensor lora_scratch;  // LoRA: (max(N, Mg), max(C, Fs_local, F_local)) the adapters' dropout(x) / d(x)
+  Tensor d_perm;             // (M, C) d(y_perm), then d(x_perm)
+  Tensor d_fc1;              // (Mg, FC1/etp)
+  Tensor d_act;              // (Mg, F/etp)
+  Tensor gathered;           // etp > 1: (etp * M, C) the all-gather / reduce-scatter buffer; ep > 1: (etp * ep * M,
+                             // C) the all-to-all-v receive (and expert-TP gather) buffer; allgather: (G * N_loc, C)
+  Tensor grp;                // etp > 1 or ep > 1: (Mg, C) grouped expert outputs / their gradients
+  Tensor ep_grp;             // ep > 1 and etp > 1: (ep * M, C) the rows received over EP, by local expert
+  Tensor ag_slots;           // allgather: (2 * G * N_loc * k) the group's expert ids and probs; then d(probs)
+  Tensor dprobs;             // (N_loc * k)
+  Tensor dlogits;            // (N_loc, E)
+  Tensor routed;             // (N_loc, C) unpermuted routed output
+  Tensor d_shared;           // (N_loc, C) d(shared output before the gate)
+  Tensor shared_d_fc1;       // (N, FC1s_local)
+  Tensor shared_d_act;       // (N, Fs_local)
+  Tensor scratch;            // unfused activation / unpermute / weight-gradient scratch
+  Tensor lora_dh;            // LoRA: (max(Mg, N), r) adapter gradient
+  Tensor lora_scratch;       // LoRA: (max(N, Mg), max(C, Fs_local, F_local)) the adapters' dropout(x) / d(x)
+  MoeRowsBeyondPlan beyond;  // a layer's rows beyond the plan, while it runs
 };
 
 // The dense layer's sequence-parallel buffers, shared with the MoE layer (N, C) each.

@@ -60,6 +60,11 @@ void router_forward(RouterForward& out, float* expert_counts, const float* x, co
   if (profiler::shape_only()) {  // a dry run: the gate GEMM and the routing pass, priced as a real run's
     kernels::linear_forward(nullptr, x, weight, nullptr, N, C, E);
     profiler::Scope prof(routing_region(N, E, k));
+    // ... and the load-balancing loss's sum of the tokens per expert over the token group (router_losses.cc).
+    if (training && cfg.load_balancing != LoadBalancing::kNone && cfg.aux_loss_coeff > 0) {
+      const int64_t rows = cfg.load_balancing == LoadBalancing::kSeqAuxLoss ? tokens.batch : 1;
+      token_group.all_reduce_sum(static_cast<float*>(nullptr), rows * E);
+    }
     return;
   }
   out.logits.resize(N * E);

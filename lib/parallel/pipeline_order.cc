@@ -16,6 +16,11 @@ void check_shape(const PipelineShape& p) {
                 fmt::format("pipeline shape: stage {} of {} stages, {} chunks, {} microbatches is malformed", p.stage,
                             p.stages, p.chunks, p.microbatches));
   }
+  if (!p.chunk_pool.empty()) {
+    bool ok = static_cast<int>(p.chunk_pool.size()) == p.chunks;
+    for (int c = 0; ok && c < p.chunks; ++c) ok = p.chunk_pool[c] >= 0 && p.chunk_pool[c] < p.chunks;
+    if (!ok) throw Error(ExitCode::kInternal, "pipeline shape: chunk_pool needs a pool in [0, chunks) per chunk");
+  }
   if (p.stages > 1 && p.chunks > 1 && p.microbatches % p.stages != 0) {
     throw ConfigError(fmt::format("number of microbatches ({}) is not divisible by pipeline-model-parallel-size ({}) "
                                   "when using interleaved schedule",
@@ -51,12 +56,12 @@ int warmup_forwards(const PipelineShape& p) {
 }
 
 // Sets every action's slot: a forward takes the lowest free slot of its
-// chunk, its backward frees it. Returns the slots used per chunk.
+// chunk's pool, its backward frees it. Returns the slots used per pool.
 std::vector<int> assign_slots(const PipelineShape& p, std::vector<PipeAction>& actions) {
-  std::vector<std::vector<bool>> busy(p.chunks);            // (chunks, slots in use so far)
+  std::vector<std::vector<bool>> busy(p.pools());           // (pools, slots in use so far)
   std::vector<int> slot_of(p.chunks * p.microbatches, -1);  // (chunks, microbatches)
   for (PipeAction& a : actions) {
-    std::vector<bool>& used = busy[a.chunk];
+    std::vector<bool>& used = busy[p.pool_of(a.chunk)];
     int& slot = slot_of[a.chunk * p.microbatches + a.microbatch];
     if (a.op == PipeOp::kForward) {
       slot = static_cast<int>(std::find(used.begin(), used.end(), false) - used.begin());
@@ -68,8 +73,8 @@ std::vector<int> assign_slots(const PipelineShape& p, std::vector<PipeAction>& a
       used[slot] = false;
     }
   }
-  std::vector<int> slots(p.chunks);
-  for (int c = 0; c < p.chunks; ++c) slots[c] = static_cast<int>(busy[c].size());
+  std::vector<int> slots(busy.size());
+  for (size_t k = 0; k < busy.size(); ++k) slots[k] = static_cast<int>(busy[k].size());
   return slots;
 }
 
@@ -97,6 +102,12 @@ std::vector<PipeAction> compute_order(const PipelineShape& p) {
 }
 
 }  // namespace
+
+int PipelineShape::pools() const {
+  int n = chunks;
+  if (!chunk_pool.empty()) n = 1 + *std::max_element(chunk_pool.begin(), chunk_pool.end());
+  return n;
+}
 
 std::vector<PipeAction> pipeline_actions(const PipelineShape& shape) {
   check_shape(shape);

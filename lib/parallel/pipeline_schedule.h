@@ -36,6 +36,13 @@ struct PipelineShape {
   int stage = 0;
   int chunks = 1;  // virtual pipeline size; 1 = plain 1F1B
   int microbatches = 1;
+  // The activation pool of each chunk (size chunks; empty: chunk c is pool
+  // c). Chunks whose activations have one shape share a pool, as a caching
+  // allocator reuses one chunk's freed activations for another's: the slots
+  // of a pool are the most of its chunks' micro-batches in flight at once.
+  std::vector<int> chunk_pool{};
+  int pool_of(int chunk) const { return chunk_pool.empty() ? chunk : chunk_pool[chunk]; }
+  int pools() const;
 };
 
 enum class PipeOp : uint8_t { kForward, kBackward };
@@ -44,8 +51,8 @@ struct PipeAction {
   PipeOp op = PipeOp::kForward;
   int chunk = 0;
   int microbatch = 0;
-  // Activation slot of (chunk, microbatch): the lowest slot of that chunk free
-  // when its forward runs; its backward carries the same slot.
+  // Activation slot of (chunk, microbatch): the lowest slot of that chunk's
+  // pool free when its forward runs; its backward carries the same slot.
   int slot = 0;
   bool operator==(const PipeAction&) const = default;
 };
@@ -72,9 +79,11 @@ std::vector<PipeAction> pipeline_actions(const PipelineShape& shape);
 // Every slot is 0: nothing is kept for a backward.
 std::vector<PipeAction> pipeline_forward_only_actions(const PipelineShape& shape);
 
-// Activation slots each chunk needs on this rank (size chunks): the most
-// (chunk, microbatch) pairs whose forward has run and whose backward has not,
-// at any point of pipeline_actions(shape). 1F1B: min(stages - stage, M).
+// Activation slots each pool needs on this rank (size shape.pools()): the
+// most (chunk, microbatch) pairs of its chunks whose forward has run and
+// whose backward has not, at any point of pipeline_actions(shape). 1F1B:
+// min(stages - stage, M); interleaved with every chunk in one pool, stage 0:
+// Megatron's (stages - 1) * 2 + (chunks - 1) * stages + 1 (warm-up + 1).
 std::vector<int> pipeline_activation_slots(const PipelineShape& shape);
 
 struct PipelineCallbacks {

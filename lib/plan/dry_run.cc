@@ -1,6 +1,7 @@
 #include "plan/dry_run.h"
 
 #include <limits>
+#include <set>
 
 #include "common/errors.h"
 #include "data/tokenizer.h"
@@ -25,6 +26,11 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   m.dp_rank = state.coords().dp;
   m.parameters = model->params().count();
   for (int slots : model->config().chunk_slots) m.activation_slots += slots;
+  std::set<int> pools;
+  for (int c = 0; c < model->num_chunks(); ++c) {
+    m.chunk_slot_bytes.push_back(model->slot_bytes(c));
+    if (pools.insert(model->pool(c)).second) m.slot_bytes += model->slot_bytes(c) * model->slots(c);
+  }
   DryStep step = run_dry_step(args, *model, setup, state, to);
   m.step = std::move(step.record);
   m.stats = step.stats;

@@ -28,8 +28,12 @@ namespace mtrain::plan {
 struct ClassMemory {
   RankClass rank_class;
   int tp_rank = 0, dp_rank = 0;
-  int64_t parameters = 0;     // parameters this rank holds
-  int activation_slots = 0;   // micro-batch activation slots the schedule keeps in flight (all chunks)
+  int64_t parameters = 0;    // parameters this rank holds
+  int activation_slots = 0;  // micro-batch activation slots the schedule keeps in flight (all chunks)
+  // Per model chunk: the device bytes of one micro-batch's activation slot;
+  // all slots together: slot_bytes (the simulated trace's memory track).
+  std::vector<int64_t> chunk_slot_bytes;
+  int64_t slot_bytes = 0;
   device::MemoryStats stats;  // after construction and one training iteration, by category
   // The live activation allocations by name at that point (activation_buffers.h breaks them down).
   std::map<std::string, int64_t> activation_buffers;

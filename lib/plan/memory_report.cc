@@ -19,6 +19,22 @@ static double gib(int64_t b) { return static_cast<double>(b) / (1LL << 30); }
 
 int64_t class_peak(const ClassMemory& c) { return c.stats.device_peak(); }
 
+int64_t collapse_peak(const DryRun& r, const ClassMemory& c) {
+  const int64_t extra = c.stats.contingent;
+  return class_peak(c) + extra + static_cast<int64_t>(static_cast<double>(extra) * r.profile.runtime.fragmentation);
+}
+
+// How the MoE expert buffers are planned (moe::MoeLayerConfig::planned_expert_rows).
+static std::string expert_buffer_basis(const DryRun& r) {
+  const model::MoeSettings& m = r.whole_model.moe;
+  if (m.router.capacity_factor)
+    return fmt::format("expert buffers planned for the capacity (--moe_expert_capacity_factor {})",
+                       *m.router.capacity_factor);
+  if (m.routing_imbalance == 1.0) return "expert buffers planned for balanced routing (--moe_routing_imbalance 1)";
+  return fmt::format("expert buffers planned for {0}x the balanced share (--moe_routing_imbalance {0})",
+                     m.routing_imbalance);
+}
+
 int64_t plan_peak(const DryRun& r) {
   int64_t peak = 0;
   for (const ClassMemory& c : r.classes) peak = std::max(peak, class_peak(c));
@@ -107,6 +123,12 @@ static std::string class_block(const DryRun& r, const ReportGroup& g) {
   s += fmt::format("  {:<40} {:>10.2f} GiB\n", "peak on the device", gib(peak));
   s += fmt::format("  {:<40} {:>10.2f} GiB\n", "capacity", gib(cap));
   s += fmt::format("  {:<40} {:>10.2f} GiB  {}\n", "headroom", gib(cap - peak), peak <= cap ? "FITS" : "DOES NOT FIT");
+  if (c.stats.contingent > 0) {
+    const int64_t worst = collapse_peak(r, c);
+    s += "  " + expert_buffer_basis(r) + "\n";
+    s += fmt::format("  {:<40} {:>10.2f} GiB  (+{:.2f} GiB; not the verdict)\n",
+                     "if routing collapses onto these experts", gib(worst), gib(worst - peak));
+  }
   return s;
 }
 

@@ -17,6 +17,10 @@ namespace mtrain::plan {
 // Peak bytes of a class on the device (the allocator's peak reserved and
 // what the runtime holds beside it): what must fit in HBM.
 int64_t class_peak(const ClassMemory& c);
+// The class's peak on the device if MoE routing collapsed onto its experts:
+// class_peak plus the expert buffers' contingent (device.h) and the
+// fragmentation the allocator would add to it. class_peak without MoE.
+int64_t collapse_peak(const DryRun& r, const ClassMemory& c);
 // The largest class_peak of the plan's classes.
 int64_t plan_peak(const DryRun& r);
 bool plan_fits(const DryRun& r);

@@ -268,6 +268,30 @@ static int smallest_fitting_nodes(const config::Args& job, SearchOptions so) {
   return 0;
 }
 
+// The job parsed and validated. Each candidate layout is validated on the
+// world by the search; the job itself is validated on it only where its own
+// layout fits it. Where not (global batch 8 on 16 ranks at TP 1 is DP 16,
+// which TP 2 x DP 8 is not), on the world of its own layout alone (DP 1),
+// and the first error stands when that fails too.
+static config::Invocation parse_job(const std::vector<const char*>& argv, int world) {
+  config::ParseOptions po;
+  po.world_size = world;
+  const int argc = static_cast<int>(argv.size());
+  try {
+    return config::parse_command_line(argc, argv.data(), po);
+  } catch (const ConfigError& at_world) {
+    const std::optional<config::Args> job = config::peek_args(argc, argv.data());
+    if (!job) throw;
+    po.world_size = job->tensor_model_parallel_size * job->pipeline_model_parallel_size * job->context_parallel_size;
+    if (po.world_size == world) throw;
+    try {
+      return config::parse_command_line(argc, argv.data(), po);
+    } catch (const ConfigError&) {
+      throw at_world;
+    }
+  }
+}
+
 int run_plan_command(const PlanOptions& given, std::ostream& out) {
   PlanOptions o = given;
   const std::vector<std::string> tokens = job_command_line(o);
@@ -275,9 +299,7 @@ int run_plan_command(const PlanOptions& given, std::ostream& out) {
   for (const std::string& t : tokens) argv.push_back(t.c_str());
   world_from_job(static_cast<int>(argv.size()), argv.data(), o);
   const int world = o.nnodes * o.nproc_per_node;
-  config::ParseOptions po;
-  po.world_size = world;
-  const config::Invocation inv = config::parse_command_line(static_cast<int>(argv.size()), argv.data(), po);
+  const config::Invocation inv = parse_job(argv, world);
   // One rank per NPU: a node of the profile holds devices_per_node ranks, as a launch checks.
   const config::DeviceProfileSpec node = config::load_device_profile(inv.args.device_profile);
   if (o.nproc_per_node > node.devices_per_node)

@@ -32,7 +32,9 @@ nlohmann::json memory_json(const DryRun& r, const ReportGroup& g) {
           {"peak_on_device", peak},
           {"capacity", cap},
           {"headroom", cap - peak},
-          {"fits", peak <= cap}};
+          {"fits", peak <= cap},
+          // MoE: the peak if routing collapsed onto this rank's experts (= peak_on_device without MoE)
+          {"peak_if_routing_collapses", collapse_peak(r, c)}};
 }
 
 nlohmann::json time_json(const StageTime& s, double step_s) {

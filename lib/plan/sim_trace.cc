@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "common/atomic_file.h"
 #include "common/file_system.h"
+#include "plan/memory_report.h"
 
 namespace mtrain::plan {
 
@@ -56,6 +60,38 @@ std::string simulated_trace(const DryRun& r, const StepTime& t) {
                       {"ts", sp.begin_s * 1e6},
                       {"dur", (sp.end_s - sp.begin_s) * 1e6},
                       {"cat", sp.microbatch < 0 ? "comm" : "compute"}});
+  }
+  // Memory over time, a counter track per stage: what the stage's fullest
+  // class holds beside its activation slots, plus one slot per micro-batch
+  // chunk from the begin of its forward to the end of its backward (what the
+  // schedule keeps alive; the report's peak holds every slot of each pool).
+  for (int s = 0; s < r.pp; ++s) {
+    const ClassMemory* shown = nullptr;
+    for (const ClassMemory& c : r.classes)
+      if (c.rank_class.stage == s && (!shown || class_peak(c) > class_peak(*shown))) shown = &c;
+    if (!shown) continue;
+    std::vector<std::pair<double, int64_t>> steps;  // (time, bytes added)
+    for (const TimelineSpan& sp : t.timeline) {
+      if (sp.stage != s || sp.microbatch < 0 || sp.chunk >= static_cast<int>(shown->chunk_slot_bytes.size())) continue;
+      const int64_t b = shown->chunk_slot_bytes[sp.chunk];
+      if (sp.name == "forward") steps.emplace_back(sp.begin_s, b);
+      if (sp.name == "backward") steps.emplace_back(sp.end_s, -b);
+    }
+    std::stable_sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const std::string track = fmt::format("stage {} memory on the device (GiB)", s);
+    int64_t held = class_peak(*shown) - shown->slot_bytes;
+    auto sample = [&](double at) {
+      events.push_back({{"name", track},
+                        {"ph", "C"},
+                        {"pid", 0},
+                        {"ts", at * 1e6},
+                        {"args", {{"GiB", static_cast<double>(held) / (1LL << 30)}}}});
+    };
+    sample(0.0);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      held += steps[i].second;
+      if (i + 1 == steps.size() || steps[i + 1].first > steps[i].first) sample(steps[i].first);
+    }
   }
   // Per stage, the report's split of the micro-batch phases' blocking communication.
   json stages = json::array();

@@ -4,7 +4,9 @@
 // places it, the gaps between them the bubble, the blocking communication,
 // the optimizer step and the param all-gather after the last backward;
 // overlapped DP communication (--overlap_grad_reduce, --overlap_param_gather)
-// on a row of its own under the stages, beside the backward it overlaps.
+// on a row of its own under the stages, beside the backward it overlaps;
+// and per stage a memory counter track (the device's bytes over the step:
+// each micro-batch chunk's activations from its forward to its backward).
 // Times are the cost model's, not measured.
 #pragma once
 

@@ -54,10 +54,13 @@ int64_t host_available_bytes() {
 
 void Tensor::FreeDeleter::operator()(float* p) const { std::free(p); }
 
-Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategory category, std::string name, bool meta)
+Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategory category, std::string name, bool meta,
+               int64_t charged_numel)
     : shape_(std::move(shape)), dtype_(dtype), category_(category), name_(std::move(name)) {
   numel_ = shape_numel(shape_);
-  dev.allocate(numel_ * dtype_bytes(dtype_), category_, name_, host_bytes());
+  charged_ = charged_numel < 0 ? numel_ : std::min(charged_numel, numel_);
+  dev.allocate(device_bytes(), category_, name_, host_bytes());
+  dev.add_contingent((numel_ - charged_) * dtype_bytes(dtype_));
   device_ = &dev;
   if (!meta && numel_ > 0) {
     const size_t bytes = static_cast<size_t>(host_bytes());
@@ -83,7 +86,10 @@ Tensor::Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategor
 Tensor::~Tensor() { reset(); }
 
 void Tensor::reset() {
-  if (device_) device_->release(numel_ * dtype_bytes(dtype_), category_, name_, host_bytes());
+  if (device_) {
+    device_->release(device_bytes(), category_, name_, host_bytes());
+    device_->add_contingent(-(numel_ - charged_) * dtype_bytes(dtype_));
+  }
   device_ = nullptr;
   data_.reset();
 }
@@ -96,12 +102,14 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     device_ = o.device_;
     shape_ = std::move(o.shape_);
     numel_ = o.numel_;
+    charged_ = o.charged_;
     dtype_ = o.dtype_;
     category_ = o.category_;
     name_ = std::move(o.name_);
     data_ = std::move(o.data_);
     o.device_ = nullptr;
     o.numel_ = 0;
+    o.charged_ = 0;
   }
   return *this;
 }

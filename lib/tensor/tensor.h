@@ -34,8 +34,12 @@ class Tensor {
  public:
   Tensor() = default;
   // meta = true: accounted on the device, but no host storage and data() == nullptr.
+  // charged_numel (0 <= it <= numel, -1: numel): the elements the device is
+  // charged for; host storage holds all of shape. The rest is the device's
+  // contingent (device.h): a buffer sized for a worst case the plan does not
+  // expect (MoE expert rows if routing collapses, moe/moe_buffers.cc).
   Tensor(device::Device& dev, Shape shape, DType dtype, device::MemCategory category, std::string name,
-         bool meta = false);
+         bool meta = false, int64_t charged_numel = -1);
   ~Tensor();
   Tensor(Tensor&& o) noexcept;
   Tensor& operator=(Tensor&& o) noexcept;
@@ -50,7 +54,7 @@ class Tensor {
   bool is_meta() const { return device_ != nullptr && !data_; }
   bool defined() const { return device_ != nullptr; }
   const std::string& name() const { return name_; }
-  int64_t device_bytes() const { return numel_ * dtype_bytes(dtype_); }
+  int64_t device_bytes() const { return charged_ * dtype_bytes(dtype_); }
   // The host storage a real (not meta) tensor holds: fp32 in whole 64-byte lines.
   int64_t host_bytes() const { return numel_ > 0 ? (numel_ * static_cast<int64_t>(sizeof(float)) + 63) / 64 * 64 : 0; }
   void zero();  // zero_floats over the whole storage (no-op for meta tensors)
@@ -64,6 +68,7 @@ class Tensor {
   device::Device* device_ = nullptr;
   Shape shape_;
   int64_t numel_ = 0;
+  int64_t charged_ = 0;  // elements charged on the device (<= numel_)
   DType dtype_ = DType::kF32;
   device::MemCategory category_ = device::MemCategory::kOther;
   std::string name_;

@@ -5,6 +5,7 @@
 #include "optim/grad_clip.h"
 #include "optim/loss_scaler.h"
 #include "profiler/kernel_region.h"
+#include "tensor/precision.h"
 
 namespace mtrain::train {
 
@@ -55,9 +56,12 @@ Intervals GradSync::optimizer_shard(const model::ParamStore& ps, const parallel:
 }
 
 GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
-                   int64_t bucket_elems, bool overlap, bool overlap_param_gather, parallel::Wire param_wire)
+                   int64_t bucket_elems, bool overlap, bool overlap_param_gather, parallel::Wire param_wire,
+                   DType grad_dtype)
     : state_(state),
       param_wire_(param_wire),
+      grad_dtype_(grad_dtype),
+      grad_wire_(grad_dtype == DType::kF32 ? parallel::Wire{} : parallel::Wire::of(grad_dtype)),
       regions_(grad_regions(ps, state, bucket_elems)),
       distributed_(distributed_optimizer && any_replicated(regions_)),
       overlap_enabled_(overlap && any_replicated(regions_)),
@@ -92,8 +96,8 @@ void GradSync::begin_overlap(float* grads) {
   for (size_t i = 0; i < regions_.size(); ++i) {
     const GradRegion& r = regions_[i];
     if (r.size == 1) continue;
-    overlaps_.emplace_back(
-        i, std::make_unique<parallel::OverlappedReduction>(r.buckets, comm(r), at(grads, r.begin), distributed_));
+    overlaps_.emplace_back(i, std::make_unique<parallel::OverlappedReduction>(r.buckets, comm(r), at(grads, r.begin),
+                                                                              distributed_, grad_wire_));
   }
 }
 
@@ -117,12 +121,13 @@ void GradSync::reduce(float* grads) {
     for (const GradRegion& r : regions_) {
       if (r.size == 1) continue;
       if (distributed_) {
-        r.buckets.reduce_scatter(comm(r), at(grads, r.begin));
+        r.buckets.reduce_scatter(comm(r), at(grads, r.begin), grad_wire_);
       } else {
-        r.buckets.all_reduce(comm(r), at(grads, r.begin));
+        r.buckets.all_reduce(comm(r), at(grads, r.begin), grad_wire_);
       }
     }
   }
+  round_sums(grads, updated_);
   // After the DP sum, as Megatron does; with the distributed optimizer only
   // this rank's shard of these tensors is meaningful, and the TP / embedding
   // peers hold the same shard (same DP rank), so the sums stay exact.
@@ -130,16 +135,22 @@ void GradSync::reduce(float* grads) {
   reduce_shared_embedding(grads);
 }
 
+void GradSync::round_sums(float* grads, const Intervals& list) const {
+  if (grad_dtype_ == DType::kF32 || profiler::shape_only()) return;
+  for (const auto& [b, e] : list) kernels::round_to_dtype(grads + b, e - b, grad_dtype_);
+}
+
 // Packs the listed gradients into one buffer, sums it over `comm`, unpacks.
-static void all_reduce_packed(parallel::Comm& comm, float* grads, const Intervals& list, std::vector<float>& pack) {
+static void all_reduce_packed(parallel::Comm& comm, float* grads, const Intervals& list, std::vector<float>& pack,
+                              parallel::Wire wire) {
   if (profiler::shape_only()) {  // a dry run's step: the same call, no data
-    comm.all_reduce_sum(static_cast<float*>(nullptr), total(list));
+    comm.all_reduce_sum(static_cast<float*>(nullptr), total(list), wire);
     return;
   }
   pack.resize(total(list));
   float* p = pack.data();
   for (const auto& [b, e] : list) p = std::copy(grads + b, grads + e, p);
-  comm.all_reduce_sum(pack.data(), static_cast<int64_t>(pack.size()));
+  comm.all_reduce_sum(pack.data(), static_cast<int64_t>(pack.size()), wire);
   const float* q = pack.data();
   for (const auto& [b, e] : list) {
     std::copy(q, q + (e - b), grads + b);
@@ -149,12 +160,14 @@ static void all_reduce_packed(parallel::Comm& comm, float* grads, const Interval
 
 void GradSync::reduce_sequence_parallel(float* grads) {
   if (sp_params_.empty() || state_.grid().tp() == 1) return;
-  all_reduce_packed(state_.tp(), grads, sp_params_, pack_);
+  all_reduce_packed(state_.tp(), grads, sp_params_, pack_, grad_wire_);
+  round_sums(grads, sp_params_);
 }
 
 void GradSync::reduce_shared_embedding(float* grads) {
   if (shared_embedding_.empty()) return;
-  all_reduce_packed(state_.group(parallel::GroupKind::kEmbedding), grads, shared_embedding_, pack_);
+  all_reduce_packed(state_.group(parallel::GroupKind::kEmbedding), grads, shared_embedding_, pack_, grad_wire_);
+  round_sums(grads, shared_embedding_);
 }
 
 bool GradSync::unscale_and_check(float* grads, float inv_scale) {

@@ -37,9 +37,11 @@ class GradSync {
   // bucket_elems <= 0: Megatron's default bucket size. param_wire: the
   // distributed optimizer's parameter all-gather moves the model's 16-bit
   // parameters (Megatron's param buffer), not the fp32 main copy.
+  // grad_dtype: the main gradients' (--grad_reduce_in_bf16: bf16); every
+  // gradient reduction moves it and each sum is rounded to it.
   GradSync(const model::ParamStore& ps, parallel::ParallelState& state, bool distributed_optimizer,
            int64_t bucket_elems, bool overlap = false, bool overlap_param_gather = false,
-           parallel::Wire param_wire = {});
+           parallel::Wire param_wire = {}, DType grad_dtype = DType::kF32);
 
   // The shard this rank's optimizer updates (empty: everything), i.e. the
   // updated() of a GradSync built with the same arguments.
@@ -88,6 +90,10 @@ class GradSync {
 
   parallel::ParallelState& state_;
   parallel::Wire param_wire_;
+  DType grad_dtype_;
+  parallel::Wire grad_wire_;  // grad_dtype_'s width on every gradient reduction
+  // bf16 main grads: rounds the sums in `list` (no-op for fp32 and in a dry run's step).
+  void round_sums(float* grads, const FlatIntervals& list) const;
   std::vector<GradRegion> regions_;  // dense, then expert-parallel (if any)
   bool distributed_;
   bool overlap_enabled_;

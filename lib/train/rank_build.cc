@@ -49,8 +49,10 @@ model::ModelConfig rank_model_config(const config::Args& args, const parallel::R
   mc.cp_rank = rc.cp;
   mc.cp_ulysses = args.context_parallel_algo == "ulysses_cp_algo";
   mc.cp_general_mask = args.cp_attention_mask_type == "general";
+  mc.chunk_pool = model::chunk_pools(mc);
   const parallel::PipelineShape shape{args.pipeline_model_parallel_size, rc.pp,
-                                      args.virtual_pipeline_model_parallel_size.value_or(1), args.num_micro_batches};
+                                      args.virtual_pipeline_model_parallel_size.value_or(1), args.num_micro_batches,
+                                      mc.chunk_pool};
   mc.chunk_slots = parallel::pipeline_activation_slots(shape);
   return mc;
 }

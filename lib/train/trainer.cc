@@ -82,7 +82,7 @@ Trainer::Trainer(TrainerOptions opts, model::GptModel& model, optim::Optimizer& 
   }
   grad_sync_ = std::make_unique<GradSync>(model.params(), *state_, opts.distributed_optimizer, opts.bucket_elems,
                                           opts.overlap_grad_reduce, opts.overlap_param_gather,
-                                          parallel::Wire::of(model.config().dtype));
+                                          parallel::Wire::of(model.config().dtype), model.config().grad_dtype);
   // Sized for the largest micro-batch the model's activation slots hold.
   const model::ModelConfig& c = model.config();
   const parallel::PipelineShape shape{state_->grid().pp(), state_->coords().pp, model.num_chunks(), 1};
@@ -152,6 +152,7 @@ static parallel::PipelineShape pipeline_shape(const parallel::ParallelState& st,
   p.stage = st.coords().pp;
   p.chunks = m.num_chunks();
   p.microbatches = static_cast<int>(microbatches);
+  p.chunk_pool = m.config().chunk_pool;  // the slots the model allocated per pool
   return p;
 }
 

@@ -220,6 +220,12 @@ TEST(Validate, TrainingMessages) {
   Args both = demo();
   both.fp16 = both.bf16 = true;
   EXPECT_EQ(fails(both), "fp16 and bf16 cannot both be set");
+  Args bf16_grads = demo();
+  bf16_grads.grad_reduce_in_bf16 = true;  // Megatron reads it under --bf16 only
+  EXPECT_EQ(fails(bf16_grads),
+            "--grad_reduce_in_bf16 needs --bf16: it keeps and reduces the bf16 model's main gradients in bf16");
+  bf16_grads.bf16 = true;
+  EXPECT_NO_THROW(validate(bf16_grads, 1));
   Args warm = demo();
   warm.lr_warmup_iters = 2, warm.lr_warmup_fraction = 0.1;
   EXPECT_EQ(fails(warm), "can only specify one of lr-warmup-fraction and lr-warmup-iters");

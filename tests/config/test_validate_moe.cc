@@ -195,5 +195,37 @@ TEST(ValidateMoe, LoraOnExpertsRefusesUncheckedLayoutsByName) {
             "under context parallelism is not implemented yet");
 }
 
+// --moe_routing_imbalance (mtrain's, what the expert buffers are planned
+// for): at least 1, MoE only, not beside a capacity (which bounds the rows).
+TEST(ValidateMoe, RoutingImbalanceIsAnAllowanceOverBalanced) {
+  Args a = moe_demo();
+  a.moe_routing_imbalance = 0.5;
+  EXPECT_EQ(fails(a), "--moe_routing_imbalance must be >= 1, got 0.5");
+  a.moe_routing_imbalance = 1.5;
+  EXPECT_NO_THROW(validate(a, 1));
+  a.moe_expert_capacity_factor = 1.25;
+  EXPECT_EQ(fails(a),
+            "--moe_routing_imbalance has no effect with --moe_expert_capacity_factor: the expert buffers are planned "
+            "for the capacity, which no expert exceeds");
+  Args dense = moe_demo();
+  dense.num_experts.reset();
+  dense.moe_routing_imbalance = 2;
+  EXPECT_EQ(fails(dense), "--moe_routing_imbalance applies only to MoE models, but --num_experts is not set");
+}
+
+// The allgather dispatcher's equal-count gather over EP ranks of different
+// data-parallel micro-batches: refused in sft (samples' own lengths), not in pt.
+TEST(ValidateMoe, AllgatherOverEpNeedsEqualLengths) {
+  Args a = moe_demo();
+  a.moe_token_dispatcher_type = "allgather";
+  a.expert_model_parallel_size = 2;
+  EXPECT_EQ(fails(a, 2),
+            "--moe_token_dispatcher_type allgather with --expert_model_parallel_size 2 in sft: the dispatcher gathers "
+            "the same number of tokens from each rank of its expert TP x EP group, whose EP ranks hold different "
+            "data-parallel micro-batches, and SFT micro-batches are as long as their samples");
+  a.command = "pt";
+  EXPECT_NO_THROW(validate(a, 2));
+}
+
 }  // namespace
 }  // namespace mtrain::config

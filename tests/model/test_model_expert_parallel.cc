@@ -257,17 +257,21 @@ TEST(ModelExpertParallelDryRun, AllToAllBuffersAndCollectives) {
   const std::vector<Recorded> seen = dry_forward(false, buf, experts);
   EXPECT_EQ(experts, 2 * (2 * 8 / 2 + 8 / 2) * 16) << "E/EP = 2 experts of SwiGLU fc1 (2F/ETP, C) + fc2 (C, F/ETP)";
   const int64_t M = 16, C = 16, f = 4;
-  EXPECT_EQ(buf.at("moe expert-parallel all-to-all buffer"), 2 * 2 * M * C * f) << "ETP x EP x M rows";
-  EXPECT_EQ(buf.at("moe rows received over EP"), 2 * M * C * f);
-  EXPECT_EQ(buf.at("layer 0 moe tokens of every TP rank, grouped by expert"), 2 * 2 * M * C * f);
+  // Charged for balanced routing: ETP x M rows (each of the 4 senders 16 / 4 rows per expert, 4 experts'
+  // worth); the host holds ETP x EP x M, the device's contingent if routing collapses.
+  EXPECT_EQ(buf.at("moe expert-parallel all-to-all buffer"), 2 * M * C * f) << "ETP x M rows";
+  EXPECT_EQ(buf.at("moe rows received over EP"), M * C * f);
+  EXPECT_EQ(buf.at("layer 0 moe tokens of every TP rank, grouped by expert"), 2 * M * C * f);
   // all-to-all of the counts, all-to-all-v of the rows over EP; the counts and
   // rows all-gathered over (expert) TP; reduce-scatter back; all-to-all-v back.
   // An even share: each rank receives M rows over EP, so the TP gather moves
   // ETP x M rows (what the ranks hold, as Megatron's all-gather-v), not the buffer.
+  // First the router's load-balancing sum of the tokens per expert (4 experts) over its token group (tp).
   const std::vector<Recorded> want = {
-      {"ep", parallel::CommOp::kAllToAll, 2 * 2 * 8},          {"ep", parallel::CommOp::kAllToAll, M * C * f},
-      {"tp", parallel::CommOp::kAllGather, 2 * 2 * 8},         {"tp", parallel::CommOp::kAllGather, 2 * M * C * f},
-      {"tp", parallel::CommOp::kReduceScatter, 2 * M * C * f}, {"ep", parallel::CommOp::kAllToAll, M * C * f}};
+      {"tp", parallel::CommOp::kAllReduce, 4 * f},         {"ep", parallel::CommOp::kAllToAll, 2 * 2 * 8},
+      {"ep", parallel::CommOp::kAllToAll, M * C * f},      {"tp", parallel::CommOp::kAllGather, 2 * 2 * 8},
+      {"tp", parallel::CommOp::kAllGather, 2 * M * C * f}, {"tp", parallel::CommOp::kReduceScatter, 2 * M * C * f},
+      {"ep", parallel::CommOp::kAllToAll, M * C * f}};
   ASSERT_EQ(seen.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(seen[i].group, want[i].group) << i;
@@ -283,9 +287,12 @@ TEST(ModelExpertParallelDryRun, AllGatherBuffersAndCollectives) {
   const int64_t G = 4, Nl = 8, k = 2, C = 16, f = 4;
   EXPECT_EQ(buf.at("moe allgather dispatcher's tokens of the TP x EP group"), G * Nl * C * f);
   EXPECT_EQ(buf.at("moe allgather dispatcher's slots"), 2 * G * Nl * k * f);
-  EXPECT_EQ(buf.at("layer 0 moe permuted tokens"), G * Nl * k * C * f) << "every gathered row may be local";
+  // Balanced: this rank's experts (half of them) get half of the group's G x N_loc x k routings; the
+  // host holds all of them (any gathered row may be local), the rest the device's contingent.
+  EXPECT_EQ(buf.at("layer 0 moe permuted tokens"), G * Nl * k / 2 * C * f);
   // tokens, routing map and probs gathered over TP x EP; the output reduce-scattered.
-  const std::vector<Recorded> want = {{"tp_ep", parallel::CommOp::kAllGather, G * Nl * C * f},
+  const std::vector<Recorded> want = {{"tp", parallel::CommOp::kAllReduce, 4 * f},  // the router's aux-loss sum
+                                      {"tp_ep", parallel::CommOp::kAllGather, G * Nl * C * f},
                                       {"tp_ep", parallel::CommOp::kAllGather, G * Nl * k * f},
                                       {"tp_ep", parallel::CommOp::kAllGather, G * Nl * k * f},
                                       {"tp_ep", parallel::CommOp::kReduceScatter, G * Nl * C * f}};

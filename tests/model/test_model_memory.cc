@@ -3,7 +3,9 @@
 // storage.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "common/errors.h"
 #include "model_test_util.h"
@@ -22,6 +24,54 @@ TEST(ModelMemory, WeightsAndGradsAreAccountedByDtype) {
     EXPECT_EQ(by[static_cast<int>(device::MemCategory::kGrads)], m.params().numel() * 4);
     EXPECT_GT(by[static_cast<int>(device::MemCategory::kActivations)], 0);
   }
+}
+
+// bf16 to nearest, ties to even, in double (independent of mtrain's precision.h): 8 significant bits.
+double to_bf16(double x) {
+  if (x == 0 || !std::isfinite(x)) return x;
+  int e = 0;
+  std::frexp(x, &e);
+  const double ulp = std::ldexp(1.0, e - 8);
+  return std::nearbyint(x / ulp) * ulp;
+}
+
+// --grad_reduce_in_bf16: the gradient buffer takes 2 bytes a parameter and
+// each micro-batch's accumulation lands in bf16 (Megatron's main_grad of the
+// parameter dtype): after micro-batches 1 and 2 it is bf16(bf16(g1) + g2),
+// g1 and g2 the fp32 gradients of each alone. The accumulating GEMM adds in
+// another order than the sum here, which can move a tie to the next bf16
+// value: within one bf16 step of it, and every element a bf16 value.
+TEST(ModelMemory, Bf16MainGradsTakeTwoBytesAndHoldEachMicroBatchSumInBf16) {
+  ModelConfig c = testing::tiny_llama();
+  c.dtype = DType::kBF16;
+  const testing::RandomBatch r1 = testing::random_batch(2, c.seq_length, c.vocab, 1);
+  const testing::RandomBatch r2 = testing::random_batch(2, c.seq_length, c.vocab, 2);
+  auto grads_of = [&](GptModel& m, const std::vector<const testing::RandomBatch*>& rs) {
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const TokenBatch b = rs[i]->view(2, c.seq_length, false);
+      m.forward(b, 7, true);
+      m.backward(b, rs[i]->weights.data(), 7, true, /*zero_grads=*/i == 0);
+    }
+    return std::vector<float>(m.params().grads().data(), m.params().grads().data() + m.params().numel());
+  };
+  device::Device d32(device::DeviceProfile{}, 0), d16(device::DeviceProfile{}, 1);
+  GptModel fp32(c, d32);
+  const std::vector<float> g1 = grads_of(fp32, {&r1}), g2 = grads_of(fp32, {&r2});
+  c.grad_dtype = DType::kBF16;
+  GptModel bf16(c, d16);
+  EXPECT_EQ(d16.stats().by_category[static_cast<int>(device::MemCategory::kGrads)], 2 * bf16.params().numel());
+  const std::vector<float> g = grads_of(bf16, {&r1, &r2});
+  int64_t off = 0, not_bf16 = 0, rounded = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double want = to_bf16(to_bf16(g1[i]) + g2[i]);
+    const double step = std::max(std::abs(want), 1e-30) * std::ldexp(1.0, -7);
+    off += std::abs(g[i] - want) > step;
+    not_bf16 += to_bf16(g[i]) != g[i];
+    rounded += want != static_cast<double>(g1[i]) + g2[i];
+  }
+  EXPECT_EQ(off, 0);
+  EXPECT_EQ(not_bf16, 0);
+  EXPECT_GT(rounded, 0) << "the case rounds";
 }
 
 TEST(ModelMemory, TooLargeForTheDeviceIsAnOutOfMemoryError) {

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
+#include "parallel/local_comm.h"
 #include "parallel/sim_comm.h"
 #include "profiler/kernel_region.h"
 #include "router_test_util.h"
@@ -172,18 +174,27 @@ TEST(RouterForward, LargeBatchRoutesEveryTokenAsAlone) {
   }
 }
 
-// A dry run: only the gate GEMM is priced, no data is touched.
+// A dry run: the gate GEMM and the routing pass are priced, no data is
+// touched; the load-balancing loss's sum of the tokens per expert over the
+// token group is made as in a real run (on nothing), once per training forward.
 TEST(RouterForward, ShapeOnlyRoutesNothing) {
   RouterConfig c = base_config();
   c.aux_loss_coeff = 1e-2;
-  parallel::SelfComm self;
+  parallel::MetaComm group("tp", 0, 2);
+  std::vector<int64_t> sums;
+  group.set_observer([&](const parallel::CommEvent& e) {
+    if (e.op == parallel::CommOp::kAllReduce) sums.push_back(e.elements);
+  });
   RouterForward fwd;
   profiler::ShapeOnlyScope shape_only;
-  router_forward(fwd, nullptr, nullptr, nullptr, nullptr, {2, 1024}, c, true, self);
+  router_forward(fwd, nullptr, nullptr, nullptr, nullptr, {2, 1024}, c, true, group);
   router_backward(nullptr, nullptr, nullptr, nullptr, fwd, nullptr, nullptr, c, 1.f);
   EXPECT_EQ(fwd.num_tokens, 2048);
   EXPECT_TRUE(fwd.logits.empty());
   EXPECT_FALSE(fwd.losses.load_balancing_loss.has_value());
+  EXPECT_EQ(sums, std::vector<int64_t>{c.num_experts});
+  router_forward(fwd, nullptr, nullptr, nullptr, nullptr, {2, 1024}, c, /*training=*/false, group);
+  EXPECT_EQ(sums.size(), 1u) << "no loss in evaluation";
 }
 
 // The micro-batch's tokens on two simulated ranks of a token group: the

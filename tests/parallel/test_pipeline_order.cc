@@ -102,6 +102,45 @@ TEST(ParallelPipelineOrder, ForwardOnly) {
   EXPECT_EQ(str(pipeline_forward_only_actions({1, 0, 2, 2})), "F0.0@0 F1.0@0 F0.1@0 F1.1@0");
 }
 
+// Chunks of one activation shape share a pool (a caching allocator reuses
+// one chunk's freed activations for another's): with every chunk in one
+// pool, stage s of the interleaved schedule holds Megatron's warm-up plus
+// one, min((p - s - 1) * 2 + (v - 1) * p, M v) + 1 micro-batch chunks (at
+// most all M v), where a pool per chunk sums each chunk's own peak: 144 at
+// PP 8 x VP 12 on stage 0 (issue 24: Megatron's peak there is 103).
+TEST(ParallelPipelineOrder, OnePoolHoldsMegatronsInFlightCount) {
+  for (const auto& [p, v, m] :
+       {std::tuple{8, 12, 16}, std::tuple{8, 12, 64}, std::tuple{4, 2, 4}, std::tuple{2, 3, 2}}) {
+    for (int stage = 0; stage < p; ++stage) {
+      PipelineShape shape{p, stage, v, m};
+      int per_chunk = 0;
+      for (int n : pipeline_activation_slots(shape)) per_chunk += n;
+      shape.chunk_pool.assign(v, 0);
+      const int warmup = std::min((p - stage - 1) * 2 + (v - 1) * p, m * v);
+      EXPECT_EQ(pipeline_activation_slots(shape), std::vector<int>{std::min(warmup + 1, m * v)})
+          << p << "x" << v << " M " << m << " stage " << stage;
+      if (p == 8 && stage == 0) {
+        EXPECT_EQ(per_chunk, 144);
+        EXPECT_EQ(pipeline_activation_slots(shape)[0], 103);
+      }
+      // Every action's slot is its pool's, never shared by two live micro-batch chunks.
+      std::map<int, std::pair<int, int>> owner;  // slot -> (chunk, microbatch)
+      for (const PipeAction& a : pipeline_actions(shape)) {
+        if (a.op == PipeOp::kForward) {
+          EXPECT_TRUE(owner.emplace(a.slot, std::pair{a.chunk, a.microbatch}).second) << "slot " << a.slot;
+        } else {
+          EXPECT_EQ(owner[a.slot], (std::pair{a.chunk, a.microbatch}));
+          owner.erase(a.slot);
+        }
+      }
+    }
+  }
+  // The last stage's loss chunk in a pool of its own: two pools.
+  PipelineShape last{4, 3, 2, 4};
+  last.chunk_pool = {0, 1};
+  EXPECT_EQ(pipeline_activation_slots(last), pipeline_activation_slots(PipelineShape{4, 3, 2, 4}));
+}
+
 TEST(ParallelPipelineOrder, UnsupportedShapes) {
   try {
     pipeline_actions({4, 0, 2, 6});

@@ -197,6 +197,9 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"single", 1, ""}, Layout{"tp2_sp", 2, "--tensor_model_parallel_size 2 --sequence_parallel"},
         Layout{"pp2", 2, "--pipeline_model_parallel_size 2"},
         Layout{"dp2_distopt_bf16", 2, "--use_distributed_optimizer --bf16"},
+        // bf16 main grads: every gradient reduction moves 2 bytes an element, in both modes.
+        Layout{"dp2_distopt_bf16_grads", 2,
+               "--use_distributed_optimizer --bf16 --grad_reduce_in_bf16 --overlap_grad_reduce"},
         Layout{"dp2_overlap_grad_reduce", 2,
                "--use_distributed_optimizer false --overlap_grad_reduce --ddp_bucket_size 20000"},
         Layout{"pp2dp2_overlap_both_bf16", 4,
@@ -219,6 +222,33 @@ INSTANTIATE_TEST_SUITE_P(
         Layout{"lora_pp2_unfused_grad_accumulation", 2,
                "--train_type lora --pipeline_model_parallel_size 2 --gradient_accumulation_fusion false"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return std::string(i.param.name); });
+
+// MoE: the routed rows are the data's, so a real step's expert GEMMs and
+// dispatch sizes differ from a dry step's even split. What the router adds
+// beside them is the same in both: the load-balancing loss's all-reduce of
+// each layer's tokens per expert over its token group (TP 2 with SP: the tp
+// group), once per MoE layer and micro-batch, 8 experts x 4 bytes.
+class MoeStep : public StepAgrees {};
+
+TEST_F(MoeStep, TheAuxLossSumsOfARealStepAreInTheDryStep) {
+  const config::Args args = parse(
+      pretrain("--model_preset demo-moe --tensor_model_parallel_size 2 --sequence_parallel --moe_aux_loss_coeff 0.01"),
+      2);
+  std::vector<std::shared_ptr<StepRecorder>> recorders;
+  for (int r = 0; r < 2; ++r) recorders.push_back(std::make_shared<StepRecorder>(1, 4));
+  run_real(args, 2, std::vector<std::shared_ptr<observe::TrainHook>>(recorders.begin(), recorders.end()));
+  const DryRun dry = dry_run(args);
+  auto sums = [](const StepRecord& r) {
+    int n = 0;
+    for (const CommRecord& c : r.comms) n += c.op == parallel::CommOp::kAllReduce && c.group == "tp" && c.bytes == 32;
+    return n;
+  };
+  const int want = 4 * dry.microbatches;  // 4 MoE layers
+  for (const ClassMemory& c : dry.classes) {
+    EXPECT_EQ(sums(c.step), want) << "dry";
+    for (int rank : c.rank_class.ranks) EXPECT_EQ(sums(recorders[rank]->record()), want) << "rank " << rank;
+  }
+}
 
 }  // namespace
 }  // namespace mtrain::plan

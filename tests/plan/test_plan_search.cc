@@ -224,6 +224,33 @@ TEST(PlanCommand, TopAndJson) {
 
 // Nothing fits: exit 6 with what is true of this world and the smallest
 // world that fits, searched the same way (not "a smaller batch").
+// The job is validated per candidate layout: global batch 2 on 4 ranks is
+// DP 4 at the job's own TP 1 (more ranks than rows, which Megatron refuses),
+// but TP 2 x DP 2, TP 4 and PP layouts are jobs Megatron runs, and the plan
+// lists them instead of refusing the job.
+TEST(PlanCommand, AJobInvalidAtDpOfTheWholeWorldIsPlannedOnLayoutsWhereItIsValid) {
+  std::vector<std::string> words = {"--nproc_per_node", "4", "--json"};
+  for (const std::string& w : demo("demo", 128)) words.push_back(w);
+  for (size_t i = 0; i + 1 < words.size(); ++i)
+    if (words[i] == "--global_batch_size") words[i + 1] = "2";
+  EXPECT_THROW(parse_words(std::vector<std::string>(words.begin() + 3, words.end()), 4), ConfigError)
+      << "the job alone at DP 4";
+  std::ostringstream out;
+  ASSERT_EQ(run_plan_command(parse_plan_args(words), out), 0);
+  const nlohmann::json rows = nlohmann::json::parse(out.str());
+  ASSERT_FALSE(rows.empty());
+  for (const nlohmann::json& row : rows) {
+    const std::string flags = row["flags"];
+    auto size = [&](const std::string& flag) {  // the flag's value, 1 when absent
+      const size_t at = flags.find("--" + flag + " ");
+      return at == std::string::npos ? 1 : std::stoi(flags.substr(at + flag.size() + 3));
+    };
+    const int dp =
+        4 / (size("tensor_model_parallel_size") * size("pipeline_model_parallel_size") * size("context_parallel_size"));
+    EXPECT_LE(dp, 2) << flags << ": DP " << dp << " cannot split 2 rows";
+  }
+}
+
 TEST(PlanCommand, NothingFitsIsExitSixWithTheSmallestWorldThatFits) {
   const PlanOptions o = parse_plan_args({"--nproc_per_node", "1", "--model_preset", "qwen2.5-7b", "--global_batch_size",
                                          "8", "--seq_length", "1024", "--bf16"});

@@ -225,5 +225,58 @@ TEST(GradSyncContextParallel, DenseGradientsSumOverDpCp) {
   }
 }
 
+// bf16 to nearest, ties to even, in double (independent of mtrain's precision.h):
+// 8 significant bits.
+double to_bf16(double x) {
+  if (x == 0) return 0;
+  int e = 0;
+  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e)
+  const double ulp = std::ldexp(1.0, e - 8);
+  return std::nearbyint(x / ulp) * ulp;
+}
+
+// --grad_reduce_in_bf16 (Megatron's bf16 main grads): the gradient buffer
+// takes 2 bytes a parameter on the device, every reduction moves 2 bytes an
+// element, and each DP sum is rounded to bf16. Gradients of the form
+// 1 + m / 128 are bf16 values whose sum over 4 ranks is exact in fp32 but
+// not in bf16: the reduced value must be the bf16 rounding of the exact sum.
+TEST(GradSyncBf16, SumsMoveAndLandInBf16) {
+  const parallel::ProcessGrid grid = make_grid(1, 1);
+  auto g = [](int rank, int64_t k) { return 1.0f + static_cast<float>((rank * 37 + k * 11) % 128) / 128.0f; };
+  for (const bool distributed : {false, true}) {
+    parallel::SimWorld world(kWorld);
+    world.run([&](int rank) {
+      device::Device dev(device::DeviceProfile{}, rank);
+      model::ParamStore ps;
+      for (const Param& p : kParams) ps.add(p.name, {p.numel}, true, model::Init::kZeros);
+      ps.finalize(dev, DType::kBF16, false, lay_out_grad_regions(ps, grid, kBucketElems), DType::kBF16);
+      EXPECT_EQ(dev.stats().by_category[static_cast<int>(device::MemCategory::kGrads)], 2 * ps.numel());
+      for (int64_t k = 0; k < ps.unpadded_numel(); ++k) ps.grads().data()[k] = g(rank, k);
+      parallel::ParallelState state = parallel::make_sim_parallel_state(grid, world, rank);
+      int64_t elements = 0, bytes = 0;
+      state.set_observer([&](const parallel::CommEvent& e) {
+        elements += e.elements;
+        bytes += e.bytes;
+      });
+      GradSync sync(ps, state, distributed, kBucketElems, false, false, {}, DType::kBF16);
+      sync.reduce(ps.grads().data());
+      state.set_observer(nullptr);
+      EXPECT_GT(elements, 0);
+      EXPECT_EQ(bytes, 2 * elements) << "bf16 on the wire";
+      int64_t wrong = 0, inexact = 0;
+      for (const auto& [b, e] : sync.updated()) {
+        for (int64_t k = b; k < std::min(e, ps.unpadded_numel()); ++k) {
+          double exact = 0;
+          for (int peer = 0; peer < kWorld; ++peer) exact += g(peer, k);
+          wrong += ps.grads().data()[k] != static_cast<float>(to_bf16(exact));
+          inexact += to_bf16(exact) != exact;
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "rank " << rank << (distributed ? " distributed" : "");
+      EXPECT_GT(inexact, 0) << "the case rounds";
+    });
+  }
+}
+
 }  // namespace
 }  // namespace mtrain::train
