@@ -131,7 +131,7 @@ static void preflight(const mtrain::config::Args& given, const WorldInfo& world)
   if (!args.lr_decay_iters) args.lr_decay_iters = *args.train_iters;
   std::optional<mtrain::plan::DryRun> budget;
   try {
-    budget = mtrain::plan::dry_run(args);
+    budget = mtrain::plan::dry_run(args, mtrain::plan::DryRunData::kShapes);  // the slots are for --max_length
   } catch (const mtrain::ConfigError&) {
     return;
   }

@@ -1,9 +1,13 @@
 #include "plan/dry_run.h"
 
+#include <filesystem>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "common/errors.h"
+#include "data/data_pipeline.h"
 #include "data/tokenizer.h"
 #include "model/model_config.h"
 #include "parallel/parallel_state.h"
@@ -14,7 +18,8 @@ namespace mtrain::plan {
 
 // Builds one rank's objects shape-only and records its device's accounting.
 static ClassMemory simulate_class(const config::Args& args, const parallel::ProcessGrid& grid,
-                                  const device::DeviceProfile& planning_profile, const RankClass& k) {
+                                  const device::DeviceProfile& planning_profile, const RankClass& k,
+                                  data::DataPipeline* data, std::vector<int64_t>* lengths) {
   parallel::ParallelState state = parallel::make_meta_parallel_state(grid, k.representative);
   device::Device dev(planning_profile, 0);
   const train::TrainerOptions to = train::trainer_options(args);
@@ -31,7 +36,9 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
     m.chunk_slot_bytes.push_back(model->slot_bytes(c));
     if (pools.insert(model->pool(c)).second) m.slot_bytes += model->slot_bytes(c) * model->slots(c);
   }
-  DryStep step = run_dry_step(args, *model, setup, state, to);
+  std::unique_ptr<data::BatchSource> source;
+  if (data) source = data->train_source(args, train::data_shard(model->config(), state));
+  DryStep step = run_dry_step(args, *model, setup, state, to, source.get(), lengths);
   m.step = std::move(step.record);
   m.stats = step.stats;
   m.group_nodes = grid.group_nodes(k.representative, planning_profile.devices_per_node);
@@ -53,8 +60,19 @@ static config::Args with_vocab_size(const config::Args& input) {
   return args;
 }
 
-DryRun dry_run(const config::Args& input) {
+// An SFT job's dataset, read and tokenized as the run reads it, when every
+// file of it is there (a plan may be made before the data exists).
+static std::optional<data::DataPipeline> sft_data(const config::Args& input, DryRunData want) {
+  if (want != DryRunData::kDataset || input.command != "sft" || input.dataset.empty()) return std::nullopt;
+  for (const std::string& f : input.dataset)
+    if (!std::filesystem::exists(f)) return std::nullopt;
+  config::Args args = input;
+  return data::build_data_pipeline(args, /*verbose=*/false);
+}
+
+DryRun dry_run(const config::Args& input, DryRunData want) {
   const config::Args args = with_vocab_size(input);
+  std::optional<data::DataPipeline> data = sft_data(args, want);
   DryRun r;
   r.profile = train::device_profile(args);
   const parallel::ProcessGrid grid = train::process_grid_from_args(args);
@@ -73,8 +91,11 @@ DryRun dry_run(const config::Args& input) {
   // Measure the whole plan even where it does not fit; memory_report judges it.
   device::DeviceProfile planning = r.profile;
   planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;
-  for (const RankClass& k : rank_classes(grid, args.use_distributed_optimizer))
-    r.classes.push_back(simulate_class(args, grid, planning, k));
+  for (const RankClass& k : rank_classes(grid, args.use_distributed_optimizer)) {
+    std::vector<int64_t> lengths;
+    r.classes.push_back(simulate_class(args, grid, planning, k, data ? &*data : nullptr, &lengths));
+    if (r.classes.size() == 1) r.data_lengths = std::move(lengths);
+  }
   return r;
 }
 

@@ -52,11 +52,21 @@ struct DryRun {
   int64_t global_batch = 0, seq_length = 0;
   observe::PhaseOverlap overlap;  // --tp_comm_overlap / --use_ascend_mc2
   std::vector<ClassMemory> classes;
+  // SFT on a dataset that exists: the step ran the shapes of data parallel
+  // rank 0's first global batch, its micro-batches' row lengths here (empty:
+  // every row the model's sequence length).
+  std::vector<int64_t> data_lengths;
 };
+
+// What a dry step feeds: the shapes of the job's SFT data (its --dataset
+// read and tokenized, as the run would batch it), or rows of the model's
+// sequence length whatever the data (the preflight's and the plan search's
+// budget: mtrain's activation slots are sized for that length either way).
+enum class DryRunData { kDataset, kShapes };
 
 // args: validated for args.world_size ranks (config::validate). The
 // vocabulary size is --vocab_size, else the --tokenizer file's; ConfigError
 // when neither is given.
-DryRun dry_run(const config::Args& args);
+DryRun dry_run(const config::Args& args, DryRunData data = DryRunData::kDataset);
 
 }  // namespace mtrain::plan

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "common/errors.h"
 #include "parallel/param_gather.h"
@@ -39,6 +41,31 @@ class ShapeOnlyBatches : public data::BatchSource {
   int64_t micro_batches_, B_, T_, global_batch_;
 };
 
+// The shapes of a real source's micro-batches (rows x the longest row), no
+// token ids; the lengths it served, in order.
+class ShapesOf : public data::BatchSource {
+ public:
+  explicit ShapesOf(data::BatchSource& real) : real_(real) {}
+  std::vector<data::Batch> next_global_batch() override {
+    std::vector<data::Batch> out;
+    for (const data::Batch& b : real_.next_global_batch()) {
+      data::Batch s;
+      s.B = b.B;
+      s.T = b.T;
+      lengths.push_back(b.T);
+      out.push_back(std::move(s));
+    }
+    return out;
+  }
+  int64_t global_batch_samples() const override { return real_.global_batch_samples(); }
+  data::DataLoader::State position() const override { return real_.position(); }
+  void set_position(const data::DataLoader::State& s) override { real_.set_position(s); }
+  std::vector<int64_t> lengths;
+
+ private:
+  data::BatchSource& real_;
+};
+
 // --overlap_param_gather: which of the gathers started after the optimizer
 // step each chunk's next forward waits for (the trainer's wait, from the
 // same bucket layout as the rank's GradSync).
@@ -61,11 +88,15 @@ std::vector<int> gathers_before_chunk(model::GptModel& model, const parallel::Pa
 }  // namespace
 
 DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
-                     parallel::ParallelState& state, train::TrainerOptions to) {
+                     parallel::ParallelState& state, train::TrainerOptions to, data::BatchSource* data,
+                     std::vector<int64_t>* lengths_out) {
   to.train_iters = 1;
   to.eval_interval = 0;
-  ShapeOnlyBatches batches(args.num_micro_batches, args.micro_batch_size, model.config().seq_length,
-                           args.global_batch_size);
+  ShapeOnlyBatches shapes(args.num_micro_batches, args.micro_batch_size, model.config().seq_length,
+                          args.global_batch_size);
+  std::optional<ShapesOf> of_data;
+  if (data) of_data.emplace(*data);
+  data::BatchSource& batches = of_data ? static_cast<data::BatchSource&>(*of_data) : shapes;
   const int dtype_bytes = model.config().dtype == DType::kF32 ? 4 : 2;
   auto recorder = std::make_shared<StepRecorder>(1, dtype_bytes);
   observe::HookList hooks;
@@ -76,6 +107,7 @@ DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::Tr
   trainer.train();
   StepRecord r = recorder->record();
   r.gathers_before_chunk = gathers_before_chunk(model, state, to);
+  if (lengths_out) *lengths_out = of_data ? of_data->lengths : std::vector<int64_t>{};
   return {std::move(r), model.device().stats()};
 }
 

@@ -2,7 +2,7 @@
 // (pipeline schedule, model, TP layers, grad sync, clipping, optimizer) runs
 // under profiler::ShapeOnlyScope on the rank's meta model and MetaComm, fed
 // micro-batches that have a shape (--micro_batch_size x the model's
-// sequence length) but no token ids. Kernels report their regions and
+// sequence length, or the shapes of the rank's real SFT batches) but no token ids. Kernels report their regions and
 // return; collectives report and move nothing; the optimizer and the grad
 // norm do no math (the loss and grad norm of this step are not numbers).
 #pragma once
@@ -37,7 +37,12 @@ struct DryStep {
 // Runs iteration 1 of the rank `state` stands for. Allocations go through the
 // model's Device as in a real step, so its peak includes the step's
 // transient buffers.
+// data: the rank's real batches (an SFT dataset read by the dry run): the
+// step takes the shape of each (rows x the longest row), no token ids; null:
+// every micro-batch --micro_batch_size rows of the model's sequence length.
+// lengths_out (if set): the T of each micro-batch of data the step ran, in order.
 DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
-                     parallel::ParallelState& state, train::TrainerOptions to);
+                     parallel::ParallelState& state, train::TrainerOptions to, data::BatchSource* data = nullptr,
+                     std::vector<int64_t>* lengths_out = nullptr);
 
 }  // namespace mtrain::plan

@@ -132,13 +132,28 @@ static std::string class_block(const DryRun& r, const ReportGroup& g) {
   return s;
 }
 
+// What the step was fed: no data, or the shapes of the dataset's first global batch.
+static std::string data_line(const DryRun& r) {
+  if (r.data_lengths.empty()) return "no data read";
+  const auto [lo, hi] = std::minmax_element(r.data_lengths.begin(), r.data_lengths.end());
+  double mean = 0;
+  for (int64_t t : r.data_lengths) mean += static_cast<double>(t) / static_cast<double>(r.data_lengths.size());
+  const std::string rows = *lo == *hi ? fmt::format("{} tokens a row", *lo)
+                                      : fmt::format("{} to {} tokens a row, mean {:.0f}", *lo, *hi, mean);
+  return fmt::format(
+      "its rows the lengths of the dataset's first global batch\n  (data parallel rank 0: {} micro-batch{} of {}; "
+      "activation slots for {})",
+      r.data_lengths.size(), r.data_lengths.size() == 1 ? "" : "es", rows, r.seq_length);
+}
+
 std::string memory_report(const DryRun& r) {
   std::string s = fmt::format(
       "Dry run: {}\n  {} rank{} (tensor parallel {}, pipeline parallel {}, data parallel {}{}) on {} "
       "({:.2f} GiB HBM each)\n  shape-only construction of the real model, optimizer and activation slots, "
-      "then one training iteration; no data read\n\n",
+      "then one training iteration; {}\n\n",
       r.model_description, r.world_size, r.world_size == 1 ? "" : "s", r.tp, r.pp, r.dp,
-      r.cp > 1 ? fmt::format(", context parallel {}", r.cp) : "", r.profile.name, gib(r.profile.hbm_bytes));
+      r.cp > 1 ? fmt::format(", context parallel {}", r.cp) : "", r.profile.name, gib(r.profile.hbm_bytes),
+      data_line(r));
   for (const ReportGroup& g : report_groups(r)) s += class_block(r, g) + "\n";
   s += plan_fits(r) ? "The plan FITS on every device.\n" : "The plan DOES NOT FIT.\n";
   return s;
@@ -201,7 +216,7 @@ static std::vector<std::vector<Change>> knobs(const config::Args& a, int devices
 static std::optional<Outcome> fits_after(config::Args changed, int world_size, const std::string& flags) {
   try {
     config::validate(changed, world_size);  // and derives DP and the micro-batches per step
-    const DryRun d = dry_run(changed);
+    const DryRun d = dry_run(changed, DryRunData::kShapes);
     if (!plan_fits(d)) return std::nullopt;
     return Outcome{flags, plan_peak(d), step_time(d).step_s};
   } catch (const ConfigError&) {

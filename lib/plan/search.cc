@@ -229,7 +229,7 @@ static int64_t usable_bytes(const device::DeviceProfile& p, double memory_margin
 }
 
 static PlanResult measure(const config::Args& a, const Layout& l, double memory_margin) {
-  const DryRun r = dry_run(a);
+  const DryRun r = dry_run(a, DryRunData::kShapes);  // rows at the sequence length (docs/plan.md)
   const StepTime t = step_time(r);
   PlanResult p;
   p.layout = l;

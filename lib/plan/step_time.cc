@@ -258,9 +258,20 @@ StepTime step_time(const DryRun& r) {
   const bool sixteen = r.whole_model.dtype != DType::kF32;
   const double world = static_cast<double>(r.world_size);
   if (t.step_s > 0) {
-    t.tokens_per_s_per_device = static_cast<double>(r.global_batch * r.seq_length) / t.step_s / world;
-    t.tflops_per_device =
-        model::megatron_flops_per_iteration(r.whole_model, r.global_batch, r.seq_length) / t.step_s / world / 1e12;
+    // Tokens and Megatron's FLOPs of the step: every row at the sequence length, or (SFT data) the
+    // rows of DP rank 0's micro-batches at their own lengths, for every DP rank.
+    double tokens = static_cast<double>(r.global_batch * r.seq_length);
+    double flops = model::megatron_flops_per_iteration(r.whole_model, r.global_batch, r.seq_length);
+    if (!r.data_lengths.empty()) {
+      const int64_t rows = r.global_batch / (static_cast<int64_t>(r.dp) * r.microbatches);
+      tokens = flops = 0;
+      for (int64_t T : r.data_lengths) {
+        tokens += static_cast<double>(r.dp * rows * T);
+        flops += model::megatron_flops_per_iteration(r.whole_model, r.dp * rows, T);
+      }
+    }
+    t.tokens_per_s_per_device = tokens / t.step_s / world;
+    t.tflops_per_device = flops / t.step_s / world / 1e12;
     const double peak = sixteen ? r.profile.peak_tflops_16bit : r.profile.peak_tflops_fp32;
     t.mfu = peak > 0 ? t.tflops_per_device / peak : 0.0;
   }

@@ -57,6 +57,10 @@ model::ModelConfig rank_model_config(const config::Args& args, const parallel::R
   return mc;
 }
 
+data::DataShard data_shard(const model::ModelConfig& mc, const parallel::ParallelState& state) {
+  return {state.coords().dp, state.grid().dp(), (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
+}
+
 std::unique_ptr<model::GptModel> build_rank_model(const config::Args& args, device::Device& dev,
                                                   parallel::ParallelState& state, const TrainerOptions& to, bool meta) {
   model::ModelConfig mc = rank_model_config(args, state.coords());

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "config/args.h"
+#include "data/data_pipeline.h"
 #include "device/device.h"
 #include "model/gpt.h"
 #include "optim/loss_scaler.h"
@@ -28,6 +29,10 @@ TrainerOptions trainer_options(const config::Args& args);
 // This rank's share of the model: TP rank, pipeline chunks and the
 // activation slots the schedule keeps in flight (args.vocab_size must be set).
 model::ModelConfig rank_model_config(const config::Args& args, const parallel::RankCoords& rc);
+// This rank's share of the data: its DP rank, and rows padded so that they
+// split into the 2*CP chunks of context parallelism, each a whole number of
+// sequence-parallel shards.
+data::DataShard data_shard(const model::ModelConfig& mc, const parallel::ParallelState& state);
 // The model of this rank, its flat buffers padded for the DP buckets.
 std::unique_ptr<model::GptModel> build_rank_model(const config::Args& args, device::Device& dev,
                                                   parallel::ParallelState& state, const TrainerOptions& to, bool meta);

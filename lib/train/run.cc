@@ -364,10 +364,7 @@ int run_training(const config::Args& input, const RunContext& ctx) {
   TrainerSetup setup(args, model, dev, *state, to);
   observe::HookList hooks;
   const RunGuards guards = add_observer_hooks(hooks, args, ctx, *state, dev, mc, to.train_iters);
-  // Rows are padded so that they split into the 2*CP chunks of context
-  // parallelism, each a whole number of sequence-parallel shards.
-  const data::DataShard shard{rc.dp, state->grid().dp(),
-                              (mc.sequence_parallel ? mc.tp : 1) * (mc.cp > 1 ? 2 * mc.cp : 1)};
+  const data::DataShard shard = data_shard(mc, *state);
   std::unique_ptr<data::BatchSource> source = data.train_source(args, shard);
   const std::vector<data::Batch> val = data.validation_batches(args, shard);
 

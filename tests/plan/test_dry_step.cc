@@ -13,6 +13,7 @@
 
 #include "plan/dry_run.h"
 #include "plan/dry_run_fixture.h"
+#include "plan/memory_report.h"
 #include "plan/step_time.h"
 
 namespace mtrain::plan {
@@ -248,6 +249,42 @@ TEST_F(MoeStep, TheAuxLossSumsOfARealStepAreInTheDryStep) {
     EXPECT_EQ(sums(c.step), want) << "dry";
     for (int rank : c.rank_class.ranks) EXPECT_EQ(sums(recorders[rank]->record()), want) << "rank " << rank;
   }
+}
+
+// SFT planned from the data: a dry run of the demo SFT job reads and
+// tokenizes its dataset and steps the shapes of the batches the run builds
+// (each micro-batch padded to its longest row), so its step is a real
+// step's, kernel by kernel and collective by collective, at DP 2 (each rank
+// its own shard; rank class 0 stands for DP rank 0). The activation slots
+// stay sized for --max_length, as the real run allocates them.
+class SftStep : public StepAgrees {};
+
+TEST_F(SftStep, AnSftDryRunStepsTheDatasetsBatchesAsTheRealRun) {
+  const config::Args args = parse(demo("--use_distributed_optimizer --train_iters 1 --lr_decay_iters 1 "
+                                       "--lr_warmup_iters 0"),
+                                  2);
+  std::vector<std::shared_ptr<StepRecorder>> recorders;
+  for (int r = 0; r < 2; ++r) recorders.push_back(std::make_shared<StepRecorder>(1, 4));
+  const std::vector<device::MemoryStats> real =
+      run_real(args, 2, std::vector<std::shared_ptr<observe::TrainHook>>(recorders.begin(), recorders.end()));
+  const DryRun dry = dry_run(args);
+  ASSERT_EQ(dry.data_lengths.size(), static_cast<size_t>(dry.microbatches));
+  EXPECT_LT(*std::max_element(dry.data_lengths.begin(), dry.data_lengths.end()), dry.seq_length)
+      << "the demo's rows are shorter than --max_length";
+  for (const ClassMemory& c : dry.classes) {
+    for (int rank : c.rank_class.ranks) {
+      if (rank != 0) continue;  // the class's shapes are DP rank 0's batches
+      const StepRecord& r = recorders[rank]->record();
+      expect_same_sequence(r.phases, c.step.phases, "rank 0 phases");
+      expect_same_sequence(r.kernels, c.step.kernels, "rank 0 kernels");
+      expect_same_sequence(r.comms, c.step.comms, "rank 0 collectives");
+      EXPECT_EQ(c.stats.max_allocated, real[rank].max_allocated);
+    }
+  }
+  const DryRun shapes = dry_run(args, DryRunData::kShapes);
+  EXPECT_TRUE(shapes.data_lengths.empty());
+  EXPECT_LT(step_time(dry).step_s, step_time(shapes).step_s) << "shorter rows, a shorter step";
+  EXPECT_NE(memory_report(dry).find("its rows the lengths of the dataset's first global batch"), std::string::npos);
 }
 
 }  // namespace
