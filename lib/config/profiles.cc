@@ -82,7 +82,15 @@ std::string resolve_device_profile_path(const std::string& name, const std::stri
   for (const std::string& n : names)
     if (lower(n) == lower(name)) return (dir / (n + ".yaml")).string();
   std::string msg = fmt::format("unknown device profile '{}'", name);
-  if (auto s = suggest_name(name, names); !s.empty()) msg += fmt::format("; did you mean '{}'?", s);
+  // The suggestion is case-insensitive too (ascend910b: Ascend910B2), in the file's own spelling.
+  std::vector<std::string> lowered;
+  for (const std::string& n : names) lowered.push_back(lower(n));
+  std::string s = suggest_name(lower(name), lowered);
+  if (s.empty())  // a name cut short (h100-sxm for H100-SXM-80GB)
+    for (const std::string& n : lowered)
+      if (s.empty() && !name.empty() && n.rfind(lower(name), 0) == 0) s = n;
+  if (!s.empty())
+    msg += fmt::format("; did you mean '{}'?", names[std::find(lowered.begin(), lowered.end(), s) - lowered.begin()]);
   throw ConfigError(
       msg, names.empty() ? fmt::format("no profiles in {} (set MTRAIN_CONFIG_DIR)", dir.string())
                          : fmt::format("--device_profile takes one of: {}, or a YAML file", fmt::join(names, ", ")));

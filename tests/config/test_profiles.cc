@@ -47,6 +47,11 @@ TEST(DeviceProfiles, AscendProfilesCarryTheReferenceNumbers) {
 TEST(DeviceProfiles, ErrorsNameTheProblem) {
   EXPECT_EQ(error_of([] { load_device_profile("Ascend910B5"); }, ExitCode::kConfig),
             "unknown device profile 'Ascend910B5'; did you mean 'Ascend910B2'?");
+  // The suggestion ignores case as the names do, and keeps the file's spelling.
+  EXPECT_EQ(error_of([] { load_device_profile("ascend910b"); }, ExitCode::kConfig),
+            "unknown device profile 'ascend910b'; did you mean 'Ascend910B2'?");
+  EXPECT_EQ(error_of([] { load_device_profile("h100-sxm"); }, ExitCode::kConfig),
+            "unknown device profile 'h100-sxm'; did you mean 'H100-SXM-80GB'?");
   TempDir dir;
   std::string p = dir.write("dev.yaml", "hbm_gib: 1\npeak_tflops_16bit: 1\npeak_tflops_fp32: 1\nhbm_gbs: 1\n");
   EXPECT_EQ(error_of([&] { load_device_profile(p); }, ExitCode::kConfig),
