@@ -62,8 +62,8 @@ static config::Args with_vocab_size(const config::Args& input) {
 
 // An SFT job's dataset, read and tokenized as the run reads it, when every
 // file of it is there (a plan may be made before the data exists).
-static std::optional<data::DataPipeline> sft_data(const config::Args& input, DryRunData want) {
-  if (want != DryRunData::kDataset || input.command != "sft" || input.dataset.empty()) return std::nullopt;
+std::optional<data::DataPipeline> read_sft_data(const config::Args& input) {
+  if (input.command != "sft" || input.dataset.empty()) return std::nullopt;
   for (const std::string& f : input.dataset)
     if (!std::filesystem::exists(f)) return std::nullopt;
   config::Args args = input;
@@ -71,8 +71,13 @@ static std::optional<data::DataPipeline> sft_data(const config::Args& input, Dry
 }
 
 DryRun dry_run(const config::Args& input, DryRunData want) {
+  std::optional<data::DataPipeline> data;
+  if (want == DryRunData::kDataset) data = read_sft_data(input);
+  return dry_run(input, data ? &*data : nullptr);
+}
+
+DryRun dry_run(const config::Args& input, data::DataPipeline* data) {
   const config::Args args = with_vocab_size(input);
-  std::optional<data::DataPipeline> data = sft_data(args, want);
   DryRun r;
   r.profile = train::device_profile(args);
   const parallel::ProcessGrid grid = train::process_grid_from_args(args);
@@ -93,7 +98,7 @@ DryRun dry_run(const config::Args& input, DryRunData want) {
   planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;
   for (const RankClass& k : rank_classes(grid, args.use_distributed_optimizer)) {
     std::vector<int64_t> lengths;
-    r.classes.push_back(simulate_class(args, grid, planning, k, data ? &*data : nullptr, &lengths));
+    r.classes.push_back(simulate_class(args, grid, planning, k, data, &lengths));
     if (r.classes.size() == 1) r.data_lengths = std::move(lengths);
   }
   return r;

@@ -13,11 +13,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "config/args.h"
+#include "data/data_pipeline.h"
 #include "device/device.h"
 #include "model/model_config.h"
 #include "plan/dry_step.h"
@@ -60,7 +62,7 @@ struct DryRun {
 
 // What a dry step feeds: the shapes of the job's SFT data (its --dataset
 // read and tokenized, as the run would batch it), or rows of the model's
-// sequence length whatever the data (the preflight's and the plan search's
+// sequence length whatever the data (the preflight's and the hints'
 // budget: mtrain's activation slots are sized for that length either way).
 enum class DryRunData { kDataset, kShapes };
 
@@ -68,5 +70,11 @@ enum class DryRunData { kDataset, kShapes };
 // vocabulary size is --vocab_size, else the --tokenizer file's; ConfigError
 // when neither is given.
 DryRun dry_run(const config::Args& args, DryRunData data = DryRunData::kDataset);
+// The same with the job's SFT data already read (`mtrain plan` reads it once
+// for all its candidates); null: every row the model's sequence length.
+DryRun dry_run(const config::Args& args, data::DataPipeline* data);
+// The job's SFT data as the run reads it, when the job is sft with a
+// --dataset whose files all exist; nullopt otherwise.
+std::optional<data::DataPipeline> read_sft_data(const config::Args& args);
 
 }  // namespace mtrain::plan

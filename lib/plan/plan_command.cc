@@ -12,6 +12,7 @@
 #include "common/progress.h"
 #include "config/cli.h"
 #include "config/profiles.h"
+#include "plan/dry_run.h"
 #include "plan/search.h"
 
 namespace mtrain::plan {
@@ -260,6 +261,7 @@ static void world_from_job(int argc, const char* const* argv, PlanOptions& o) {
 static int smallest_fitting_nodes(const config::Args& job, SearchOptions so) {
   so.progress = nullptr;
   so.prune = true;
+  so.data = nullptr;  // memory alone decides: rows of --max_length are enough
   for (int nodes = so.nnodes * 2; nodes <= so.nnodes * 64; nodes *= 2) {
     SearchOptions at = so;
     at.nnodes = nodes;
@@ -310,6 +312,9 @@ int run_plan_command(const PlanOptions& given, std::ostream& out) {
   o.margin = o.memory_margin.value_or(node.runtime.memory_margin);
   SearchOptions so{o.nproc_per_node, o.nnodes, true, stdout_progress_sink()};
   so.memory_margin = o.margin;
+  // An sft job's dataset is read once; every candidate steps its real rows' lengths.
+  std::optional<data::DataPipeline> data = read_sft_data(inv.args);
+  so.data = data ? &*data : nullptr;
   const SearchSummary s = search_layouts(inv.args, so);
   if (s.fitting.empty()) {
     const int nodes = smallest_fitting_nodes(inv.args, so);

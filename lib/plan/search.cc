@@ -228,8 +228,8 @@ static int64_t usable_bytes(const device::DeviceProfile& p, double memory_margin
   return static_cast<int64_t>(static_cast<double>(p.hbm_bytes) * (1 - memory_margin));
 }
 
-static PlanResult measure(const config::Args& a, const Layout& l, double memory_margin) {
-  const DryRun r = dry_run(a, DryRunData::kShapes);  // rows at the sequence length (docs/plan.md)
+static PlanResult measure(const config::Args& a, const Layout& l, double memory_margin, data::DataPipeline* data) {
+  const DryRun r = dry_run(a, data);
   const StepTime t = step_time(r);
   PlanResult p;
   p.layout = l;
@@ -323,7 +323,7 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
       continue;
     }
     ++s.dry_run;
-    PlanResult p = measure(a, l, o.memory_margin);
+    PlanResult p = measure(a, l, o.memory_margin, o.data);
     if (!p.fits) missed.insert(others);
     (p.fits ? s.fitting : s.misses).push_back(std::move(p));
   }

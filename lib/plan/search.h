@@ -16,6 +16,7 @@
 
 #include "common/progress.h"
 #include "config/args.h"
+#include "data/data_pipeline.h"
 
 namespace mtrain::plan {
 
@@ -86,6 +87,9 @@ struct SearchOptions {
   // A layout fits when its peak on the device leaves this share of the
   // capacity free (`mtrain plan --memory_margin`; the profile's default).
   double memory_margin = 0;
+  // An sft job's data, read once: each candidate's step runs the shapes of
+  // its first global batch (dry_run.h); null: rows of --max_length.
+  data::DataPipeline* data = nullptr;
 };
 
 struct SearchSummary {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -53,6 +54,41 @@ TEST(PlanSearch, PrintedFlagsReRunAsDryRunGiveTheSameMemoryAndTime) {
     EXPECT_TRUE(plan_fits(r)) << p.flags;
     EXPECT_EQ(step_time(r).step_s, p.step_s) << p.flags;  // same computation, same inputs
   }
+}
+
+// An sft job with its data: the plan reads the dataset once and each
+// candidate's step runs the shapes of its first global batch, so a
+// --dry_run of a printed plan (which reads the data too) gives its memory
+// and step time; priced at --max_length rows the same layout is slower.
+TEST(PlanSearch, AnSftJobIsPlannedOnItsDatasetsLengths) {
+  const std::string src = MTRAIN_SOURCE_DIR;
+  const std::vector<std::string> job = {"--model_preset",      "demo",
+                                        "--tokenizer",         src + "/configs/demo/tokenizer.json",
+                                        "--dataset",           src + "/configs/demo/sft.jsonl",
+                                        "--max_length",        "128",
+                                        "--global_batch_size", "8",
+                                        "--train_iters",       "1",
+                                        "--lr_warmup_iters",   "0"};
+  const config::Args args = parse_words(job, 4, "sft");
+  std::optional<data::DataPipeline> data = read_sft_data(args);
+  ASSERT_TRUE(data);
+  SearchOptions o = four_devices(true);
+  o.data = &*data;
+  const SearchSummary s = search_layouts(args, o);
+  ASSERT_FALSE(s.fitting.empty());
+  const PlanResult& p = s.fitting[0];
+  std::vector<std::string> words = job;
+  for (const std::string& w : split(p.flags)) words.push_back(w);
+  const DryRun r = dry_run(parse_words(words, 4, "sft"));
+  ASSERT_FALSE(r.data_lengths.empty());
+  EXPECT_LT(*std::max_element(r.data_lengths.begin(), r.data_lengths.end()), 128);
+  EXPECT_EQ(plan_peak(r), p.peak_bytes) << p.flags;
+  EXPECT_EQ(step_time(r).step_s, p.step_s) << p.flags;
+  const SearchSummary at_max = search_layouts(args, four_devices(true));
+  const auto same = std::find_if(at_max.fitting.begin(), at_max.fitting.end(),
+                                 [&](const PlanResult& q) { return q.flags == p.flags; });
+  ASSERT_NE(same, at_max.fitting.end()) << p.flags;
+  EXPECT_GT(same->step_s, p.step_s) << "rows of --max_length take longer";
 }
 
 // Megatron users run with both DP overlaps whenever they apply: every plan
