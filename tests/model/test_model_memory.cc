@@ -60,6 +60,12 @@ TEST(ModelMemory, Bf16MainGradsTakeTwoBytesAndHoldEachMicroBatchSumInBf16) {
   c.grad_dtype = DType::kBF16;
   GptModel bf16(c, d16);
   EXPECT_EQ(d16.stats().by_category[static_cast<int>(device::MemCategory::kGrads)], 2 * bf16.params().numel());
+  // One micro-batch into zeroed grads: the fp32 run's gradients rounded to bf16, exactly (the same
+  // kernels in the same order; only the rounding is added).
+  const std::vector<float> one = grads_of(bf16, {&r1});
+  int64_t unequal = 0;
+  for (size_t i = 0; i < one.size(); ++i) unequal += one[i] != static_cast<float>(to_bf16(g1[i]));
+  EXPECT_EQ(unequal, 0);
   const std::vector<float> g = grads_of(bf16, {&r1, &r2});
   int64_t off = 0, not_bf16 = 0, rounded = 0;
   for (size_t i = 0; i < g.size(); ++i) {
