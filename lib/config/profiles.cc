@@ -85,12 +85,11 @@ std::string resolve_device_profile_path(const std::string& name, const std::stri
   // The suggestion is case-insensitive too (ascend910b: Ascend910B2), in the file's own spelling.
   std::vector<std::string> lowered;
   for (const std::string& n : names) lowered.push_back(lower(n));
-  std::string s = suggest_name(lower(name), lowered);
-  if (s.empty())  // a name cut short (h100-sxm for H100-SXM-80GB)
-    for (const std::string& n : lowered)
-      if (s.empty() && !name.empty() && n.rfind(lower(name), 0) == 0) s = n;
-  if (!s.empty())
-    msg += fmt::format("; did you mean '{}'?", names[std::find(lowered.begin(), lowered.end(), s) - lowered.begin()]);
+  auto at = std::find(lowered.begin(), lowered.end(), suggest_name(lower(name), lowered));
+  if (at == lowered.end() && !name.empty())  // a name cut short (h100-sxm for H100-SXM-80GB)
+    at = std::find_if(lowered.begin(), lowered.end(),
+                      [&](const std::string& n) { return n.rfind(lower(name), 0) == 0; });
+  if (at != lowered.end()) msg += fmt::format("; did you mean '{}'?", names[at - lowered.begin()]);
   throw ConfigError(
       msg, names.empty() ? fmt::format("no profiles in {} (set MTRAIN_CONFIG_DIR)", dir.string())
                          : fmt::format("--device_profile takes one of: {}, or a YAML file", fmt::join(names, ", ")));

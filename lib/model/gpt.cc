@@ -258,14 +258,14 @@ std::vector<std::pair<int64_t, int64_t>> GptModel::chunk_param_spans(int c) cons
 }
 
 void GptModel::report_ready(int first, int last) {
-  if (first < 0) return;
   // bf16 main grads: this micro-batch's accumulation lands in bf16 (Megatron's main_grad of the param dtype).
-  if (config_.grad_dtype != DType::kF32 && !params_.grads().is_meta())
-    for (const auto& [begin, end] : grad_spans(first, last))
-      if (end > begin) kernels::round_to_dtype(params_.grads().data() + begin, end - begin, config_.grad_dtype);
-  if (!grad_ready_) return;
-  for (const auto& [begin, end] : grad_spans(first, last))
-    if (end > begin) grad_ready_(begin, end);
+  const bool round = config_.grad_dtype != DType::kF32 && !params_.grads().is_meta();
+  if (first < 0 || (!round && !grad_ready_)) return;
+  for (const auto& [begin, end] : grad_spans(first, last)) {
+    if (end <= begin) continue;
+    if (round) kernels::round_to_dtype(params_.grads().data() + begin, end - begin, config_.grad_dtype);
+    if (grad_ready_) grad_ready_(begin, end);
+  }
 }
 
 AuxLosses GptModel::aux_losses(int c, int s) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 
 #include "moe/allgather_dispatch.h"
@@ -228,12 +229,6 @@ void hold_rows_beyond_plan(const MoeLayerConfig& c, MoeActs& a, MoeWorkspace& w,
   w.beyond.hold(x.workspace);
 }
 
-int64_t sum_rows(const std::vector<int64_t>& rows) {
-  int64_t s = 0;
-  for (int64_t r : rows) s += r;
-  return s;
-}
-
 // The alltoall dispatcher's backward (and the local permutation's): dx
 // (N_loc, C) ACCUMULATED, w.dprobs OUT.
 void routed_backward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const MoeWeights& wt, MoeActs& a,
@@ -351,7 +346,7 @@ void moe_forward(const MoeLayerConfig& c, const parallel::TpConfig& tp, const Mo
   const int64_t M = a.M, m_max = c.max_rows(Nl);
   if (c.ep > 1) {  // this rank's rows to the experts' EP ranks (and their expert-TP peers) and back
     ep_dispatch_rows(c, tp, a, w, a.x_grp.data(), a.x_perm.data(), m_max, true);
-    a.received = sum_rows(a.rows_grp);
+    a.received = std::accumulate(a.rows_grp.begin(), a.rows_grp.end(), int64_t{0});
     hold_rows_beyond_plan(c, a, w, true);
     dispatch_row_ids(c, tp, wt.lora, a, w, B, T);
     experts_forward(c, wt, a, w, w.grp.data(), a.x_grp.data(), a.rows_grp.data());

@@ -78,8 +78,11 @@ GradSync::GradSync(const model::ParamStore& ps, parallel::ParallelState& state, 
   }
   std::sort(counted.begin(), counted.end());
   norm_intervals_ = intersect(counted, updated_);
-  for (const GradRegion& r : regions_)
+  for (const GradRegion& r : regions_) {
     region_norm_intervals_.push_back(intersect(norm_intervals_, {{r.begin, r.padded_end()}}));
+    if (r.size > 1)
+      for (const auto& iv : intersect(updated_, {{r.begin, r.padded_end()}})) dp_summed_.push_back(iv);
+  }
   // The norm pass as the device model sees it: what TP rank 0 of this stage
   // reads. A TP rank > 0 also skips the TP-replicated tensors (norm weights,
   // a few thousand elements), but a dry run simulates one rank per stage and
@@ -127,7 +130,7 @@ void GradSync::reduce(float* grads) {
       }
     }
   }
-  round_sums(grads, updated_);
+  round_sums(grads, dp_summed_);
   // After the DP sum, as Megatron does; with the distributed optimizer only
   // this rank's shard of these tensors is meaningful, and the TP / embedding
   // peers hold the same shard (same DP rank), so the sums stay exact.

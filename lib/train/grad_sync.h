@@ -107,7 +107,8 @@ class GradSync {
   std::vector<std::pair<int64_t, int64_t>> shared_embedding_;  // tied embedding (first or last stage)
   std::vector<std::pair<int64_t, int64_t>> norm_intervals_;    // counted in the norm, within updated_
   std::vector<FlatIntervals> region_norm_intervals_;           // the same, per region
-  int64_t norm_pass_elems_ = 0;                                // the norm pass's device work (grad_sync.cc)
+  FlatIntervals dp_summed_;      // updated_ within the regions reduced over DP (what round_sums rounds after it)
+  int64_t norm_pass_elems_ = 0;  // the norm pass's device work (grad_sync.cc)
   std::vector<float> pack_;
 };
 

@@ -9,9 +9,12 @@
 
 #include "common/errors.h"
 #include "model_test_util.h"
+#include "test_util/bf16_reference.h"
 
 namespace mtrain::model {
 namespace {
+
+using mtrain::testing::bf16_reference;
 
 TEST(ModelMemory, WeightsAndGradsAreAccountedByDtype) {
   for (DType t : {DType::kF32, DType::kBF16}) {
@@ -24,15 +27,6 @@ TEST(ModelMemory, WeightsAndGradsAreAccountedByDtype) {
     EXPECT_EQ(by[static_cast<int>(device::MemCategory::kGrads)], m.params().numel() * 4);
     EXPECT_GT(by[static_cast<int>(device::MemCategory::kActivations)], 0);
   }
-}
-
-// bf16 to nearest, ties to even, in double (independent of mtrain's precision.h): 8 significant bits.
-double to_bf16(double x) {
-  if (x == 0 || !std::isfinite(x)) return x;
-  int e = 0;
-  std::frexp(x, &e);
-  const double ulp = std::ldexp(1.0, e - 8);
-  return std::nearbyint(x / ulp) * ulp;
 }
 
 // --grad_reduce_in_bf16: the gradient buffer takes 2 bytes a parameter and
@@ -64,15 +58,15 @@ TEST(ModelMemory, Bf16MainGradsTakeTwoBytesAndHoldEachMicroBatchSumInBf16) {
   // kernels in the same order; only the rounding is added).
   const std::vector<float> one = grads_of(bf16, {&r1});
   int64_t unequal = 0;
-  for (size_t i = 0; i < one.size(); ++i) unequal += one[i] != static_cast<float>(to_bf16(g1[i]));
+  for (size_t i = 0; i < one.size(); ++i) unequal += one[i] != static_cast<float>(bf16_reference(g1[i]));
   EXPECT_EQ(unequal, 0);
   const std::vector<float> g = grads_of(bf16, {&r1, &r2});
   int64_t off = 0, not_bf16 = 0, rounded = 0;
   for (size_t i = 0; i < g.size(); ++i) {
-    const double want = to_bf16(to_bf16(g1[i]) + g2[i]);
+    const double want = bf16_reference(bf16_reference(g1[i]) + g2[i]);
     const double step = std::max(std::abs(want), 1e-30) * std::ldexp(1.0, -7);
     off += std::abs(g[i] - want) > step;
-    not_bf16 += to_bf16(g[i]) != g[i];
+    not_bf16 += bf16_reference(g[i]) != g[i];
     rounded += want != static_cast<double>(g1[i]) + g2[i];
   }
   EXPECT_EQ(off, 0);

@@ -23,12 +23,15 @@
 #include "model/params.h"
 #include "optim/optimizer.h"
 #include "parallel/sim_comm.h"
+#include "test_util/bf16_reference.h"
 #include "train/grad_regions.h"
 #include "train/grad_sync.h"
 #include "train/trainer.h"
 
 namespace mtrain::train {
 namespace {
+
+using mtrain::testing::bf16_reference;
 
 constexpr int kWorld = 4;
 constexpr int64_t kBucketElems = 8;  // several buckets per region
@@ -225,16 +228,6 @@ TEST(GradSyncContextParallel, DenseGradientsSumOverDpCp) {
   }
 }
 
-// bf16 to nearest, ties to even, in double (independent of mtrain's precision.h):
-// 8 significant bits.
-double to_bf16(double x) {
-  if (x == 0) return 0;
-  int e = 0;
-  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e)
-  const double ulp = std::ldexp(1.0, e - 8);
-  return std::nearbyint(x / ulp) * ulp;
-}
-
 // --grad_reduce_in_bf16 (Megatron's bf16 main grads): the gradient buffer
 // takes 2 bytes a parameter on the device, every reduction moves 2 bytes an
 // element, and each DP sum is rounded to bf16. Gradients of the form
@@ -268,8 +261,8 @@ TEST(GradSyncBf16, SumsMoveAndLandInBf16) {
         for (int64_t k = b; k < std::min(e, ps.unpadded_numel()); ++k) {
           double exact = 0;
           for (int peer = 0; peer < kWorld; ++peer) exact += g(peer, k);
-          wrong += ps.grads().data()[k] != static_cast<float>(to_bf16(exact));
-          inexact += to_bf16(exact) != exact;
+          wrong += ps.grads().data()[k] != static_cast<float>(bf16_reference(exact));
+          inexact += bf16_reference(exact) != exact;
         }
       }
       EXPECT_EQ(wrong, 0) << "rank " << rank << (distributed ? " distributed" : "");
