@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -364,8 +366,9 @@ void apply_hccl_buffsize(DeviceProfileSpec& p, const char* env) {
   p.runtime.hccl_buffsize_bytes = mb << 20;
 }
 
-DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std::string& config_dir) {
-  const std::string file = resolve_device_profile_path(name_or_path, config_dir);
+namespace {
+
+DeviceProfileSpec read_device_profile(const std::string& file) {
   YAML::Node root;
   try {
     root = YAML::LoadFile(file);
@@ -385,9 +388,46 @@ DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std
   apply_keys(file, root, profile_setters(file, p, has_hbm), "");
   check_profile(file, p, has_hbm);
   if (p.chip_name.empty()) p.chip_name = p.name;
-  apply_task_queue(p, std::getenv("TASK_QUEUE_ENABLE"));
-  apply_hccl_buffsize(p, std::getenv("HCCL_BUFFSIZE"));
   return p;
+}
+
+// A file's identity for the cache: its path, size and modification time (a
+// profile rewritten in place, as `mtrain calibrate` may, is read again).
+struct FileStamp {
+  std::string path;
+  uintmax_t size = 0;
+  fs::file_time_type written{};
+  bool operator==(const FileStamp&) const = default;
+};
+
+// The profiles read so far (`mtrain plan` dry-runs thousands of layouts on one
+// profile; the search's threads share them).
+std::mutex profile_cache_mutex;
+std::vector<std::pair<FileStamp, DeviceProfileSpec>> profile_cache;
+
+}  // namespace
+
+DeviceProfileSpec load_device_profile(const std::string& name_or_path, const std::string& config_dir) {
+  const std::string file = resolve_device_profile_path(name_or_path, config_dir);
+  std::error_code ec;
+  FileStamp stamp{file, fs::file_size(file, ec), {}};
+  if (!ec) stamp.written = fs::last_write_time(file, ec);
+  std::optional<DeviceProfileSpec> p;
+  if (!ec) {
+    const std::lock_guard<std::mutex> lock(profile_cache_mutex);
+    for (const auto& [s, cached] : profile_cache)
+      if (s == stamp) p = cached;
+  }
+  if (!p) {
+    p = read_device_profile(file);
+    if (!ec) {
+      const std::lock_guard<std::mutex> lock(profile_cache_mutex);
+      profile_cache.emplace_back(stamp, *p);
+    }
+  }
+  apply_task_queue(*p, std::getenv("TASK_QUEUE_ENABLE"));
+  apply_hccl_buffsize(*p, std::getenv("HCCL_BUFFSIZE"));
+  return *p;
 }
 
 }  // namespace mtrain::config

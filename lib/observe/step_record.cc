@@ -50,7 +50,9 @@ void StepRecorder::on_region_begin(const profiler::Region& r, std::span<const pr
   if (!recording_) return;
   if (r.kind == profiler::Kind::kPhase) {
     phase_ = static_cast<int>(record_.phases.size());
-    record_.phases.push_back({r.name, static_cast<int>(r.index), r.chunk});
+    record_.phases.push_back({r.name, static_cast<int>(r.index), r.chunk, static_cast<int64_t>(record_.kernels.size()),
+                              static_cast<int64_t>(record_.comms.size()),
+                              static_cast<int64_t>(record_.ring_waits.size())});
   }
   if (r.kind == profiler::Kind::kKernel && open_kernels_++ == 0) record_.kernels.push_back({r.name, r.work, phase_});
   const std::string_view name = r.name;
@@ -137,7 +139,9 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
   c.phase_s.assign(r.phases.size(), 0.0);
   std::vector<PhaseClock> clock(r.phases.size());
   const double dispatch = cost.constants().host_dispatch_s;
-  const auto in_microbatch = [&](int phase) { return phase >= 0 && is_microbatch_phase(r.phases[phase]); };
+  std::vector<char> microbatch_phase(r.phases.size());
+  for (size_t p = 0; p < r.phases.size(); ++p) microbatch_phase[p] = is_microbatch_phase(r.phases[p]);
+  const auto in_microbatch = [&](int phase) { return phase >= 0 && microbatch_phase[static_cast<size_t>(phase)]; };
   // The host issues the next op of the phase; it runs on the device no
   // earlier (the compute stream idles until then: host_wait_s).
   const auto issue = [&](PhaseClock& pc) {

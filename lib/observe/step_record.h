@@ -33,11 +33,17 @@ namespace mtrain::observe {
 struct PhaseRecord {
   std::string name;
   int microbatch = -1, chunk = 0;
+  // What the record held when the phase began: its kernels, collectives and
+  // CP ring waits start at these indices (a dry run's steady-state shortcut
+  // copies a phase with what follows it up to the next one).
+  int64_t first_kernel = 0, first_comm = 0, first_ring_wait = 0;
   bool operator==(const PhaseRecord&) const = default;
 };
 
 struct KernelRecord {
-  std::string name;
+  // The region's name: kernel regions are named by string literals
+  // (profiler/probe.h), so a record never outlives its names.
+  std::string_view name;
   KernelWork work;  // flops, bytes and the shape the cost model prices
   int phase = -1;   // index into StepRecord::phases
   bool operator==(const KernelRecord&) const = default;
@@ -87,6 +93,8 @@ class StepRecorder : public TrainHook {
   void on_region_end(const profiler::Region& r, std::span<const profiler::TensorRef>) override;
 
   const StepRecord& record() const { return record_; }
+  // The record, moved out (the recorder is done with it).
+  StepRecord take_record() { return std::move(record_); }
 
  private:
   std::function<bool(int64_t)> records_;

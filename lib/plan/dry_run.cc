@@ -17,14 +17,22 @@
 namespace mtrain::plan {
 
 // Builds one rank's objects shape-only and records its device's accounting.
+// With `repeat_steady_state` the step may run its steady state once for its
+// repeats; when the shortcut's checks fail the rank is built again and
+// stepped whole.
 static ClassMemory simulate_class(const config::Args& args, const parallel::ProcessGrid& grid,
                                   const device::DeviceProfile& planning_profile, const RankClass& k,
-                                  data::DataPipeline* data, std::vector<int64_t>* lengths) {
+                                  data::DataPipeline* data, std::vector<int64_t>* lengths, bool repeat_steady_state) {
   parallel::ParallelState state = parallel::make_meta_parallel_state(grid, k.representative);
   device::Device dev(planning_profile, 0);
   const train::TrainerOptions to = train::trainer_options(args);
   const auto model = train::build_rank_model(args, dev, state, to, /*meta=*/true);
   train::TrainerSetup setup(args, *model, dev, state, to, /*meta=*/true);
+  std::unique_ptr<data::BatchSource> source;
+  if (data) source = data->train_source(args, train::data_shard(model->config(), state));
+  std::optional<DryStep> step =
+      run_dry_step(args, *model, setup, state, to, source.get(), lengths, repeat_steady_state);
+  if (!step) return simulate_class(args, grid, planning_profile, k, data, lengths, false);
   ClassMemory m;
   m.rank_class = k;
   m.tp_rank = state.coords().tp;
@@ -36,11 +44,9 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
     m.chunk_slot_bytes.push_back(model->slot_bytes(c));
     if (pools.insert(model->pool(c)).second) m.slot_bytes += model->slot_bytes(c) * model->slots(c);
   }
-  std::unique_ptr<data::BatchSource> source;
-  if (data) source = data->train_source(args, train::data_shard(model->config(), state));
-  DryStep step = run_dry_step(args, *model, setup, state, to, source.get(), lengths);
-  m.step = std::move(step.record);
-  m.stats = step.stats;
+  m.step = std::move(step->record);
+  m.stats = step->stats;
+  m.microbatches_stepped = step->microbatches_stepped;
   m.group_nodes = grid.group_nodes(k.representative, planning_profile.devices_per_node);
   m.activation_buffers = dev.live_by_name(device::MemCategory::kActivations);
   m.communicators.assign(dev.communicators().begin(), dev.communicators().end());
@@ -76,7 +82,7 @@ DryRun dry_run(const config::Args& input, DryRunData want) {
   return dry_run(input, data ? &*data : nullptr);
 }
 
-DryRun dry_run(const config::Args& input, data::DataPipeline* data) {
+DryRun dry_run(const config::Args& input, data::DataPipeline* data, bool repeat_steady_state) {
   const config::Args args = with_vocab_size(input);
   DryRun r;
   r.profile = train::device_profile(args);
@@ -98,7 +104,7 @@ DryRun dry_run(const config::Args& input, data::DataPipeline* data) {
   planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;
   for (const RankClass& k : rank_classes(grid, args.use_distributed_optimizer)) {
     std::vector<int64_t> lengths;
-    r.classes.push_back(simulate_class(args, grid, planning, k, data, &lengths));
+    r.classes.push_back(simulate_class(args, grid, planning, k, data, &lengths, repeat_steady_state));
     if (r.classes.size() == 1) r.data_lengths = std::move(lengths);
   }
   return r;

@@ -41,6 +41,9 @@ struct ClassMemory {
   std::map<std::string, int64_t> activation_buffers;
   std::vector<std::string> communicators;  // whose library buffers the device holds (device.h)
   StepRecord step;                         // the kernels and collectives of that iteration, in order
+  // The micro-batches its trainer stepped: all of the rank's, or fewer when
+  // the pipeline's steady state was stepped once for its repeats (steady_state.h).
+  int microbatches_stepped = 0;
   // Per group name ("tp", "dp", "pp", "world", ...): the nodes this rank's group spans.
   std::vector<std::pair<std::string, int>> group_nodes;
 };
@@ -72,7 +75,9 @@ enum class DryRunData { kDataset, kShapes };
 DryRun dry_run(const config::Args& args, DryRunData data = DryRunData::kDataset);
 // The same with the job's SFT data already read (`mtrain plan` reads it once
 // for all its candidates); null: every row the model's sequence length.
-DryRun dry_run(const config::Args& args, data::DataPipeline* data);
+// repeat_steady_state false: every micro-batch stepped (tests hold the
+// shortcut to this).
+DryRun dry_run(const config::Args& args, data::DataPipeline* data, bool repeat_steady_state = true);
 // The job's SFT data as the run reads it, when the job is sft with a
 // --dataset whose files all exist; nullopt otherwise.
 std::optional<data::DataPipeline> read_sft_data(const config::Args& args);

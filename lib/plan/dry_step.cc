@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "parallel/param_gather.h"
+#include "plan/steady_state.h"
 #include "profiler/kernel_region.h"
 #include "train/grad_regions.h"
 #include "train/trainer.h"
@@ -85,15 +86,42 @@ std::vector<int> gathers_before_chunk(model::GptModel& model, const parallel::Pa
   return out;
 }
 
+// The device's memory when each phase of the recorded iteration begins
+// (the steady-state shortcut's check).
+class MemoryAtPhases : public observe::TrainHook {
+ public:
+  explicit MemoryAtPhases(const device::Device& dev) : dev_(dev) {}
+  std::optional<profiler::Kind> region_depth(int64_t iteration) const override {
+    return iteration == 1 ? std::optional(profiler::Kind::kPhase) : std::nullopt;
+  }
+  void on_region_begin(const profiler::Region& r, std::span<const profiler::TensorRef>) override {
+    if (r.kind == profiler::Kind::kPhase) at_begin.push_back(dev_.stats());
+  }
+  std::vector<device::MemoryStats> at_begin;
+
+ private:
+  const device::Device& dev_;
+};
+
 }  // namespace
 
-DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
-                     parallel::ParallelState& state, train::TrainerOptions to, data::BatchSource* data,
-                     std::vector<int64_t>* lengths_out) {
+std::optional<DryStep> run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
+                                    parallel::ParallelState& state, train::TrainerOptions to, data::BatchSource* data,
+                                    std::vector<int64_t>* lengths_out, bool repeat_steady_state) {
   to.train_iters = 1;
   to.eval_interval = 0;
-  ShapeOnlyBatches shapes(args.num_micro_batches, args.micro_batch_size, model.config().seq_length,
-                          args.global_batch_size);
+  std::optional<SteadyStatePlan> steady;
+  if (repeat_steady_state && !data) {
+    parallel::PipelineShape full;
+    full.stages = state.grid().pp();
+    full.stage = state.coords().pp;
+    full.chunks = model.num_chunks();
+    full.microbatches = static_cast<int>(args.num_micro_batches);
+    full.chunk_pool = model.config().chunk_pool;
+    steady = plan_steady_state(full);
+  }
+  const int64_t stepped = steady ? steady->microbatches : args.num_micro_batches;
+  ShapeOnlyBatches shapes(stepped, args.micro_batch_size, model.config().seq_length, args.global_batch_size);
   std::optional<ShapesOf> of_data;
   if (data) of_data.emplace(*data);
   data::BatchSource& batches = of_data ? static_cast<data::BatchSource&>(*of_data) : shapes;
@@ -101,14 +129,21 @@ DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::Tr
   auto recorder = std::make_shared<StepRecorder>(1, dtype_bytes);
   observe::HookList hooks;
   hooks.add(recorder);
+  auto memory = std::make_shared<MemoryAtPhases>(model.device());
+  if (steady) hooks.add(memory);
   profiler::ShapeOnlyScope shape_only;
   train::Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), batches, nullptr, hooks,
                          &state);
   trainer.train();
-  StepRecord r = recorder->record();
+  StepRecord r = recorder->take_record();
+  if (steady) {
+    std::optional<StepRecord> full = expand_steady_state(r, memory->at_begin, *steady);
+    if (!full) return std::nullopt;
+    r = std::move(*full);
+  }
   r.gathers_before_chunk = gathers_before_chunk(model, state, to);
   if (lengths_out) *lengths_out = of_data ? of_data->lengths : std::vector<int64_t>{};
-  return {std::move(r), model.device().stats()};
+  return DryStep{std::move(r), model.device().stats(), static_cast<int>(stepped)};
 }
 
 }  // namespace mtrain::plan

@@ -7,6 +7,9 @@
 // norm do no math (the loss and grad norm of this step are not numbers).
 #pragma once
 
+#include <optional>
+#include <vector>
+
 #include "config/args.h"
 #include "model/gpt.h"
 #include "observe/step_record.h"
@@ -32,6 +35,9 @@ using observe::StepRecorder;
 struct DryStep {
   StepRecord record;
   device::MemoryStats stats;
+  // The micro-batches the trainer stepped: all of them, or fewer when the
+  // pipeline's steady state was stepped once for its repeats (steady_state.h).
+  int microbatches_stepped = 0;
 };
 
 // Runs iteration 1 of the rank `state` stands for. Allocations go through the
@@ -41,8 +47,12 @@ struct DryStep {
 // step takes the shape of each (rows x the longest row), no token ids; null:
 // every micro-batch --micro_batch_size rows of the model's sequence length.
 // lengths_out (if set): the T of each micro-batch of data the step ran, in order.
-DryStep run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
-                     parallel::ParallelState& state, train::TrainerOptions to, data::BatchSource* data = nullptr,
-                     std::vector<int64_t>* lengths_out = nullptr);
+// repeat_steady_state: with micro-batches of one shape (no data), step the
+// pipeline's steady state once for its repeats (steady_state.h); nullopt
+// when its checks fail, and the rank must be built again and stepped whole.
+std::optional<DryStep> run_dry_step(const config::Args& args, model::GptModel& model, train::TrainerSetup& setup,
+                                    parallel::ParallelState& state, train::TrainerOptions to,
+                                    data::BatchSource* data = nullptr, std::vector<int64_t>* lengths_out = nullptr,
+                                    bool repeat_steady_state = false);
 
 }  // namespace mtrain::plan

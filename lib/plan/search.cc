@@ -3,9 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <variant>
 
 #include "common/errors.h"
@@ -287,6 +292,53 @@ static std::string without_mbs(Layout l, int num_layers) {
   return layout_flags(l, num_layers);
 }
 
+namespace {
+
+// A layout the search dry-runs unless a smaller micro-batch of it missed.
+struct Candidate {
+  size_t order;  // its place in enumerate_layouts
+  Layout layout;
+  config::Args args;
+};
+
+// Dry-runs each group's candidates (one layout, micro-batches smallest first)
+// until one misses: a larger micro-batch of a layout that missed misses too
+// (its activations and rows in flight only grow). Groups run on `threads`
+// threads at once; each candidate's result lands in results[its index].
+void measure_groups(const std::vector<std::vector<const Candidate*>>& groups, const SearchOptions& o, int threads,
+                    std::vector<std::optional<PlanResult>>& results, ProgressBar& bar, int64_t done_before) {
+  std::atomic<size_t> next{0};
+  std::mutex progress;
+  int64_t done = done_before;
+  int fitting = 0;
+  std::vector<std::exception_ptr> failed(groups.size());
+  const auto work = [&] {
+    for (size_t g; (g = next.fetch_add(1)) < groups.size();) {
+      try {
+        for (const Candidate* c : groups[g]) {
+          PlanResult p = measure(c->args, c->layout, o.memory_margin, o.data);
+          const bool fits = p.fits;
+          results[c->order] = std::move(p);
+          const std::lock_guard<std::mutex> lock(progress);
+          fitting += fits;
+          bar.update(++done, fmt::format("fit={}", fitting));
+          if (!fits && o.prune) break;
+        }
+      } catch (...) {
+        failed[g] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);  // the first group's in search order
+}
+
+}  // namespace
+
 SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   const int world = o.nnodes * o.nproc_per_node;
   SearchSummary s;
@@ -294,14 +346,15 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   // that the first candidate is pruned like the rest.
   const device::DeviceProfile profile = train::device_profile(base);
   const int64_t capacity = usable_bytes(profile, o.memory_margin);
-  std::set<std::string> missed;  // without_mbs of the layouts dry-run that did not fit
   const std::vector<Layout> layouts = enumerate_layouts(base, o);
   s.moe = base.num_experts.has_value();
   s.cp_searched = std::any_of(layouts.begin(), layouts.end(), [](const Layout& l) { return l.cp > 1; });
-  ProgressBar bar("Plan", static_cast<int64_t>(layouts.size()), o.progress);
-  bar.set_unit("layout");
+  // The candidates Megatron's validation and the states' bound leave, grouped
+  // by their layout without the micro-batch (enumerated smallest first).
+  std::vector<Candidate> candidates;
+  std::vector<std::vector<const Candidate*>> groups;
+  std::map<std::string, size_t> group_of;
   for (const Layout& l : layouts) {
-    bar.update(s.candidates, fmt::format("fit={}", s.fitting.size()));
     ++s.candidates;
     config::Args a = apply_layout(base, l);
     try {
@@ -314,18 +367,29 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
       ++s.pruned;
       continue;
     }
-    // A layout's memory grows with its micro-batch (activations, and the rows
-    // in flight: min(stages ahead x b, rows per DP rank)); micro-batches are
-    // enumerated smallest first, so a larger one of a layout that missed misses.
-    const std::string others = without_mbs(l, a.num_layers);
-    if (o.prune && missed.count(others)) {
+    candidates.push_back({candidates.size(), l, std::move(a)});
+  }
+  for (const Candidate& c : candidates) {
+    const std::string others = o.prune ? without_mbs(c.layout, c.args.num_layers) : std::to_string(c.order);
+    const auto [it, added] = group_of.emplace(others, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(&c);
+  }
+  ProgressBar bar("Plan", static_cast<int64_t>(layouts.size()), o.progress);
+  bar.set_unit("layout");
+  // A dry run holds one rank's objects at a time and reads no shared state
+  // (an sft job's data source is the exception: its candidates run in turn).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = o.data ? 1 : std::min<int>(o.threads > 0 ? o.threads : cores, static_cast<int>(groups.size()));
+  std::vector<std::optional<PlanResult>> results(candidates.size());
+  measure_groups(groups, o, std::max(1, threads), results, bar, s.invalid + s.pruned);
+  for (std::optional<PlanResult>& p : results) {
+    if (!p) {
       ++s.pruned_mbs;
       continue;
     }
     ++s.dry_run;
-    PlanResult p = measure(a, l, o.memory_margin, o.data);
-    if (!p.fits) missed.insert(others);
-    (p.fits ? s.fitting : s.misses).push_back(std::move(p));
+    (p->fits ? s.fitting : s.misses).push_back(std::move(*p));
   }
   bar.update(s.candidates, fmt::format("fit={}", s.fitting.size()));
   bar.close();

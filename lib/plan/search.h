@@ -90,6 +90,8 @@ struct SearchOptions {
   // An sft job's data, read once: each candidate's step runs the shapes of
   // its first global batch (dry_run.h); null: rows of --max_length.
   data::DataPipeline* data = nullptr;
+  // Dry runs at once (0: one per core). The result is the same for any count.
+  int threads = 0;
 };
 
 struct SearchSummary {

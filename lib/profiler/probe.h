@@ -72,7 +72,7 @@ inline TensorRef tensor_4d(const char* role, const float* data, int64_t a, int64
 struct Region {
   Kind kind = Kind::kOp;
   Pass pass = Pass::kNone;
-  const char* name = "";
+  const char* name = "";  // a string literal: records keep it (observe/step_record.h)
   int64_t index = -1;
   // Set when a fusion flag merges what would otherwise be several ops into
   // this one (e.g. "--bias_dropout_fusion"): its inside is not shown.

@@ -43,7 +43,7 @@ std::string show(const PhaseRecord& p) {
   return p.name + " micro-batch " + std::to_string(p.microbatch) + " chunk " + std::to_string(p.chunk);
 }
 std::string show(const KernelRecord& k) {
-  return k.name + " flops " + std::to_string(k.work.flops) + " bytes " + std::to_string(k.work.bytes) + " phase " +
+  return std::string(k.name) + " flops " + std::to_string(k.work.flops) + " bytes " + std::to_string(k.work.bytes) + " phase " +
          std::to_string(k.phase);
 }
 std::string show(const CommRecord& c) {

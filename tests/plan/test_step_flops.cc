@@ -175,7 +175,7 @@ TEST_F(StepFlops, RoutingAndTheSharedExpertGateArePriced) {
       continue;
     }
     EXPECT_EQ(x.work.kind, KernelKind::kMemory) << x.name;
-    ++seen[x.name];
+    ++seen[std::string(x.name)];
   }
   for (const char* name : {"router_topk", "router_topk_backward", "shared_expert_gate", "shared_expert_gate_backward",
                            "shared_expert_gate_input_backward", "moe_permute_backward", "moe_unpermute_backward"})

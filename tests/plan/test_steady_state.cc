@@ -1,0 +1,128 @@
+// The dry step's steady-state shortcut (lib/plan/steady_state.h) equals the
+// full simulation: for layouts of every schedule (no pipeline, 1F1B,
+// interleaved), with TP + SP, CP ring and Ulysses, MoE under EP, the
+// distributed optimizer's overlapped reductions and gathers, and
+// recompute, a dry run that steps the steady state once gives the same
+// record (every phase, kernel, collective and ring wait), the same device
+// accounting and the same step time as one that steps every micro-batch.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "parallel/pipeline_schedule.h"
+#include "plan/dry_run.h"
+#include "plan/memory_report.h"
+#include "plan/plan_args.h"
+#include "plan/steady_state.h"
+#include "plan/step_time.h"
+
+namespace mtrain::plan {
+namespace {
+
+struct Case {
+  const char* name;
+  int ranks;
+  const char* flags;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class SteadyState : public ::testing::TestWithParam<Case> {};
+
+std::vector<std::string> job(const Case& c) {
+  std::vector<std::string> w = with_flags(demo("demo", 64), c.flags);
+  return w;
+}
+
+void expect_same_stats(const device::MemoryStats& a, const device::MemoryStats& b, const std::string& who) {
+  EXPECT_EQ(a.allocated, b.allocated) << who;
+  EXPECT_EQ(a.max_allocated, b.max_allocated) << who;
+  EXPECT_EQ(a.reserved, b.reserved) << who;
+  EXPECT_EQ(a.max_reserved, b.max_reserved) << who;
+  EXPECT_EQ(a.by_category, b.by_category) << who;
+  EXPECT_EQ(a.runtime, b.runtime) << who;
+  EXPECT_EQ(a.communicators, b.communicators) << who;
+  EXPECT_EQ(a.host, b.host) << who;
+  EXPECT_EQ(a.max_host, b.max_host) << who;
+  EXPECT_EQ(a.contingent, b.contingent) << who;
+}
+
+TEST_P(SteadyState, EqualsSteppingEveryMicroBatch) {
+  const Case& c = GetParam();
+  const config::Args args = parse_words(job(c), c.ranks);
+  const DryRun whole = dry_run(args, nullptr, /*repeat_steady_state=*/false);
+  const DryRun quick = dry_run(args, nullptr, /*repeat_steady_state=*/true);
+  ASSERT_EQ(whole.classes.size(), quick.classes.size());
+  int shortened = 0;
+  for (size_t i = 0; i < whole.classes.size(); ++i) {
+    const ClassMemory &w = whole.classes[i], &q = quick.classes[i];
+    const std::string who = "class " + std::to_string(i);
+    EXPECT_EQ(w.microbatches_stepped, whole.microbatches) << who;
+    shortened += q.microbatches_stepped < whole.microbatches;
+    EXPECT_EQ(w.step.phases, q.step.phases) << who;
+    EXPECT_EQ(w.step.kernels, q.step.kernels) << who;
+    EXPECT_EQ(w.step.comms, q.step.comms) << who;
+    EXPECT_EQ(w.step.ring_waits, q.step.ring_waits) << who;
+    EXPECT_EQ(w.step.gathers_before_chunk, q.step.gathers_before_chunk) << who;
+    expect_same_stats(w.stats, q.stats, who);
+    EXPECT_EQ(w.activation_buffers, q.activation_buffers) << who;
+    EXPECT_EQ(w.communicators, q.communicators) << who;
+  }
+  // Every class of these layouts has enough micro-batches for the shortcut.
+  EXPECT_EQ(shortened, static_cast<int>(whole.classes.size()));
+  EXPECT_EQ(plan_peak(whole), plan_peak(quick));
+  const StepTime tw = step_time(whole), tq = step_time(quick);
+  EXPECT_EQ(tw.step_s, tq.step_s);  // the same record, priced by the same code
+  EXPECT_EQ(tw.tokens_per_s_per_device, tq.tokens_per_s_per_device);
+  ASSERT_EQ(tw.timeline.size(), tq.timeline.size());
+  for (size_t i = 0; i < tw.timeline.size(); ++i) EXPECT_EQ(tw.timeline[i].end_s, tq.timeline[i].end_s) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, SteadyState,
+    ::testing::Values(
+        Case{"no_pipeline", 1, "--global_batch_size 24 --micro_batch_size 1"},
+        Case{"pp4_1f1b", 4, "--pipeline_model_parallel_size 4 --global_batch_size 24"},
+        Case{"tp2_sp_pp2_interleaved_distopt_overlap", 8,
+             "--tensor_model_parallel_size 2 --sequence_parallel true --pipeline_model_parallel_size 2 "
+             "--num_layers_per_virtual_pipeline_stage 1 --global_batch_size 32 --use_distributed_optimizer true "
+             "--overlap_grad_reduce --overlap_param_gather --bf16"},
+        Case{"pp2_full_recompute_dp2", 4,
+             "--pipeline_model_parallel_size 2 --global_batch_size 24 --recompute_granularity full "
+             "--recompute_method uniform --recompute_num_layers 1"},
+        Case{"cp2_ring_pp2", 4, "--context_parallel_size 2 --pipeline_model_parallel_size 2 --global_batch_size 16"},
+        Case{"cp2_ulysses_selective", 2,
+             "--context_parallel_size 2 --context_parallel_algo ulysses_cp_algo --global_batch_size 16 "
+             "--recompute_granularity selective"},
+        Case{"moe_ep2_pp2", 4,
+             "--model_preset demo-moe --expert_model_parallel_size 2 --pipeline_model_parallel_size 2 "
+             "--global_batch_size 24"}));
+
+// The shortcut steps few micro-batches of a long step, for every stage.
+TEST(SteadyStatePlan, AShortStepStandsForALongOne) {
+  for (const auto& [stages, chunks] : std::vector<std::pair<int, int>>{{1, 1}, {4, 1}, {8, 1}, {2, 8}, {8, 12}})
+    for (int stage = 0; stage < stages; ++stage) {
+      parallel::PipelineShape s;
+      s.stages = stages;
+      s.stage = stage;
+      s.chunks = chunks;
+      s.microbatches = 256;
+      const std::optional<SteadyStatePlan> p = plan_steady_state(s);
+      ASSERT_TRUE(p) << stages << "x" << chunks << " stage " << stage;
+      EXPECT_LE(p->microbatches, 5 * stages + 4) << stages << "x" << chunks << " stage " << stage;
+      EXPECT_EQ((p->full_microbatches - p->microbatches) % p->period_microbatches, 0);
+    }
+}
+
+// Too few micro-batches for two periods clear of the first and the last: no shortcut.
+TEST(SteadyStatePlan, AShortStepIsSteppedWhole) {
+  parallel::PipelineShape s;
+  s.stages = 4;
+  s.stage = 0;
+  s.microbatches = 4;
+  EXPECT_FALSE(plan_steady_state(s));
+}
+
+}  // namespace
+}  // namespace mtrain::plan
