@@ -2,7 +2,7 @@
 # bench_plan: wall and CPU time of `mtrain plan` (issue 13: interactive, under
 # 10 s, for qwen2.5-7b over 8 NPUs; issue 16: the CP and EP searches, Llama-2-7B
 # at 32K on 8 NPUs and Qwen3-30B-A3B on 2 nodes of 8). Not a test: ctest never
-# runs it; the figures go into README "mtrain plan".
+# runs it; the figures go into docs/measurements.md "mtrain plan" (dry runs on every core: CPU > wall).
 # Usage: bench/bench_plan.sh [path/to/mtrain] [runs]
 set -euo pipefail
 bin=${1:-build/apps/mtrain/mtrain}

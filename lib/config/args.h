@@ -210,6 +210,9 @@ struct Args {
   std::string device_profile = "Ascend910B3";  // configs/devices/<name>.yaml or a path
   bool dry_run = false;                        // lib/plan: memory plan, no training
   bool json = false;                           // with dry_run: the report as JSON
+  std::optional<int> dry_run_samples;          // with dry_run (sft): tokenize at most N samples of each --dataset
+  std::optional<std::string>
+      dry_run_lengths;  // with dry_run (sft, no --dataset): the rows' lengths (plan/dry_run_lengths.h)
   // The launch's world (torchrun's flags), over NNODES / NPROC_PER_NODE; read
   // by the launcher before any rank exists (apps/mtrain/launch/launch_flags.h).
   std::optional<int> nnodes;

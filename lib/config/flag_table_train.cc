@@ -311,6 +311,18 @@ std::vector<FlagSpec> logging_flags() {
        .help = "With --dry_run: print the whole report as one JSON document (per pipeline stage: memory by "
                "category in bytes with peaks, capacity and verdict; the step time by line, adding up to the "
                "step; tokens/s, TFLOP/s, MFU) instead of the text report. The exit code is the same."},
+      {.name = "dry_run_samples",
+       .field = &Args::dry_run_samples,
+       .group = L,
+       .help = "With --dry_run of an sft job: read and tokenize at most N samples of each --dataset (as path#N "
+               "draws them) for the dry step's batches instead of the whole dataset (mtrain-specific)."},
+      {.name = "dry_run_lengths",
+       .field = &Args::dry_run_lengths,
+       .group = L,
+       .help = "With --dry_run of an sft job without --dataset: the samples' token lengths as a histogram, "
+               "LENGTH:COUNT[,LENGTH:COUNT...] or a file of 'LENGTH COUNT' lines; the dry step batches them as "
+               "the job's flags batch real samples (packing, padding-free, padded to the longest row) "
+               "(mtrain-specific)."},
       {.name = "nnodes",
        .field = &Args::nnodes,
        .group = L,

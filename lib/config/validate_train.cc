@@ -182,6 +182,19 @@ void check_parallel(Args& a, int world_size, std::vector<std::string>& warnings)
   check_recompute(a);
   if (a.ddp_bucket_size) require_positive(*a.ddp_bucket_size, "ddp_bucket_size");
   // Megatron-LM's checks and messages (arguments.py).
+  if (a.dry_run_samples && (!a.dry_run || a.command != "sft" || a.dataset.empty()))
+    throw ConfigError("--dry_run_samples samples the dataset of an sft dry run: it needs sft, --dataset and --dry_run",
+                      "add --dry_run to plan the job on N samples of its data, or drop --dry_run_samples");
+  if (a.dry_run_samples && *a.dry_run_samples < 1)
+    throw ConfigError(fmt::format("--dry_run_samples {}: expected at least 1 sample", *a.dry_run_samples),
+                      "e.g. --dry_run_samples 1000");
+  if (a.dry_run_lengths && (!a.dry_run || a.command != "sft"))
+    throw ConfigError("--dry_run_lengths gives the sample lengths of an sft dry run: it needs sft and --dry_run",
+                      "add --dry_run, or drop --dry_run_lengths (pt rows are --seq_length long)");
+  if (a.dry_run_lengths && !a.dataset.empty())
+    throw ConfigError("--dry_run_lengths stands in for a dataset: it cannot be given with --dataset",
+                      "drop --dataset to plan on the lengths, or drop --dry_run_lengths to plan on the data "
+                      "(--dry_run_samples N reads part of it)");
   if (a.json && !a.dry_run)
     throw ConfigError("--json prints the dry run's report: it needs --dry_run",
                       "add --dry_run, or drop --json (a training run logs to logging.jsonl)");

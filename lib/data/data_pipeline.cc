@@ -222,6 +222,19 @@ DataPipeline build_data_pipeline(config::Args& a, bool verbose, ProgressSink* pr
   return p;
 }
 
+DataPipeline lengths_pipeline(config::Args& a, const std::vector<int64_t>& lengths) {
+  DataPipeline p(a.vocab_size.value(), 0);
+  for (int64_t n : lengths) {
+    data::Sample s;
+    s.tokens.assign(static_cast<size_t>(n), 0);
+    s.loss_mask.assign(static_cast<size_t>(n), 1);
+    p.train_.push_back(std::move(s));
+  }
+  if (a.packing) p.train_ = data::pack_samples(p.train_, a.max_length.value());
+  if (!a.train_iters) set_train_iters_from_epochs(a, static_cast<int64_t>(p.train_.size()));
+  return p;
+}
+
 std::unique_ptr<BatchSource> DataPipeline::train_source(const config::Args& a, const DataShard& shard) {
   if (indexed_train_) return make_indexed_source(indexed_train_, a, pad_id_, vocab_size(), shard);
   return std::make_unique<LoaderSource>(train_, a, pad_id_, shard);

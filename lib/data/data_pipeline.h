@@ -50,6 +50,7 @@ class DataPipeline {
 
  private:
   friend DataPipeline build_data_pipeline(config::Args& args, bool verbose, ProgressSink* progress);
+  friend DataPipeline lengths_pipeline(config::Args& args, const std::vector<int64_t>& lengths);
   explicit DataPipeline(data::Tokenizer t)
       : tokenizer_(std::move(t)), vocab_size_(tokenizer_->vocab_size()), pad_id_(tokenizer_->special().pad) {}
   // Megatron's NullTokenizer (pt --data_path only): ids as they are.
@@ -67,5 +68,12 @@ class DataPipeline {
 // args.train_iters from --num_train_epochs when only that is given.
 // `progress` (may be null): sft tokenization's progress line.
 DataPipeline build_data_pipeline(config::Args& args, bool verbose = true, ProgressSink* progress = nullptr);
+
+// Training samples of these lengths and no content (a dry run's
+// --dry_run_lengths), batched as the job's flags batch real samples
+// (packing, padding-free, padded to the longest row): every token carries
+// loss, ids are 0. Fills args.train_iters from --num_train_epochs like
+// build_data_pipeline. Needs --vocab_size.
+DataPipeline lengths_pipeline(config::Args& args, const std::vector<int64_t>& lengths);
 
 }  // namespace mtrain::data

@@ -10,6 +10,20 @@
 
 namespace mtrain::observe {
 
+// The last phase's work ends where the record is now.
+static void close_phase(StepRecord& r) {
+  if (r.phases.empty()) return;
+  PhaseRecord& p = r.phases.back();
+  p.end_kernel = static_cast<int64_t>(r.kernels.size());
+  p.end_comm = static_cast<int64_t>(r.comms.size());
+  p.end_ring_wait = static_cast<int64_t>(r.ring_waits.size());
+}
+
+void StepRecorder::on_step_end(const StepMetrics&) {
+  if (recording_) close_phase(record_);
+  recording_ = false;
+}
+
 void StepRecorder::on_step_begin(int64_t iteration) {
   recording_ = records_(iteration);
   if (!recording_) return;
@@ -49,6 +63,7 @@ std::optional<profiler::Kind> StepRecorder::region_depth(int64_t iteration) cons
 void StepRecorder::on_region_begin(const profiler::Region& r, std::span<const profiler::TensorRef>) {
   if (!recording_) return;
   if (r.kind == profiler::Kind::kPhase) {
+    close_phase(record_);
     phase_ = static_cast<int>(record_.phases.size());
     record_.phases.push_back({r.name, static_cast<int>(r.index), r.chunk, static_cast<int64_t>(record_.kernels.size()),
                               static_cast<int64_t>(record_.comms.size()),
@@ -70,7 +85,81 @@ void StepRecorder::on_region_begin(const profiler::Region& r, std::span<const pr
 
 void StepRecorder::on_region_end(const profiler::Region& r, std::span<const profiler::TensorRef>) {
   if (recording_ && r.kind == profiler::Kind::kKernel) --open_kernels_;
-  if (recording_ && r.kind == profiler::Kind::kPhase) phase_ = -1;
+  if (recording_ && r.kind == profiler::Kind::kPhase) {
+    close_phase(record_);  // again at the next phase's begin: what runs between is this phase's too
+    phase_ = -1;
+  }
+}
+
+StepOrder step_order(const StepRecord& r) {
+  StepOrder o;
+  const auto add = [&](int as, int64_t kb, int64_t ke, int64_t cb, int64_t ce, int64_t wb, int64_t we) {
+    const int64_t base = static_cast<int64_t>(o.kernel.size()) - kb;  // the step's index of record kernel kb
+    for (int64_t k = kb; k < ke; ++k) {
+      o.kernel.push_back(static_cast<int32_t>(k));
+      o.kernel_phase.push_back(r.kernels[static_cast<size_t>(k)].phase < 0 ? -1 : as);
+    }
+    for (int64_t c = cb; c < ce; ++c) {
+      const CommRecord& m = r.comms[static_cast<size_t>(c)];
+      o.comm.push_back(static_cast<int32_t>(c));
+      o.comm_phase.push_back(m.phase < 0 ? -1 : as);
+      o.comm_kernels_before.push_back(m.kernels_before + base);
+    }
+    for (int64_t w = wb; w < we; ++w) o.ring_waits.push_back(r.ring_waits[static_cast<size_t>(w)] + base);
+  };
+  if (r.copy_of.empty() || r.phases.empty()) {  // every entry where it was recorded
+    o.kernel.reserve(r.kernels.size());
+    for (size_t k = 0; k < r.kernels.size(); ++k) {
+      o.kernel.push_back(static_cast<int32_t>(k));
+      o.kernel_phase.push_back(r.kernels[k].phase);
+    }
+    for (size_t c = 0; c < r.comms.size(); ++c) {
+      o.comm.push_back(static_cast<int32_t>(c));
+      o.comm_phase.push_back(r.comms[c].phase);
+      o.comm_kernels_before.push_back(r.comms[c].kernels_before);
+    }
+    o.ring_waits = r.ring_waits;
+    return o;
+  }
+  const PhaseRecord& first = r.phases.front();
+  add(-1, 0, first.first_kernel, 0, first.first_comm, 0, first.first_ring_wait);
+  for (size_t i = 0; i < r.phases.size(); ++i) {
+    const PhaseRecord& p = r.phases[r.copy_of[i] < 0 ? i : static_cast<size_t>(r.copy_of[i])];
+    add(static_cast<int>(i), p.first_kernel, p.end_kernel, p.first_comm, p.end_comm, p.first_ring_wait,
+        p.end_ring_wait);
+  }
+  return o;
+}
+
+StepRecord expanded(const StepRecord& r) {
+  if (r.copy_of.empty()) return r;
+  const StepOrder o = step_order(r);
+  StepRecord out;
+  out.gathers_before_chunk = r.gathers_before_chunk;
+  out.kernels.reserve(o.kernel.size());
+  for (size_t i = 0; i < o.kernel.size(); ++i) {
+    out.kernels.push_back(r.kernels[static_cast<size_t>(o.kernel[i])]);
+    out.kernels.back().phase = o.kernel_phase[i];
+  }
+  for (size_t i = 0; i < o.comm.size(); ++i) {
+    out.comms.push_back(r.comms[static_cast<size_t>(o.comm[i])]);
+    out.comms.back().phase = o.comm_phase[i];
+    out.comms.back().kernels_before = o.comm_kernels_before[i];
+  }
+  out.ring_waits = o.ring_waits;
+  const PhaseRecord& first = r.phases.front();
+  int64_t k = first.first_kernel, c = first.first_comm, w = first.first_ring_wait;
+  for (size_t i = 0; i < r.phases.size(); ++i) {
+    const PhaseRecord& src = r.phases[r.copy_of[i] < 0 ? i : static_cast<size_t>(r.copy_of[i])];
+    PhaseRecord p = r.phases[i];
+    p.first_kernel = k, p.first_comm = c, p.first_ring_wait = w;
+    k += src.end_kernel - src.first_kernel;
+    c += src.end_comm - src.first_comm;
+    w += src.end_ring_wait - src.first_ring_wait;
+    p.end_kernel = k, p.end_comm = c, p.end_ring_wait = w;
+    out.phases.push_back(std::move(p));
+  }
+  return out;
 }
 
 bool is_microbatch_phase(const PhaseRecord& p) { return p.name == "forward_step" || p.name == "backward_step"; }
@@ -80,10 +169,9 @@ namespace {
 // A blocking DP bucket collective: the gradient reduction (grad_sync) or the
 // distributed optimizer's parameter gather (optimizer_step), over any
 // gradient region's group (grad_regions.h).
-bool is_dp_bucket_comm(const StepRecord& r, const CommRecord& m) {
+bool is_dp_bucket_comm(const StepRecord& r, const CommRecord& m, int phase) {
   const bool dp_group = m.group == "dp" || m.group == "dp-cp" || m.group == "expt-dp";
-  return dp_group && m.phase >= 0 &&
-         (r.phases[m.phase].name == "grad_sync" || r.phases[m.phase].name == "optimizer_step");
+  return dp_group && phase >= 0 && (r.phases[phase].name == "grad_sync" || r.phases[phase].name == "optimizer_step");
 }
 
 }  // namespace
@@ -165,12 +253,12 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
   // Kernels and collectives in recorded order: a collective with
   // kernels_before == i comes before kernel i.
   size_t next_comm = 0;
-  const auto place_comm = [&](const CommRecord& m, bool next_is_gemm) {
+  const auto place_comm = [&](const CommRecord& m, int phase, bool next_is_gemm) {
     const double t =
         cost.comm_seconds(parallel::cost_collective(m.op), priced_bytes(m), {m.group_size, nodes(m.group)});
     if (m.overlapped) {
-      OverlappedComm o{m.phase, 0.0, t, m.op == parallel::CommOp::kAllGather};
-      if (m.phase >= 0) o.offset_s = clock[m.phase].c();
+      OverlappedComm o{phase, 0.0, t, m.op == parallel::CommOp::kAllGather};
+      if (phase >= 0) o.offset_s = clock[phase].c();
       c.overlapped.push_back(o);
       c.dp_comm_s += t;
       return;
@@ -179,8 +267,8 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
       c.p2p_message_s = std::max(c.p2p_message_s, t);
       return;
     }
-    if (in_microbatch(m.phase)) {
-      PhaseClock& pc = clock[m.phase];
+    if (in_microbatch(phase)) {
+      PhaseClock& pc = clock[phase];
       const CommLine line = comm_line(m.group);
       issue(pc);
       if (pc.pending_gather_s >= 0) {  // the gather waiting for a GEMM got another collective instead
@@ -207,29 +295,37 @@ RecordCost record_cost(const StepRecord& r, const device::CostModel& cost, bool 
     }
     c.tail_comm_s += t;
     // The distributed optimizer's param all-gather: the optimizer phase's only all-gather.
-    if (m.op == parallel::CommOp::kAllGather && m.phase >= 0 && r.phases[m.phase].name == "optimizer_step")
+    if (m.op == parallel::CommOp::kAllGather && phase >= 0 && r.phases[phase].name == "optimizer_step")
       c.param_gather_s += t;
-    if (is_dp_bucket_comm(r, m)) {
+    if (is_dp_bucket_comm(r, m, phase)) {
       c.dp_comm_s += t;
       c.dp_blocking_s += t;
     }
   };
   size_t next_wait = 0;
-  for (size_t i = 0; i <= r.kernels.size(); ++i) {
-    for (; next_wait < r.ring_waits.size() && r.ring_waits[next_wait] <= static_cast<int64_t>(i); ++next_wait)
-      if (i < r.kernels.size() && in_microbatch(r.kernels[i].phase)) wait_ring(clock[r.kernels[i].phase]);
-    const bool gemm_next = i < r.kernels.size() && r.kernels[i].work.kind == KernelKind::kGemm;
-    for (; next_comm < r.comms.size() && r.comms[next_comm].kernels_before <= static_cast<int64_t>(i); ++next_comm)
-      place_comm(r.comms[next_comm], gemm_next && r.comms[next_comm].phase == r.kernels[i].phase);
-    if (i == r.kernels.size()) break;
-    const KernelRecord& k = r.kernels[i];
-    const double t = cost.kernel_seconds(k.work, sixteen_bit);
-    if (!in_microbatch(k.phase)) {
+  // The step's entries in order (a repeated phase's read again), each
+  // distinct kernel priced once.
+  const StepOrder o = step_order(r);
+  std::vector<double> price(r.kernels.size(), -1.0);
+  const size_t kernels = o.kernel.size();
+  for (size_t i = 0; i <= kernels; ++i) {
+    for (; next_wait < o.ring_waits.size() && o.ring_waits[next_wait] <= static_cast<int64_t>(i); ++next_wait)
+      if (i < kernels && in_microbatch(o.kernel_phase[i])) wait_ring(clock[o.kernel_phase[i]]);
+    const bool gemm_next = i < kernels && r.kernels[o.kernel[i]].work.kind == KernelKind::kGemm;
+    for (; next_comm < o.comm.size() && o.comm_kernels_before[next_comm] <= static_cast<int64_t>(i); ++next_comm)
+      place_comm(r.comms[o.comm[next_comm]], o.comm_phase[next_comm],
+                 gemm_next && o.comm_phase[next_comm] == o.kernel_phase[i]);
+    if (i == kernels) break;
+    const KernelRecord& k = r.kernels[o.kernel[i]];
+    const int phase = o.kernel_phase[i];
+    double& t = price[o.kernel[i]];
+    if (t < 0) t = cost.kernel_seconds(k.work, sixteen_bit);
+    if (!in_microbatch(phase)) {
       c.optimizer_s += t;
       continue;
     }
     c.compute_s += t;
-    PhaseClock& pc = clock[k.phase];
+    PhaseClock& pc = clock[phase];
     issue(pc);
     pc.dev.place(Stream::kCompute, pc.c(), t);
     if (pc.pending_gather_s >= 0) {

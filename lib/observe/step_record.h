@@ -33,10 +33,10 @@ namespace mtrain::observe {
 struct PhaseRecord {
   std::string name;
   int microbatch = -1, chunk = 0;
-  // What the record held when the phase began: its kernels, collectives and
-  // CP ring waits start at these indices (a dry run's steady-state shortcut
-  // copies a phase with what follows it up to the next one).
+  // Its work: the kernels, collectives and CP ring waits recorded from its
+  // begin up to the next phase's, [first, end) of each list.
   int64_t first_kernel = 0, first_comm = 0, first_ring_wait = 0;
+  int64_t end_kernel = 0, end_comm = 0, end_ring_wait = 0;
   bool operator==(const PhaseRecord&) const = default;
 };
 
@@ -71,7 +71,29 @@ struct StepRecord {
   // CP ring forward steps that need the block the previous pass brought
   // (parallel::kRingBlockNeeded): the kernels recorded before each.
   std::vector<int64_t> ring_waits;
+  // A dry run's steady state stepped once for its repeats (plan/steady_state.h):
+  // `phases` lists every phase of the step, the other lists only what was
+  // stepped; phase i repeats the work of phase copy_of[i] (-1: its own), and
+  // the entries of a repeated phase name the phase they were recorded in.
+  // Empty: every phase has its own work. step_order() reads either in step
+  // order; expanded() writes the copies out.
+  std::vector<int> copy_of;
 };
+
+// The step's kernels, collectives and ring waits in the order they ran, a
+// repeated phase's work read again where it repeats: entry i of the step is
+// record.kernels[kernel[i]] in phase kernel_phase[i] (-1: between phases),
+// and so on; kernels_before and ring waits count the step's kernels.
+struct StepOrder {
+  std::vector<int32_t> kernel, kernel_phase;
+  std::vector<int32_t> comm, comm_phase;
+  std::vector<int64_t> comm_kernels_before;
+  std::vector<int64_t> ring_waits;
+};
+StepOrder step_order(const StepRecord& r);
+// The record with every phase's work written out (copy_of empty): what
+// stepping every micro-batch records.
+StepRecord expanded(const StepRecord& r);
 
 // Records the iterations `records` selects (1-based), each replacing the
 // last; iterations it does not select open no region for it, so they cost
@@ -86,7 +108,7 @@ class StepRecorder : public TrainHook {
       : records_(std::move(records)), dtype_bytes_(dtype_bytes) {}
 
   void on_step_begin(int64_t iteration) override;
-  void on_step_end(const StepMetrics&) override { recording_ = false; }
+  void on_step_end(const StepMetrics&) override;
   void on_comm(const parallel::CommEvent& e) override;
   std::optional<profiler::Kind> region_depth(int64_t iteration) const override;
   void on_region_begin(const profiler::Region& r, std::span<const profiler::TensorRef>) override;

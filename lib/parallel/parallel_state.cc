@@ -8,20 +8,25 @@
 namespace mtrain::parallel {
 
 ParallelState::ParallelState(ProcessGrid grid, int rank, std::unique_ptr<Comm> world, GroupComms groups)
+    : ParallelState(std::make_shared<const ProcessGrid>(std::move(grid)), rank, std::move(world), std::move(groups)) {}
+
+ParallelState::ParallelState(std::shared_ptr<const ProcessGrid> grid, int rank, std::unique_ptr<Comm> world,
+                             GroupComms groups)
     : grid_(std::move(grid)), rank_(rank), world_(std::move(world)), groups_(std::move(groups)) {
-  coords_ = grid_.coords(rank_);  // checks the rank
-  if (!world_ || world_->size() != grid_.world_size() || world_->rank() != rank_) {
+  const ProcessGrid& g = *grid_;
+  coords_ = g.coords(rank_);  // checks the rank
+  if (!world_ || world_->size() != g.world_size() || world_->rank() != rank_) {
     throw DistributedError(fmt::format("world communicator ({} of {}) does not match rank {} of a grid of {} ranks",
                                        world_ ? world_->rank() : -1, world_ ? world_->size() : 0, rank_,
-                                       grid_.world_size()));
+                                       g.world_size()));
   }
   for (int k = 0; k < kGroupKindCount; ++k) {
     const auto kind = static_cast<GroupKind>(k);
-    const RankGroup& members = grid_.group_of(kind, rank_);
+    const RankGroup& members = g.group_of(kind, rank_);
     const Comm* c = groups_[k].get();
     const bool ok = members.empty() ? c == nullptr
                                     : c != nullptr && c->size() == static_cast<int>(members.size()) &&
-                                          c->rank() == grid_.rank_in_group(kind, rank_);
+                                          c->rank() == g.rank_in_group(kind, rank_);
     if (!ok) {
       throw DistributedError(fmt::format("rank {}: communicator for group '{}' does not match the grid (expected {})",
                                          rank_, group_kind_name(kind), rank_group_str(members)));
@@ -60,6 +65,11 @@ ParallelState make_self_parallel_state(const ProcessGrid& grid) {
 }
 
 ParallelState make_meta_parallel_state(const ProcessGrid& grid, int rank) {
+  return make_meta_parallel_state(std::make_shared<const ProcessGrid>(grid), rank);
+}
+
+ParallelState make_meta_parallel_state(std::shared_ptr<const ProcessGrid> shared, int rank) {
+  const ProcessGrid& grid = *shared;
   ParallelState::GroupComms groups;
   for (int k = 0; k < kGroupKindCount; ++k) {
     const auto kind = static_cast<GroupKind>(k);
@@ -69,7 +79,8 @@ ParallelState make_meta_parallel_state(const ProcessGrid& grid, int rank) {
                                              static_cast<int>(members.size()));
     }
   }
-  return ParallelState(grid, rank, std::make_unique<MetaComm>("world", rank, grid.world_size()), std::move(groups));
+  auto world = std::make_unique<MetaComm>("world", rank, grid.world_size());
+  return ParallelState(std::move(shared), rank, std::move(world), std::move(groups));
 }
 
 }  // namespace mtrain::parallel

@@ -23,12 +23,14 @@ class ParallelState {
   // Checks that every communicator matches the grid (size and this rank's
   // position); `groups[k]` is null exactly when `rank` is in no group of kind k.
   ParallelState(ProcessGrid grid, int rank, std::unique_ptr<Comm> world, GroupComms groups);
+  // The same with a grid shared by other states (a dry run's rank classes).
+  ParallelState(std::shared_ptr<const ProcessGrid> grid, int rank, std::unique_ptr<Comm> world, GroupComms groups);
   ParallelState(ParallelState&&) noexcept = default;
   ParallelState& operator=(ParallelState&&) noexcept = default;
 
-  const ProcessGrid& grid() const { return grid_; }
+  const ProcessGrid& grid() const { return *grid_; }
   int rank() const { return rank_; }
-  int world_size() const { return grid_.world_size(); }
+  int world_size() const { return grid_->world_size(); }
   RankCoords coords() const { return coords_; }
 
   Comm& world() { return *world_; }
@@ -50,16 +52,16 @@ class ParallelState {
   Comm& expert_dp() { return group(GroupKind::kExpertData); }
   Comm& tp_ep() { return group(GroupKind::kExpertTensorModel); }
   Comm& tp_ep_pp() { return group(GroupKind::kExpertTensorModelPipeline); }
-  ExpertRankCoords expert_coords() const { return grid_.expert_coords(rank_); }
+  ExpertRankCoords expert_coords() const { return grid_->expert_coords(rank_); }
 
   bool is_first_pipeline_stage() const { return coords_.pp == 0; }
-  bool is_last_pipeline_stage() const { return coords_.pp == grid_.pp() - 1; }
+  bool is_last_pipeline_stage() const { return coords_.pp == grid_->pp() - 1; }
 
   // Sets the observer on the world and every group communicator.
   void set_observer(const CommObserver& observer);
 
  private:
-  ProcessGrid grid_;
+  std::shared_ptr<const ProcessGrid> grid_;
   int rank_;
   RankCoords coords_;
   std::unique_ptr<Comm> world_;
@@ -70,5 +72,6 @@ class ParallelState {
 ParallelState make_self_parallel_state(const ProcessGrid& grid);
 // Rank `rank` of a shape-only run: MetaComm everywhere, sized from the grid.
 ParallelState make_meta_parallel_state(const ProcessGrid& grid, int rank);
+ParallelState make_meta_parallel_state(std::shared_ptr<const ProcessGrid> grid, int rank);
 
 }  // namespace mtrain::parallel

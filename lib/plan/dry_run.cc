@@ -1,5 +1,8 @@
 #include "plan/dry_run.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -8,9 +11,11 @@
 
 #include "common/errors.h"
 #include "data/data_pipeline.h"
+#include "data/dataset_sample.h"
 #include "data/tokenizer.h"
 #include "model/model_config.h"
 #include "parallel/parallel_state.h"
+#include "plan/dry_run_lengths.h"
 #include "plan/dry_step.h"
 #include "train/rank_build.h"
 
@@ -20,10 +25,11 @@ namespace mtrain::plan {
 // With `repeat_steady_state` the step may run its steady state once for its
 // repeats; when the shortcut's checks fail the rank is built again and
 // stepped whole.
-static ClassMemory simulate_class(const config::Args& args, const parallel::ProcessGrid& grid,
+static ClassMemory simulate_class(const config::Args& args, const std::shared_ptr<const parallel::ProcessGrid>& shared,
                                   const device::DeviceProfile& planning_profile, const RankClass& k,
                                   data::DataPipeline* data, std::vector<int64_t>* lengths, bool repeat_steady_state) {
-  parallel::ParallelState state = parallel::make_meta_parallel_state(grid, k.representative);
+  const parallel::ProcessGrid& grid = *shared;
+  parallel::ParallelState state = parallel::make_meta_parallel_state(shared, k.representative);
   device::Device dev(planning_profile, 0);
   const train::TrainerOptions to = train::trainer_options(args);
   const auto model = train::build_rank_model(args, dev, state, to, /*meta=*/true);
@@ -32,7 +38,7 @@ static ClassMemory simulate_class(const config::Args& args, const parallel::Proc
   if (data) source = data->train_source(args, train::data_shard(model->config(), state));
   std::optional<DryStep> step =
       run_dry_step(args, *model, setup, state, to, source.get(), lengths, repeat_steady_state);
-  if (!step) return simulate_class(args, grid, planning_profile, k, data, lengths, false);
+  if (!step) return simulate_class(args, shared, planning_profile, k, data, lengths, false);
   ClassMemory m;
   m.rank_class = k;
   m.tp_rank = state.coords().tp;
@@ -66,13 +72,25 @@ static config::Args with_vocab_size(const config::Args& input) {
   return args;
 }
 
-// An SFT job's dataset, read and tokenized as the run reads it, when every
-// file of it is there (a plan may be made before the data exists).
+// An SFT job's dataset, read and tokenized as the run reads it (at most
+// --dry_run_samples of each file), when every file of it is there (a plan
+// may be made before the data exists); or samples of --dry_run_lengths.
 std::optional<data::DataPipeline> read_sft_data(const config::Args& input) {
-  if (input.command != "sft" || input.dataset.empty()) return std::nullopt;
-  for (const std::string& f : input.dataset)
-    if (!std::filesystem::exists(f)) return std::nullopt;
+  if (input.command != "sft") return std::nullopt;
   config::Args args = input;
+  if (args.dry_run_lengths) {
+    args = with_vocab_size(args);
+    return data::lengths_pipeline(
+        args, parse_dry_run_lengths(*args.dry_run_lengths, args.max_length.value_or(args.seq_length.value_or(0))));
+  }
+  if (input.dataset.empty()) return std::nullopt;
+  for (std::string& f : args.dataset) {
+    const data::DatasetSpec spec = data::parse_dataset_spec(f);
+    if (!std::filesystem::exists(spec.path)) return std::nullopt;
+    if (args.dry_run_samples)
+      f = fmt::format("{}#{}", spec.path,
+                      std::min<int64_t>(spec.num_samples.value_or(*args.dry_run_samples), *args.dry_run_samples));
+  }
   return data::build_data_pipeline(args, /*verbose=*/false);
 }
 
@@ -85,8 +103,13 @@ DryRun dry_run(const config::Args& input, DryRunData want) {
 DryRun dry_run(const config::Args& input, data::DataPipeline* data, bool repeat_steady_state) {
   const config::Args args = with_vocab_size(input);
   DryRun r;
+  r.data_source = args.dry_run_lengths ? "--dry_run_lengths"
+                  : args.dry_run_samples
+                      ? fmt::format("the dataset (--dry_run_samples {} of each file)", *args.dry_run_samples)
+                      : "the dataset";
   r.profile = train::device_profile(args);
-  const parallel::ProcessGrid grid = train::process_grid_from_args(args);
+  const auto shared_grid = std::make_shared<const parallel::ProcessGrid>(train::process_grid_from_args(args));
+  const parallel::ProcessGrid& grid = *shared_grid;  // one grid for every class's state
   r.world_size = grid.world_size();
   r.tp = grid.tp();
   r.pp = grid.pp();
@@ -104,7 +127,7 @@ DryRun dry_run(const config::Args& input, data::DataPipeline* data, bool repeat_
   planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;
   for (const RankClass& k : rank_classes(grid, args.use_distributed_optimizer)) {
     std::vector<int64_t> lengths;
-    r.classes.push_back(simulate_class(args, grid, planning, k, data, &lengths, repeat_steady_state));
+    r.classes.push_back(simulate_class(args, shared_grid, planning, k, data, &lengths, repeat_steady_state));
     if (r.classes.size() == 1) r.data_lengths = std::move(lengths);
   }
   return r;

@@ -61,6 +61,9 @@ struct DryRun {
   // rank 0's first global batch, its micro-batches' row lengths here (empty:
   // every row the model's sequence length).
   std::vector<int64_t> data_lengths;
+  // Where those rows came from, for the report: "the dataset", "the dataset
+  // (--dry_run_samples N of each file)" or "--dry_run_lengths".
+  std::string data_source;
 };
 
 // What a dry step feeds: the shapes of the job's SFT data (its --dataset

@@ -141,9 +141,9 @@ static std::string data_line(const DryRun& r) {
   const std::string rows = *lo == *hi ? fmt::format("{} tokens a row", *lo)
                                       : fmt::format("{} to {} tokens a row, mean {:.0f}", *lo, *hi, mean);
   return fmt::format(
-      "its rows the lengths of the dataset's first global batch\n  (data parallel rank 0: {} micro-batch{} of {}; "
+      "its rows the lengths of the first global batch of {}\n  (data parallel rank 0: {} micro-batch{} of {}; "
       "activation slots for {})",
-      r.data_lengths.size(), r.data_lengths.size() == 1 ? "" : "es", rows, r.seq_length);
+      r.data_source, r.data_lengths.size(), r.data_lengths.size() == 1 ? "" : "es", rows, r.seq_length);
 }
 
 std::string memory_report(const DryRun& r) {

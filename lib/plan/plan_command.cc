@@ -88,6 +88,10 @@ PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes, in
       const size_t eq = a.find('=');
       if (eq == std::string::npos && i + 1 >= args.size()) throw UsageError(name + " needs a value", kUsage);
       o.memory_margin = margin_share(eq == std::string::npos ? args[++i] : a.substr(eq + 1));
+    } else if (name == "--dry_run_lengths" || name == "--dry_run_samples") {
+      throw UsageError(fmt::format("{} with mtrain plan: not yet; the plan reads the job's whole --dataset", a),
+                       "drop it: an sft job is planned on its --dataset's first global batch, or at --max_length "
+                       "rows without one; --dry_run of a printed plan takes it");
     } else if (layout_flag(name)) {
       throw UsageError(fmt::format("{} with mtrain plan: the plan chooses the layout itself", a),
                        "drop it; give the model, batch and --nnodes / --nproc_per_node");

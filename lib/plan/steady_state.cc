@@ -48,13 +48,7 @@ struct Segment {
 
 Segment segment(const StepRecord& r, size_t j) {
   const PhaseRecord& p = r.phases[j];
-  if (j + 1 < r.phases.size()) {
-    const PhaseRecord& n = r.phases[j + 1];
-    return {p.first_kernel, n.first_kernel, p.first_comm, n.first_comm, p.first_ring_wait, n.first_ring_wait};
-  }
-  return {p.first_kernel,    static_cast<int64_t>(r.kernels.size()),
-          p.first_comm,      static_cast<int64_t>(r.comms.size()),
-          p.first_ring_wait, static_cast<int64_t>(r.ring_waits.size())};
+  return {p.first_kernel, p.end_kernel, p.first_comm, p.end_comm, p.first_ring_wait, p.end_ring_wait};
 }
 
 bool same_comm(const CommRecord& x, const CommRecord& y) {
@@ -100,36 +94,28 @@ bool same_peaks(const device::MemoryStats& x, const device::MemoryStats& y) {
   return x.max_allocated == y.max_allocated && x.max_reserved == y.max_reserved && x.max_host == y.max_host;
 }
 
-// Appends short-step phase j (with what follows it up to the next phase) as
-// phase `as`, its micro-batch moved on by `shift`; false when an entry of it
-// names another phase than its own.
-bool append_phase(const StepRecord& r, size_t j, int shift, int as, StepRecord& out) {
-  const Segment s = segment(r, j);
-  const int64_t moved = static_cast<int64_t>(out.kernels.size()) - s.kernel_begin;
-  PhaseRecord p = r.phases[j];
-  if (observe::is_microbatch_phase(p)) p.microbatch += shift;
-  p.first_kernel = static_cast<int64_t>(out.kernels.size());
-  p.first_comm = static_cast<int64_t>(out.comms.size());
-  p.first_ring_wait = static_cast<int64_t>(out.ring_waits.size());
-  out.phases.push_back(std::move(p));
-  const auto own = [&](int phase) { return phase == static_cast<int>(j) ? as : phase; };
-  const size_t k0 = out.kernels.size(), c0 = out.comms.size();
-  out.kernels.insert(out.kernels.end(), r.kernels.begin() + s.kernel_begin, r.kernels.begin() + s.kernel_end);
-  out.comms.insert(out.comms.end(), r.comms.begin() + s.comm_begin, r.comms.begin() + s.comm_end);
-  for (size_t k = k0; k < out.kernels.size(); ++k) {
-    KernelRecord& kr = out.kernels[k];
-    if (kr.phase != -1 && kr.phase != static_cast<int>(j)) return false;
-    kr.phase = own(kr.phase);
+// Each phase's entries follow the one before's, and name it or no phase
+// (what a copy reads must be its own phase's work).
+bool entries_in_their_phases(const StepRecord& r) {
+  Segment prev{0, r.phases.front().first_kernel, 0, r.phases.front().first_comm, 0, r.phases.front().first_ring_wait};
+  for (int64_t k = 0; k < prev.kernel_end; ++k)
+    if (r.kernels[static_cast<size_t>(k)].phase != -1) return false;
+  for (int64_t c = 0; c < prev.comm_end; ++c)
+    if (r.comms[static_cast<size_t>(c)].phase != -1) return false;
+  for (size_t j = 0; j < r.phases.size(); ++j) {
+    const Segment s = segment(r, j);
+    if (s.kernel_begin != prev.kernel_end || s.comm_begin != prev.comm_end || s.wait_begin != prev.wait_end)
+      return false;
+    const int own = static_cast<int>(j);
+    for (int64_t k = s.kernel_begin; k < s.kernel_end; ++k)
+      if (const int ph = r.kernels[static_cast<size_t>(k)].phase; ph != -1 && ph != own) return false;
+    for (int64_t c = s.comm_begin; c < s.comm_end; ++c)
+      if (const int ph = r.comms[static_cast<size_t>(c)].phase; ph != -1 && ph != own) return false;
+    prev = s;
   }
-  for (size_t c = c0; c < out.comms.size(); ++c) {
-    CommRecord& cr = out.comms[c];
-    if (cr.phase != -1 && cr.phase != static_cast<int>(j)) return false;
-    cr.phase = own(cr.phase);
-    cr.kernels_before += moved;
-  }
-  for (int64_t w = s.wait_begin; w < s.wait_end; ++w)
-    out.ring_waits.push_back(r.ring_waits[static_cast<size_t>(w)] + moved);
-  return true;
+  return prev.kernel_end == static_cast<int64_t>(r.kernels.size()) &&
+         prev.comm_end == static_cast<int64_t>(r.comms.size()) &&
+         prev.wait_end == static_cast<int64_t>(r.ring_waits.size());
 }
 
 }  // namespace
@@ -176,24 +162,30 @@ std::optional<StepRecord> expand_steady_state(const StepRecord& r, const std::ve
   if (!same_state(at(a), at(a + P)) || !same_state(at(a + P), at(a + 2 * P)) || !same_peaks(at(a + P), at(a + 2 * P)))
     return std::nullopt;
 
-  StepRecord out;
-  out.gathers_before_chunk = r.gathers_before_chunk;
-  const Segment first_period = segment(r, static_cast<size_t>(a)), after = segment(r, static_cast<size_t>(a + P));
-  const auto copies = static_cast<size_t>(p.copies());
-  out.phases.reserve(r.phases.size() + copies * static_cast<size_t>(P));
-  out.kernels.reserve(r.kernels.size() + copies * static_cast<size_t>(after.kernel_begin - first_period.kernel_begin));
-  out.comms.reserve(r.comms.size() + copies * static_cast<size_t>(after.comm_begin - first_period.comm_begin));
-  const PhaseRecord& first = r.phases.front();
-  out.kernels.assign(r.kernels.begin(), r.kernels.begin() + first.first_kernel);
-  out.comms.assign(r.comms.begin(), r.comms.begin() + first.first_comm);
-  out.ring_waits.assign(r.ring_waits.begin(), r.ring_waits.begin() + first.first_ring_wait);
-  const int full_actions = static_cast<int>(short_actions) + p.copies() * P;
+  if (!entries_in_their_phases(r)) return std::nullopt;
+  // The stepped work stays where it is; the inserted phases repeat the first
+  // period's, and the phases after them move on by the copies.
+  StepRecord out = r;
+  const int moved = p.copies() * P;
+  const auto renumber = [&](int phase) { return phase >= a + P ? phase + moved : phase; };
+  for (KernelRecord& k : out.kernels) k.phase = renumber(k.phase);
+  for (CommRecord& c : out.comms) c.phase = renumber(c.phase);
+  const int full_actions = static_cast<int>(short_actions) + moved;
+  out.phases.clear();
+  out.phases.reserve(r.phases.size() + static_cast<size_t>(moved));
+  out.copy_of.reserve(r.phases.size() + static_cast<size_t>(moved));
   for (int i = 0; i < full_actions; ++i) {
-    const Source s = source_of(i, p);
-    if (!append_phase(r, static_cast<size_t>(s.index), s.shift, i, out)) return std::nullopt;
+    const Source src = source_of(i, p);
+    PhaseRecord ph = r.phases[static_cast<size_t>(src.index)];
+    ph.microbatch += src.shift;
+    out.phases.push_back(std::move(ph));
+    const bool copy = i >= a + P && i < a + P + moved;
+    out.copy_of.push_back(copy ? src.index : -1);
   }
-  for (size_t j = short_actions; j < r.phases.size(); ++j)
-    if (!append_phase(r, j, 0, static_cast<int>(j) + p.copies() * P, out)) return std::nullopt;
+  for (size_t j = short_actions; j < r.phases.size(); ++j) {
+    out.phases.push_back(r.phases[j]);
+    out.copy_of.push_back(-1);
+  }
   return out;
 }
 

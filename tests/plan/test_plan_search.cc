@@ -131,6 +131,33 @@ TEST(PlanSearch, PruningDropsNothingThatFits) {
   for (size_t i = 0; i < all.fitting.size(); ++i) EXPECT_EQ(pruned.fitting[i].flags, all.fitting[i].flags);
 }
 
+// The candidates dry-run on several threads at once give the search of one
+// thread: the same counts, the same plans in the same order, the same
+// numbers (each layout's micro-batches still run in turn, so the pruning of
+// larger ones after a miss is the same too).
+TEST(PlanSearch, ThreadsChangeNothing) {
+  const config::Args base = parse_words(kModel, 4);
+  SearchOptions one = four_devices(true), three = four_devices(true);
+  one.threads = 1;
+  three.threads = 3;
+  const SearchSummary a = search_layouts(base, one), b = search_layouts(base, three);
+  EXPECT_EQ(a.candidates, b.candidates);
+  EXPECT_EQ(a.invalid, b.invalid);
+  EXPECT_EQ(a.pruned, b.pruned);
+  EXPECT_EQ(a.pruned_mbs, b.pruned_mbs);
+  EXPECT_EQ(a.dry_run, b.dry_run);
+  EXPECT_EQ(a.same_as_simpler, b.same_as_simpler);
+  EXPECT_GT(a.pruned_mbs, 0) << "no larger micro-batch was pruned: the test does not reach the grouping";
+  ASSERT_EQ(a.fitting.size(), b.fitting.size());
+  for (size_t i = 0; i < a.fitting.size(); ++i) {
+    EXPECT_EQ(a.fitting[i].flags, b.fitting[i].flags) << i;
+    EXPECT_EQ(a.fitting[i].peak_bytes, b.fitting[i].peak_bytes) << i;
+    EXPECT_EQ(a.fitting[i].step_s, b.fitting[i].step_s) << i;
+  }
+  ASSERT_EQ(a.misses.size(), b.misses.size());
+  for (size_t i = 0; i < a.misses.size(); ++i) EXPECT_EQ(a.misses[i].flags, b.misses[i].flags) << i;
+}
+
 // A layout fits when its peak on the device (the allocator's and the
 // runtime's) leaves the margin free: with a margin the fitting layouts are
 // exactly those without one whose peak stays within the capacity less it.
@@ -408,6 +435,8 @@ TEST(PlanCommand, BadInputIsAUsageError) {
                            "--expert_tensor_parallel_size", "--moe_token_dispatcher_type"})
     EXPECT_THROW(parse_plan_args({axis, "2"}), UsageError) << axis << ": the plan chooses it";
   EXPECT_THROW(parse_plan_args({"--nproc-per-node=0"}), UsageError);
+  for (const char* dry : {"--dry_run_lengths", "--dry-run-samples"})  // --dry_run's, not yet the plan's
+    EXPECT_THROW(parse_plan_args({dry, "100"}), UsageError) << dry;
   EXPECT_DOUBLE_EQ(*parse_plan_args({"--memory_margin", "0.1"}).memory_margin, 0.1);
   EXPECT_DOUBLE_EQ(*parse_plan_args({"--memory-margin=12.5%"}).memory_margin, 0.125);
   EXPECT_FALSE(parse_plan_args({}).memory_margin.has_value());  // the profile's

@@ -32,7 +32,7 @@ class StepFlops : public DryRunTest {
     double sum = 0;
     for (const ClassMemory& c : r.classes) {
       double mine = 0;
-      for (const KernelRecord& k : c.step.kernels)
+      for (const KernelRecord& k : observe::expanded(c.step).kernels)
         if (k.work.kind != KernelKind::kMemory) mine += k.work.flops;
       sum += mine * static_cast<double>(c.rank_class.ranks.size());
     }
@@ -80,7 +80,8 @@ TEST_F(StepFlops, LoraRunsNoFrozenWeightGradientGemm) {
     const double expected = megatron - frozen_wgrad + adapters;
     EXPECT_NEAR(world_matrix_flops(lora), expected, 1e-9 * expected) << layout;
     for (const ClassMemory& c : lora.classes)
-      for (const KernelRecord& k : c.step.kernels) EXPECT_NE(k.name, "linear_backward_dweight") << layout;
+      for (const KernelRecord& k : observe::expanded(c.step).kernels)
+        EXPECT_NE(k.name, "linear_backward_dweight") << layout;
   }
 }
 
@@ -102,7 +103,7 @@ TEST_F(StepFlops, RingGeneralMaskComputesWholeBlocks) {
     double flops = 0;
     int n = 0;
     for (const ClassMemory& c : r.classes)
-      for (const KernelRecord& k : c.step.kernels) {
+      for (const KernelRecord& k : observe::expanded(c.step).kernels) {
         const double ranks = static_cast<double>(c.rank_class.ranks.size());
         if (k.name == "attention_flash_block_forward") {
           flops += k.work.flops * ranks;
@@ -131,7 +132,7 @@ TEST_F(StepFlops, RingGeneralMaskComputesWholeBlocks) {
 TEST_F(StepFlops, GroupedExpertGemmsArePricedPerExpert) {
   const DryRun r = dry_run(parse(job("demo-moe", "--expert_model_parallel_size 2"), 2));
   int seen = 0;
-  for (const KernelRecord& k : r.classes.at(0).step.kernels) {
+  for (const KernelRecord& k : observe::expanded(r.classes.at(0).step).kernels) {
     if (k.name.rfind("grouped_gemm_", 0) != 0 && k.name.rfind("expert_gemm_", 0) != 0) continue;
     ++seen;
     EXPECT_EQ(k.work.kind, KernelKind::kGemm) << k.name;
@@ -162,7 +163,7 @@ TEST_F(StepFlops, RoutingAndTheSharedExpertGateArePriced) {
   const double N = static_cast<double>(r.seq_length), E = 8, k = 2, C = r.whole_model.hidden;
   const int layers_x_mb = r.whole_model.num_layers * r.microbatches;
   std::map<std::string, int> seen;
-  for (const KernelRecord& x : c.step.kernels) {
+  for (const KernelRecord& x : observe::expanded(c.step).kernels) {
     if (x.name == "router_topk") {
       EXPECT_DOUBLE_EQ(x.work.bytes, 4 * N * E + 8 * N * k);
     } else if (x.name == "router_topk_backward") {
