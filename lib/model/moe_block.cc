@@ -101,6 +101,8 @@ moe::MoeWeights moe_weights(const ModelConfig& c, ParamStore& ps, const MoeLayer
   w.router = param(mp.router_w);
   w.router_grad = grad(mp.router_w);
   w.expert_bias = param(mp.expert_bias);
+  for (auto* v : {&w.fc1, &w.fc2, &w.fc1_bias, &w.fc2_bias}) v->reserve(mp.fc1_w.size());
+  for (auto* v : {&w.fc1_grad, &w.fc2_grad, &w.fc1_bias_grad, &w.fc2_bias_grad}) v->reserve(mp.fc1_w.size());
   for (size_t e = 0; e < mp.fc1_w.size(); ++e) {
     w.fc1.push_back(param(mp.fc1_w[e]));
     w.fc2.push_back(param(mp.fc2_w[e]));

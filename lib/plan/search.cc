@@ -377,10 +377,10 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   }
   ProgressBar bar("Plan", static_cast<int64_t>(layouts.size()), o.progress);
   bar.set_unit("layout");
-  // A dry run holds one rank's objects at a time and reads no shared state
-  // (an sft job's data source is the exception: its candidates run in turn).
+  // A dry run holds one rank's objects at a time and only reads what the
+  // candidates share (an sft job's data: each source copies its samples).
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = o.data ? 1 : std::min<int>(o.threads > 0 ? o.threads : cores, static_cast<int>(groups.size()));
+  const int threads = std::min<int>(o.threads > 0 ? o.threads : cores, static_cast<int>(groups.size()));
   std::vector<std::optional<PlanResult>> results(candidates.size());
   measure_groups(groups, o, std::max(1, threads), results, bar, s.invalid + s.pruned);
   for (std::optional<PlanResult>& p : results) {

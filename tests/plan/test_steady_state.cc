@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "device/cost_model.h"
 #include "parallel/pipeline_schedule.h"
 #include "plan/dry_run.h"
 #include "plan/memory_report.h"
@@ -102,7 +103,16 @@ INSTANTIATE_TEST_SUITE_P(
              "--recompute_granularity selective"},
         Case{"moe_ep2_pp2", 4,
              "--model_preset demo-moe --expert_model_parallel_size 2 --pipeline_model_parallel_size 2 "
-             "--global_batch_size 24"}));
+             "--global_batch_size 24"},
+        Case{"lora_tp2_sp_pp2", 4,
+             "--train_type lora --tensor_model_parallel_size 2 --sequence_parallel true "
+             "--pipeline_model_parallel_size 2 --global_batch_size 16"},
+        Case{"uneven_pp3_fp16", 3,
+             "--pipeline_model_parallel_size 3 --decoder_first_pipeline_num_layers 1 "
+             "--decoder_last_pipeline_num_layers 1 --fp16 --global_batch_size 16"},
+        Case{"tp2_cp2_distopt_dp2", 8,
+             "--tensor_model_parallel_size 2 --sequence_parallel true --context_parallel_size 2 "
+             "--use_distributed_optimizer true --overlap_grad_reduce --global_batch_size 32"}));
 
 // The shortcut steps few micro-batches of a long step, for every stage.
 TEST(SteadyStatePlan, AShortStepStandsForALongOne) {
@@ -127,6 +137,90 @@ TEST(SteadyStatePlan, AShortStepIsSteppedWhole) {
   s.stage = 0;
   s.microbatches = 4;
   EXPECT_FALSE(plan_steady_state(s));
+}
+
+// A record as a StepRecorder writes it for stages x 1 chunk, M micro-batches:
+// each phase one kernel (a GEMM of `rows` rows in a forward, twice that in a
+// backward) and a TP all-reduce, a pipeline send after each forward, then
+// grad_sync and optimizer_step with one kernel each.
+observe::StepRecord synthetic(int stages, int stage, int M) {
+  parallel::PipelineShape s;
+  s.stages = stages;
+  s.stage = stage;
+  s.microbatches = M;
+  observe::StepRecord r;
+  const auto add_phase = [&](const std::string& name, int mb, int64_t rows, bool send) {
+    observe::PhaseRecord p{name, mb, 0};
+    p.first_kernel = static_cast<int64_t>(r.kernels.size());
+    p.first_comm = static_cast<int64_t>(r.comms.size());
+    const int phase = static_cast<int>(r.phases.size());
+    KernelWork w;
+    w.kind = KernelKind::kGemm;
+    w.m = rows, w.n = 64, w.k = 64, w.flops = 2.0 * static_cast<double>(rows) * 64 * 64;
+    r.kernels.push_back({"gemm", w, phase});
+    observe::CommRecord c;
+    c.op = parallel::CommOp::kAllReduce, c.group = "tp", c.group_size = 2, c.bytes = 1024, c.phase = phase;
+    c.kernels_before = static_cast<int64_t>(r.kernels.size());
+    r.comms.push_back(c);
+    if (send) {
+      c.op = parallel::CommOp::kSend, c.group = "pp", c.phase = -1;
+      r.comms.push_back(c);
+    }
+    p.end_kernel = static_cast<int64_t>(r.kernels.size());
+    p.end_comm = static_cast<int64_t>(r.comms.size());
+    r.phases.push_back(p);
+  };
+  for (const parallel::PipeAction& a : parallel::pipeline_actions(s)) {
+    const bool fwd = a.op == parallel::PipeOp::kForward;
+    add_phase(fwd ? "forward_step" : "backward_step", a.microbatch, fwd ? 128 : 256, fwd && stage + 1 < stages);
+  }
+  add_phase("grad_sync", -1, 8, false);
+  add_phase("optimizer_step", -1, 8, false);
+  return r;
+}
+
+TEST(SteadyStateRecord, ARepeatingRecordExpandsToTheFullOne) {
+  for (const auto& [stages, stage] : std::vector<std::pair<int, int>>{{1, 0}, {4, 0}, {4, 3}}) {
+    parallel::PipelineShape full;
+    full.stages = stages, full.stage = stage, full.microbatches = 32;
+    const std::optional<SteadyStatePlan> p = plan_steady_state(full);
+    ASSERT_TRUE(p);
+    const observe::StepRecord short_run = synthetic(stages, stage, p->microbatches);
+    const std::vector<device::MemoryStats> memory(short_run.phases.size());
+    const std::optional<observe::StepRecord> r = expand_steady_state(short_run, memory, *p);
+    ASSERT_TRUE(r) << stages << " " << stage;
+    const observe::StepRecord want = synthetic(stages, stage, 32), have = observe::expanded(*r);
+    EXPECT_EQ(have.phases, want.phases);
+    EXPECT_EQ(have.kernels, want.kernels);
+    EXPECT_EQ(have.comms, want.comms);
+    const device::CostModel cost(device::DeviceProfile{});
+    const auto nodes = [](std::string_view) { return 1; };
+    EXPECT_EQ(observe::record_cost(*r, cost, true, nodes), observe::record_cost(want, cost, true, nodes));
+  }
+}
+
+// What the shortcut does not take: two periods of different work, or of
+// different memory, or a second period that raises a peak.
+TEST(SteadyStateRecord, PeriodsThatDifferAreNotRepeated) {
+  parallel::PipelineShape full;
+  full.stages = 4, full.microbatches = 32;
+  const SteadyStatePlan p = *plan_steady_state(full);
+  const observe::StepRecord base = synthetic(4, 0, p.microbatches);
+  const std::vector<device::MemoryStats> same(base.phases.size());
+  const size_t second = static_cast<size_t>(p.period_start + p.period_actions);
+  observe::StepRecord work = base;
+  work.kernels[static_cast<size_t>(work.phases[second].first_kernel)].work.m += 1;
+  EXPECT_FALSE(expand_steady_state(work, same, p)) << "a kernel of the second period differs";
+  observe::StepRecord comm = base;
+  comm.comms[static_cast<size_t>(comm.phases[second].first_comm)].bytes += 2;
+  EXPECT_FALSE(expand_steady_state(comm, same, p)) << "a collective of the second period differs";
+  std::vector<device::MemoryStats> held = same;
+  held[second + static_cast<size_t>(p.period_actions)].allocated = 4096;
+  EXPECT_FALSE(expand_steady_state(base, held, p)) << "the second period ends holding more";
+  std::vector<device::MemoryStats> peak = same;
+  for (size_t j = second + static_cast<size_t>(p.period_actions); j < peak.size(); ++j) peak[j].max_reserved = 1;
+  EXPECT_FALSE(expand_steady_state(base, peak, p)) << "the second period raised the peak";
+  EXPECT_TRUE(expand_steady_state(base, same, p));
 }
 
 }  // namespace
