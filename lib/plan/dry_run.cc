@@ -95,9 +95,10 @@ std::optional<data::DataPipeline> read_sft_data(const config::Args& input) {
 }
 
 DryRun dry_run(const config::Args& input, DryRunData want) {
+  const config::Args args = with_vocab_size(input);  // the tokenizer read once, not again by each part
   std::optional<data::DataPipeline> data;
-  if (want == DryRunData::kDataset) data = read_sft_data(input);
-  return dry_run(input, data ? &*data : nullptr);
+  if (want == DryRunData::kDataset) data = read_sft_data(args);
+  return dry_run(args, data ? &*data : nullptr);
 }
 
 DryRun dry_run(const config::Args& input, data::DataPipeline* data, bool repeat_steady_state) {

@@ -25,10 +25,10 @@ std::optional<int64_t> positive(std::string_view s) {
   return v;
 }
 
-// One LENGTH/COUNT pair split at `sep`; `where` names it in errors.
+// One LENGTH/COUNT pair split at `sep` (' ': the first space or tab); `where` names it in errors.
 void add_pair(std::string_view pair, char sep, const std::string& where, int64_t max_length,
               std::vector<int64_t>& out) {
-  const size_t at = pair.find(sep);
+  const size_t at = sep == ' ' ? pair.find_first_of(" \t") : pair.find(sep);
   const std::optional<int64_t> length = at == std::string_view::npos ? std::nullopt : positive(pair.substr(0, at));
   const std::optional<int64_t> count = at == std::string_view::npos ? std::nullopt : positive(pair.substr(at + 1));
   if (!length || !count)
@@ -62,18 +62,8 @@ std::vector<int64_t> parse_dry_run_lengths(const std::string& spec, int64_t max_
       std::string_view v = line;
       if (const size_t hash = v.find('#'); hash != std::string_view::npos) v = v.substr(0, hash);
       if (v.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      const size_t first = v.find_first_not_of(" \t");
-      v.remove_prefix(first);
+      v.remove_prefix(v.find_first_not_of(" \t"));
       const char sep = v.find(',') != std::string_view::npos ? ',' : v.find(':') != std::string_view::npos ? ':' : ' ';
-      if (sep == ' ') {  // whitespace between the two numbers: one space stands for all of it
-        const size_t gap = v.find_first_of(" \t");
-        const size_t next = gap == std::string_view::npos ? gap : v.find_first_not_of(" \t", gap);
-        if (gap != std::string_view::npos && next != std::string_view::npos) {
-          const std::string pair = std::string(v.substr(0, gap)) + " " + std::string(v.substr(next));
-          add_pair(pair, ' ', fmt::format("{}:{}", spec, n), max_length, out);
-          continue;
-        }
-      }
       add_pair(v, sep, fmt::format("{}:{}", spec, n), max_length, out);
     }
   } else if (spec.find(':') == std::string::npos) {

@@ -129,8 +129,11 @@ std::optional<DryStep> run_dry_step(const config::Args& args, model::GptModel& m
   auto recorder = std::make_shared<StepRecorder>(1, dtype_bytes);
   observe::HookList hooks;
   hooks.add(recorder);
-  auto memory = std::make_shared<MemoryAtPhases>(model.device());
-  if (steady) hooks.add(memory);
+  std::shared_ptr<MemoryAtPhases> memory;
+  if (steady) {
+    memory = std::make_shared<MemoryAtPhases>(model.device());
+    hooks.add(memory);
+  }
   profiler::ShapeOnlyScope shape_only;
   train::Trainer trainer(to, model, setup.optimizer, setup.scheduler, setup.scaler.get(), batches, nullptr, hooks,
                          &state);

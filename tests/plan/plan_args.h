@@ -3,6 +3,7 @@
 // appended to them, and the demo jobs on the tiny_test device.
 #pragma once
 
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -10,6 +11,15 @@
 #include "config/cli.h"
 
 namespace mtrain::plan {
+
+// One case of a test parameterised by layouts: its name (what gtest prints),
+// the ranks it runs on and its flags.
+struct LayoutCase {
+  const char* name;
+  int ranks;
+  const char* flags;
+};
+inline void PrintTo(const LayoutCase& l, std::ostream* os) { *os << l.name; }
 
 inline config::Args parse_words(std::vector<std::string> words, int world, const char* command = "pt") {
   words.insert(words.begin(), {"mtrain", command});

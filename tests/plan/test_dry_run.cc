@@ -21,6 +21,7 @@
 #include "plan/dry_run.h"
 #include "plan/dry_run_fixture.h"
 #include "plan/memory_report.h"
+#include "plan/plan_args.h"
 #include "plan/sim_trace.h"
 #include "plan/step_time.h"
 #include "train/run.h"
@@ -31,13 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using device::MemCategory;
 
-struct Layout {
-  const char* name;
-  int ranks;
-  const char* flags;
-};
-
-void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+using Layout = LayoutCase;
 
 class RealAgrees : public DryRunTest, public ::testing::WithParamInterface<Layout> {};
 

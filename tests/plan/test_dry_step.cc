@@ -14,18 +14,13 @@
 #include "plan/dry_run.h"
 #include "plan/dry_run_fixture.h"
 #include "plan/memory_report.h"
+#include "plan/plan_args.h"
 #include "plan/step_time.h"
 
 namespace mtrain::plan {
 namespace {
 
-struct Layout {
-  const char* name;
-  int ranks;
-  const char* flags;
-};
-
-void PrintTo(const Layout& l, std::ostream* os) { *os << l.name; }
+using Layout = LayoutCase;
 
 class StepAgrees : public DryRunTest, public ::testing::WithParamInterface<Layout> {
  protected:
@@ -286,7 +281,8 @@ TEST_F(SftStep, AnSftDryRunStepsTheDatasetsBatchesAsTheRealRun) {
   const DryRun shapes = dry_run(args, DryRunData::kShapes);
   EXPECT_TRUE(shapes.data_lengths.empty());
   EXPECT_LT(step_time(dry).step_s, step_time(shapes).step_s) << "shorter rows, a shorter step";
-  EXPECT_NE(memory_report(dry).find("its rows the lengths of the first global batch of the dataset\n"), std::string::npos);
+  EXPECT_NE(memory_report(dry).find("its rows the lengths of the first global batch of the dataset\n"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -21,13 +21,7 @@
 namespace mtrain::plan {
 namespace {
 
-struct Case {
-  const char* name;
-  int ranks;
-  const char* flags;
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+using Case = LayoutCase;
 
 class SteadyState : public ::testing::TestWithParam<Case> {};
 
