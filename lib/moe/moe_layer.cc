@@ -64,6 +64,14 @@ lora::AdapterBuffers shared_lora_buffers(MoeActs& a, MoeWorkspace& w, int k) {
   return {lora_half(a.shared_lora_h, k), w.lora_dh.data(), w.lora_scratch.data()};
 }
 
+// With grouped GEMM and no expert bias, the activation is one kernel over
+// every local expert's rows, as Megatron's GroupedMLP applies it to the
+// grouped fc1 output (it refuses biases); experts with a bias apply theirs
+// one expert at a time, as its SequentialMLP runs them.
+bool one_activation(const MoeLayerConfig& c, const MoeWeights& wt) {
+  return c.grouped_gemm && std::all_of(wt.fc1_bias.begin(), wt.fc1_bias.end(), [](const float* b) { return !b; });
+}
+
 // The local experts on in (sum rows, C), `rows` (E_local) per expert -> out
 // (sum rows, C) without the fc2 bias; a.fc1 / a.act keep what backward needs.
 void experts_forward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, MoeWorkspace& w, float* out,
@@ -79,9 +87,12 @@ void experts_forward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a, 
     expert_adapter_forward(a.fc1.data(), lora_half(a.lora_h, 0), w.lora_scratch.data(), in, ad.fc1, ad.rank, ad.scale,
                            rows, c.num_local, C, FC1, expert_dropout(ad, ad.seed_fc1, C, 0, ids, row_seeds(a, 0)));
   round_act(c, a.fc1.data(), M * FC1);
-  for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
-    activation_forward(c, F, at(a.act.data(), off * F), at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e],
-                       w.scratch.data());
+  if (one_activation(c, wt))
+    activation_forward(c, F, a.act.data(), a.fc1.data(), nullptr, M, w.scratch.data());
+  else
+    for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
+      activation_forward(c, F, at(a.act.data(), off * F), at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e],
+                         w.scratch.data());
   round_act(c, a.act.data(), M * F);
   grouped_linear_forward(out, a.act.data(), w2.data(), rows, c.num_local, F, C, c.grouped_gemm);
   if (ad.fc2.any())
@@ -106,9 +117,12 @@ void experts_backward(const MoeLayerConfig& c, const MoeWeights& wt, MoeActs& a,
                             lora_half(a.lora_h, 1), ad.fc2, ad.rank, ad.scale, rows, c.num_local, F, C,
                             expert_dropout(ad, ad.seed_fc2, ad.ffn, ad.fc2_col0, ids, row_seeds(a, 1)));
   round_act(c, w.d_act.data(), M * F);
-  for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
-    activation_backward(c, F, at(w.d_fc1.data(), off * FC1), wt.fc1_bias_grad[e], at(w.d_act.data(), off * F),
-                        at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e], w.scratch.data());
+  if (one_activation(c, wt))
+    activation_backward(c, F, w.d_fc1.data(), nullptr, w.d_act.data(), a.fc1.data(), nullptr, M, w.scratch.data());
+  else
+    for (int64_t e = 0, off = 0; e < c.num_local; off += rows[e++])
+      activation_backward(c, F, at(w.d_fc1.data(), off * FC1), wt.fc1_bias_grad[e], at(w.d_act.data(), off * F),
+                          at(a.fc1.data(), off * FC1), wt.fc1_bias[e], rows[e], w.scratch.data());
   round_act(c, w.d_fc1.data(), M * FC1);
   grouped_linear_backward(din, wt.fc1_grad.data(), w.d_fc1.data(), in, w1.data(), rows, c.num_local, C, FC1,
                           c.grouped_gemm);

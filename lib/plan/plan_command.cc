@@ -172,9 +172,9 @@ static std::string axis_columns(const SearchSummary& s, const Layout* l) {
 static void print_table(const PlanOptions& o, const SearchSummary& s, std::ostream& out) {
   out << fmt::format(
       "{} candidates: {} invalid (Megatron's validation), {} pruned (states alone exceed HBM), {} pruned (a "
-      "smaller micro-batch of the layout does not fit), {} dry-run, {} fit ({} more had the memory and time of a "
+      "layout holding no more memory does not fit), {} dry-run, {} fit ({} more had the memory and time of a "
       "simpler layout: listed once, as that one)\n\n",
-      s.candidates, s.invalid, s.pruned, s.pruned_mbs, s.dry_run, s.fitting.size(), s.same_as_simpler);
+      s.candidates, s.invalid, s.pruned, s.pruned_after_miss, s.dry_run, s.fitting.size(), s.same_as_simpler);
   if (!s.fitting.empty())
     out << fmt::format(
         "A layout fits when its peak on the device stays within {:.2f} GiB: the {:.2f} GiB of HBM less "

@@ -286,25 +286,42 @@ static void drop_same_as_simpler(SearchSummary& s) {
   s.fitting = std::move(kept);
 }
 
-// The layout's flags with its micro-batch left out.
-static std::string without_mbs(Layout l, int num_layers) {
+// The layout's flags without the settings that trade memory away and nothing
+// else held (micro-batch, distributed optimizer, SP): the layouts of a group
+// can hold less memory than each other.
+static std::string without_memory_settings(Layout l, int num_layers) {
   l.mbs = 0;
+  l.distopt = l.sp = l.overlap_param_gather = false;
   return layout_flags(l, num_layers);
+}
+
+// b holds at least the memory of a (same group): a micro-batch as large or
+// larger, the distributed optimizer only if a has it, SP only if a has it. A
+// larger micro-batch grows every activation and row in flight; without the
+// distributed optimizer each rank holds the whole optimizer state; without
+// SP the norms and dropouts keep the whole sequence. So when a misses, b
+// misses (PlanAxes.ALayoutThatTradesNoMemoryAwayHoldsAtLeastThePeak checks
+// the claim on exhaustive searches). Recompute is no such setting: full
+// recompute keeps each layer's input beside the layer it recomputes, more
+// than no recompute when a stage holds one layer of one micro-batch.
+static bool holds_at_least(const Layout& b, const Layout& a) {
+  return b.mbs >= a.mbs && b.distopt <= a.distopt && b.sp <= a.sp;
 }
 
 namespace {
 
-// A layout the search dry-runs unless a smaller micro-batch of it missed.
+// A layout the search dry-runs unless one that holds no more memory missed.
 struct Candidate {
   size_t order;  // its place in enumerate_layouts
   Layout layout;
   config::Args args;
 };
 
-// Dry-runs each group's candidates (one layout, micro-batches smallest first)
-// until one misses: a larger micro-batch of a layout that missed misses too
-// (its activations and rows in flight only grow). Groups run on `threads`
-// threads at once; each candidate's result lands in results[its index].
+// Dry-runs each group's candidates (one layout, its memory settings; those
+// that hold the least first) but none that holds at least the memory of one
+// that missed (holds_at_least). Groups run on `threads` threads at once;
+// each candidate's result lands in results[its index], so the outcome is
+// the same for any count.
 void measure_groups(const std::vector<std::vector<const Candidate*>>& groups, const SearchOptions& o, int threads,
                     std::vector<std::optional<PlanResult>>& results, ProgressBar& bar, int64_t done_before) {
   std::atomic<size_t> next{0};
@@ -315,14 +332,18 @@ void measure_groups(const std::vector<std::vector<const Candidate*>>& groups, co
   const auto work = [&] {
     for (size_t g; (g = next.fetch_add(1)) < groups.size();) {
       try {
+        std::vector<const Layout*> missed;
         for (const Candidate* c : groups[g]) {
+          if (o.prune &&
+              std::any_of(missed.begin(), missed.end(), [&](const Layout* m) { return holds_at_least(c->layout, *m); }))
+            continue;
           PlanResult p = measure(c->args, c->layout, o.memory_margin, o.data);
           const bool fits = p.fits;
           results[c->order] = std::move(p);
+          if (!fits) missed.push_back(&c->layout);
           const std::lock_guard<std::mutex> lock(progress);
           fitting += fits;
           bar.update(++done, fmt::format("fit={}", fitting));
-          if (!fits && o.prune) break;
         }
       } catch (...) {
         failed[g] = std::current_exception();
@@ -370,11 +391,18 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
     candidates.push_back({candidates.size(), l, std::move(a)});
   }
   for (const Candidate& c : candidates) {
-    const std::string others = o.prune ? without_mbs(c.layout, c.args.num_layers) : std::to_string(c.order);
+    const std::string others = o.prune ? without_memory_settings(c.layout, c.args.num_layers) : std::to_string(c.order);
     const auto [it, added] = group_of.emplace(others, groups.size());
     if (added) groups.emplace_back();
     groups[it->second].push_back(&c);
   }
+  // Those that can hold the least first: a candidate is tried after every one it holds at least the memory of.
+  for (std::vector<const Candidate*>& g : groups)
+    std::stable_sort(g.begin(), g.end(), [](const Candidate* x, const Candidate* y) {
+      const Layout &a = x->layout, &b = y->layout;
+      const int ka = a.mbs * 4 + !a.distopt * 2 + !a.sp, kb = b.mbs * 4 + !b.distopt * 2 + !b.sp;
+      return ka < kb;
+    });
   ProgressBar bar("Plan", static_cast<int64_t>(layouts.size()), o.progress);
   bar.set_unit("layout");
   // A dry run holds one rank's objects at a time and only reads what the
@@ -385,7 +413,7 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   measure_groups(groups, o, std::max(1, threads), results, bar, s.invalid + s.pruned);
   for (std::optional<PlanResult>& p : results) {
     if (!p) {
-      ++s.pruned_mbs;
+      ++s.pruned_after_miss;
       continue;
     }
     ++s.dry_run;

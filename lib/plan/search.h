@@ -96,7 +96,9 @@ struct SearchOptions {
 
 struct SearchSummary {
   int candidates = 0, invalid = 0, pruned = 0, dry_run = 0;
-  int pruned_mbs = 0;  // not dry-run: the same layout with a smaller micro-batch did not fit
+  // Not dry-run: a layout that holds no more memory (the same split and recompute with a micro-batch as
+  // small or smaller, the distributed optimizer or SP where this one has none) did not fit.
+  int pruned_after_miss = 0;
   // Fitting layouts with the memory and step time of a simpler one that differs
   // in one setting (e.g. selective recompute with flash attention keeps and
   // recomputes nothing more): listed once, as the simpler layout.

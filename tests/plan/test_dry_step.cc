@@ -247,6 +247,31 @@ TEST_F(MoeStep, TheAuxLossSumsOfARealStepAreInTheDryStep) {
   }
 }
 
+// The routed experts' activation as Megatron runs it: with grouped GEMM
+// (GroupedMLP, no expert bias) one kernel over every local expert's rows per
+// MoE layer and micro-batch; with --moe_grouped_gemm false (SequentialMLP)
+// one per expert. Counted in a real step (demo-moe: 4 MoE layers, 8 experts,
+// each layer's shared expert one more) and in the dry step.
+TEST_F(MoeStep, TheRoutedActivationIsOneKernelUnderGroupedGemm) {
+  const auto count = [](const StepRecord& r, const char* name) {
+    return std::count_if(r.kernels.begin(), r.kernels.end(),
+                         [&](const KernelRecord& k) { return std::string_view(k.name) == name; });
+  };
+  for (const bool grouped : {true, false}) {
+    const config::Args args =
+        parse(pretrain(std::string("--model_preset demo-moe --moe_grouped_gemm ") + (grouped ? "true" : "false")), 1);
+    auto recorder = std::make_shared<StepRecorder>(1, 4);
+    run_real(args, 1, {recorder});
+    const DryRun dry = dry_run(args);
+    const long per_layer = (grouped ? 1 : 8) + 1;  // routed + shared expert
+    const long want = 4 * per_layer * dry.microbatches;
+    for (const char* name : {"bias_swiglu_forward", "bias_swiglu_backward"}) {
+      EXPECT_EQ(count(recorder->record(), name), want) << name << (grouped ? " grouped" : " sequential");
+      EXPECT_EQ(count(observe::expanded(dry.classes[0].step), name), want) << name << " dry";
+    }
+  }
+}
+
 // SFT planned from the data: a dry run of the demo SFT job reads and
 // tokenizes its dataset and steps the shapes of the batches the run builds
 // (each micro-batch padded to its longest row), so its step is a real

@@ -94,7 +94,7 @@ TEST(PlanExamples, Llama2SevenBillionAt32kOnEightNpus) {
   SearchOptions exhaustive{8, 1, false};
   const SearchSummary all = search_layouts(parse_words(job, 8), exhaustive);
   EXPECT_GT(s.pruned, 0);
-  EXPECT_GT(s.pruned_mbs, 0);
+  EXPECT_GT(s.pruned_after_miss, 0);
   ASSERT_EQ(all.fitting.size(), s.fitting.size());
   for (size_t i = 0; i < all.fitting.size(); ++i) EXPECT_EQ(all.fitting[i].flags, s.fitting[i].flags);
 }

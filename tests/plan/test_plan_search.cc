@@ -126,7 +126,7 @@ TEST(PlanSearch, PruningDropsNothingThatFits) {
   const SearchSummary pruned = search_layouts(base, four_devices(true));
   const SearchSummary all = search_layouts(base, four_devices(false));
   EXPECT_GT(pruned.pruned, 0);
-  EXPECT_EQ(all.pruned + all.pruned_mbs, 0);
+  EXPECT_EQ(all.pruned + all.pruned_after_miss, 0);
   ASSERT_EQ(pruned.fitting.size(), all.fitting.size());
   for (size_t i = 0; i < all.fitting.size(); ++i) EXPECT_EQ(pruned.fitting[i].flags, all.fitting[i].flags);
 }
@@ -144,10 +144,10 @@ TEST(PlanSearch, ThreadsChangeNothing) {
   EXPECT_EQ(a.candidates, b.candidates);
   EXPECT_EQ(a.invalid, b.invalid);
   EXPECT_EQ(a.pruned, b.pruned);
-  EXPECT_EQ(a.pruned_mbs, b.pruned_mbs);
+  EXPECT_EQ(a.pruned_after_miss, b.pruned_after_miss);
   EXPECT_EQ(a.dry_run, b.dry_run);
   EXPECT_EQ(a.same_as_simpler, b.same_as_simpler);
-  EXPECT_GT(a.pruned_mbs, 0) << "no larger micro-batch was pruned: the test does not reach the grouping";
+  EXPECT_GT(a.pruned_after_miss, 0) << "no larger micro-batch was pruned: the test does not reach the grouping";
   ASSERT_EQ(a.fitting.size(), b.fitting.size());
   for (size_t i = 0; i < a.fitting.size(); ++i) {
     EXPECT_EQ(a.fitting[i].flags, b.fitting[i].flags) << i;
