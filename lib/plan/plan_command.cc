@@ -89,9 +89,14 @@ PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes, in
       if (eq == std::string::npos && i + 1 >= args.size()) throw UsageError(name + " needs a value", kUsage);
       o.memory_margin = margin_share(eq == std::string::npos ? args[++i] : a.substr(eq + 1));
     } else if (name == "--dry_run_lengths" || name == "--dry_run_samples") {
-      throw UsageError(fmt::format("{} with mtrain plan: not yet; the plan reads the job's whole --dataset", a),
-                       "drop it: an sft job is planned on its --dataset's first global batch, or at --max_length "
-                       "rows without one; --dry_run of a printed plan takes it");
+      if (o.command != "sft")
+        throw UsageError(fmt::format("{} with mtrain plan plans an sft job on its sample lengths", a),
+                         "start the plan's arguments with sft (mtrain plan sft ...); a pt job's rows are "
+                         "--seq_length long");
+      const size_t eq = a.find('=');
+      if (eq == std::string::npos && i + 1 >= args.size()) throw UsageError(name + " needs a value", kUsage);
+      o.data_args.push_back(name);
+      o.data_args.push_back(eq == std::string::npos ? args[++i] : a.substr(eq + 1));
     } else if (layout_flag(name)) {
       throw UsageError(fmt::format("{} with mtrain plan: the plan chooses the layout itself", a),
                        "drop it; give the model, batch and --nnodes / --nproc_per_node");
@@ -106,6 +111,7 @@ std::string plan_help() {
   return "mtrain plan [sft|pt] [JOB.yaml] <the job's flags: --model_preset NAME | --model DIR | --num_layers ...,\n"
          "            --global_batch_size N, --seq_length N, --bf16, --dataset ..., --lr ...>\n"
          "            --nnodes N --nproc_per_node N [--top N] [--memory_margin SHARE] [--json]\n"
+         "            [sft only: --dry_run_samples N | --dry_run_lengths LENGTH:COUNT,...|FILE]\n"
          "Searches TP (within a node), PP (with a shorter first/last stage), VPP, CP (ring and Ulysses, for\n"
          "sequences of 8192 tokens and more, at least 4096 per CP rank), DP, for an MoE model EP, ETP and the\n"
          "token dispatcher, micro-batch, recompute, the distributed optimizer and sequence parallelism;\n"
@@ -114,7 +120,10 @@ std::string plan_help() {
          "layout's. The job is pt unless the first argument is sft. Exit 6 when none fits.\n"
          "A layout fits when its peak on the device (the allocator's reserve and what the runtime holds beside it:\n"
          "context, collective library buffers, workspaces) leaves --memory_margin of the HBM free (a share, 0.05,\n"
-         "or a percentage, 5%; default: the device profile's runtime.memory_margin).\n";
+         "or a percentage, 5%; default: the device profile's runtime.memory_margin).\n"
+         "An sft job is planned on the lengths of its --dataset's first global batch (--dry_run_samples N: of N\n"
+         "samples of each file), on --dry_run_lengths in place of a dataset, else on rows of --max_length; the\n"
+         "printed commands leave both flags out.\n";
 }
 
 std::string shell_quote(const std::string& token) {
@@ -172,7 +181,7 @@ static std::string axis_columns(const SearchSummary& s, const Layout* l) {
 static void print_table(const PlanOptions& o, const SearchSummary& s, std::ostream& out) {
   out << fmt::format(
       "{} candidates: {} invalid (Megatron's validation), {} pruned (states alone exceed HBM), {} pruned (a "
-      "layout holding no more memory does not fit), {} dry-run, {} fit ({} more had the memory and time of a "
+      "miss of the same split rules it out), {} dry-run, {} fit ({} more had the memory and time of a "
       "simpler layout: listed once, as that one)\n\n",
       s.candidates, s.invalid, s.pruned, s.pruned_after_miss, s.dry_run, s.fitting.size(), s.same_as_simpler);
   if (!s.fitting.empty())
@@ -316,8 +325,19 @@ int run_plan_command(const PlanOptions& given, std::ostream& out) {
   o.margin = o.memory_margin.value_or(node.runtime.memory_margin);
   SearchOptions so{o.nproc_per_node, o.nnodes, true, stdout_progress_sink()};
   so.memory_margin = o.margin;
-  // An sft job's dataset is read once; every candidate steps its real rows' lengths.
-  std::optional<data::DataPipeline> data = read_sft_data(inv.args);
+  // An sft job's dataset is read once (or its --dry_run_samples, or samples of its --dry_run_lengths);
+  // every candidate steps its real rows' lengths. The data flags are checked as a dry run checks them.
+  std::optional<config::Invocation> with_data;
+  if (!o.data_args.empty()) {
+    std::vector<const char*> data_argv = argv;
+    data_argv.push_back("--dry_run");
+    for (const std::string& t : o.data_args) data_argv.push_back(t.c_str());
+    with_data = parse_job(data_argv, world);
+  }
+  std::optional<data::DataPipeline> data = read_sft_data(with_data ? with_data->args : inv.args);
+  if (with_data && with_data->args.dry_run_samples && !data)
+    throw ConfigError("--dry_run_samples: a file of the job's --dataset is not there to sample",
+                      "plan on the data once it exists, or on --dry_run_lengths in place of --dataset");
   so.data = data ? &*data : nullptr;
   const SearchSummary s = search_layouts(inv.args, so);
   if (s.fitting.empty()) {

@@ -19,6 +19,9 @@ struct PlanOptions {
   double margin = 0;                    // the margin the search used (run_plan_command)
   std::string command = "pt";           // the job planned: sft or pt (first argument; default pt)
   std::vector<std::string> model_args;  // the rest: parsed as `mtrain <command>` flags
+  // --dry_run_lengths / --dry_run_samples with their values: what an sft job is planned on (the lengths in
+  // place of a dataset, or N samples of each --dataset file); left out of the printed commands.
+  std::vector<std::string> data_args;
 };
 // nnodes / nproc_per_node: the world when the flags do not give it (NNODES / NPROC_PER_NODE).
 PlanOptions parse_plan_args(const std::vector<std::string>& args, int nnodes = 1, int nproc_per_node = 1);

@@ -247,6 +247,12 @@ static PlanResult measure(const config::Args& a, const Layout& l, double memory_
   p.tokens_per_s_per_device = t.tokens_per_s_per_device;
   p.mfu = t.mfu;
   p.fits = p.peak_bytes <= p.usable_bytes;
+  for (const ClassMemory& c : r.classes) {
+    const auto& held = c.stats.by_category;
+    p.states_bytes = std::max(p.states_bytes, held[static_cast<int>(device::MemCategory::kWeights)] +
+                                                  held[static_cast<int>(device::MemCategory::kGrads)] +
+                                                  held[static_cast<int>(device::MemCategory::kOptimizer)]);
+  }
   p.flags = layout_flags(l, a.num_layers);
   for (const StageTime& st : t.stages)
     if (st.tp_comm_s + st.cp_comm_s + st.ep_comm_s >= p.tp_comm_s + p.cp_comm_s + p.ep_comm_s)
@@ -286,40 +292,48 @@ static void drop_same_as_simpler(SearchSummary& s) {
   s.fitting = std::move(kept);
 }
 
-// The layout's flags without the settings that trade memory away and nothing
-// else held (micro-batch, distributed optimizer, SP): the layouts of a group
-// can hold less memory than each other.
-static std::string without_memory_settings(Layout l, int num_layers) {
+// The layout's flags without the settings a dry run of another can rule out:
+// micro-batch, recompute, distributed optimizer, SP (cannot_fit).
+static std::string split_of(Layout l, int num_layers) {
   l.mbs = 0;
+  l.recompute = "none";
   l.distopt = l.sp = l.overlap_param_gather = false;
   return layout_flags(l, num_layers);
 }
 
-// b holds at least the memory of a (same group): a micro-batch as large or
-// larger, the distributed optimizer only if a has it, SP only if a has it. A
-// larger micro-batch grows every activation and row in flight; without the
-// distributed optimizer each rank holds the whole optimizer state; without
-// SP the norms and dropouts keep the whole sequence. So when a misses, b
-// misses (PlanAxes.ALayoutThatTradesNoMemoryAwayHoldsAtLeastThePeak checks
-// the claim on exhaustive searches). Recompute is no such setting: full
-// recompute keeps each layer's input beside the layer it recomputes, more
-// than no recompute when a stage holds one layer of one micro-batch.
+// b holds at least the memory of a (same split and recompute): a micro-batch
+// as large or larger, the distributed optimizer only if a has it, SP only if
+// a has it. A larger micro-batch grows every activation and row in flight;
+// without the distributed optimizer each rank holds the whole optimizer
+// state; without SP the norms and dropouts keep the whole sequence. So when a
+// misses, b misses (PlanAxes.ALayoutThatTradesNoMemoryAwayHoldsAtLeastThePeak
+// checks the claim on exhaustive searches). Recompute is no such setting:
+// full recompute keeps each layer's input beside the layer it recomputes,
+// more than no recompute when a stage holds one layer of one micro-batch.
 static bool holds_at_least(const Layout& b, const Layout& a) {
-  return b.mbs >= a.mbs && b.distopt <= a.distopt && b.sp <= a.sp;
+  return a.recompute == b.recompute && b.mbs >= a.mbs && b.distopt <= a.distopt && b.sp <= a.sp;
+}
+
+// What a miss of a layout of the same split rules out for `c`: c holds at
+// least its memory; or its weights, gradients and optimizer state alone
+// exceed the device (held through the whole step, the same under any
+// micro-batch, recompute and SP) and c has the distributed optimizer only
+// where it had it (without it each rank holds more optimizer state).
+static bool cannot_fit(const Layout& c, const PlanResult& miss) {
+  return holds_at_least(c, miss.layout) || (miss.states_bytes > miss.usable_bytes && c.distopt <= miss.layout.distopt);
 }
 
 namespace {
 
-// A layout the search dry-runs unless one that holds no more memory missed.
+// A layout the search dry-runs unless a miss of its split rules it out.
 struct Candidate {
   size_t order;  // its place in enumerate_layouts
   Layout layout;
   config::Args args;
 };
 
-// Dry-runs each group's candidates (one layout, its memory settings; those
-// that hold the least first) but none that holds at least the memory of one
-// that missed (holds_at_least). Groups run on `threads` threads at once;
+// Dry-runs each group's candidates (one split, its memory settings; those
+// that hold the least first) but none that a miss rules out (cannot_fit). Groups run on `threads` threads at once;
 // each candidate's result lands in results[its index], so the outcome is
 // the same for any count.
 void measure_groups(const std::vector<std::vector<const Candidate*>>& groups, const SearchOptions& o, int threads,
@@ -332,15 +346,15 @@ void measure_groups(const std::vector<std::vector<const Candidate*>>& groups, co
   const auto work = [&] {
     for (size_t g; (g = next.fetch_add(1)) < groups.size();) {
       try {
-        std::vector<const Layout*> missed;
+        std::vector<const PlanResult*> missed;
         for (const Candidate* c : groups[g]) {
           if (o.prune &&
-              std::any_of(missed.begin(), missed.end(), [&](const Layout* m) { return holds_at_least(c->layout, *m); }))
+              std::any_of(missed.begin(), missed.end(), [&](const PlanResult* m) { return cannot_fit(c->layout, *m); }))
             continue;
           PlanResult p = measure(c->args, c->layout, o.memory_margin, o.data);
           const bool fits = p.fits;
           results[c->order] = std::move(p);
-          if (!fits) missed.push_back(&c->layout);
+          if (!fits) missed.push_back(&*results[c->order]);
           const std::lock_guard<std::mutex> lock(progress);
           fitting += fits;
           bar.update(++done, fmt::format("fit={}", fitting));
@@ -391,7 +405,7 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
     candidates.push_back({candidates.size(), l, std::move(a)});
   }
   for (const Candidate& c : candidates) {
-    const std::string others = o.prune ? without_memory_settings(c.layout, c.args.num_layers) : std::to_string(c.order);
+    const std::string others = o.prune ? split_of(c.layout, c.args.num_layers) : std::to_string(c.order);
     const auto [it, added] = group_of.emplace(others, groups.size());
     if (added) groups.emplace_back();
     groups[it->second].push_back(&c);

@@ -72,6 +72,9 @@ struct PlanResult {
   // dry run's report splits it (step_time.h): TP (and SP), CP, EP (expert dispatch).
   double tp_comm_s = 0, cp_comm_s = 0, ep_comm_s = 0;
   bool fits = false;
+  // The most any rank class holds in weights, gradients and optimizer state: allocated before the step
+  // and held through it, the same under any micro-batch, recompute and SP.
+  int64_t states_bytes = 0;
   std::string flags;
 };
 
@@ -96,8 +99,10 @@ struct SearchOptions {
 
 struct SearchSummary {
   int candidates = 0, invalid = 0, pruned = 0, dry_run = 0;
-  // Not dry-run: a layout that holds no more memory (the same split and recompute with a micro-batch as
-  // small or smaller, the distributed optimizer or SP where this one has none) did not fit.
+  // Not dry-run: a dry run of the same split showed it cannot fit. Either a layout that holds no more
+  // memory missed (the same recompute with a micro-batch as small or smaller, the distributed optimizer
+  // or SP where this one has none), or the states of one with the distributed optimizer wherever this
+  // one has it exceed the device alone.
   int pruned_after_miss = 0;
   // Fitting layouts with the memory and step time of a simpler one that differs
   // in one setting (e.g. selective recompute with flash attention keeps and

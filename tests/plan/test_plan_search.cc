@@ -425,6 +425,67 @@ TEST(PlanCommand, TheJobsYamlWorldUnderPlansFlags) {
       << flag_rows[0]["command"];
 }
 
+// `mtrain plan sft --dry_run_lengths ...`: the job planned on samples of
+// those lengths, as a --dry_run of the same flags steps them: the top plan's
+// command re-run as `--dry_run --dry_run_lengths` of the same lengths gives
+// its peak and step time; every layout is faster on them than on rows of
+// --max_length. The printed commands leave the flag out; --dry_run_samples
+// reads N samples of each file; the validation is --dry_run's.
+TEST(PlanCommand, AnSftJobIsPlannedOnDryRunLengthsAndSamples) {
+  const std::string src = MTRAIN_SOURCE_DIR;
+  const std::vector<std::string> job = {"sft",
+                                        "--model_preset",
+                                        "demo",
+                                        "--tokenizer",
+                                        src + "/configs/demo/tokenizer.json",
+                                        "--max_length",
+                                        "128",
+                                        "--global_batch_size",
+                                        "8",
+                                        "--nproc_per_node",
+                                        "4",
+                                        "--top",
+                                        "1000",
+                                        "--json"};
+  const auto plan = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = job;
+    a.insert(a.end(), extra.begin(), extra.end());
+    std::ostringstream out;
+    EXPECT_EQ(run_plan_command(parse_plan_args(a), out), 0);
+    return nlohmann::json::parse(out.str());
+  };
+  const nlohmann::json at_max = plan({});
+  ASSERT_FALSE(at_max.empty());
+  const nlohmann::json short_rows = plan({"--dry-run-lengths=33:6,65:2"});
+  ASSERT_FALSE(short_rows.empty());
+  std::vector<std::string> top = {"--model_preset", "demo", "--tokenizer",         src + "/configs/demo/tokenizer.json",
+                                  "--max_length",   "128",  "--global_batch_size", "8",
+                                  "--train_iters",  "1",    "--dry_run",           "--dry_run_lengths",
+                                  "33:6,65:2"};
+  for (const std::string& w : split(short_rows[0]["flags"].get<std::string>())) top.push_back(w);
+  const DryRun r = dry_run(parse_words(top, 4, "sft"));
+  EXPECT_EQ(plan_peak(r), short_rows[0]["peak_bytes"].get<int64_t>());
+  EXPECT_EQ(step_time(r).step_s, short_rows[0]["step_s"].get<double>());
+  for (const nlohmann::json& row : short_rows) {
+    EXPECT_EQ(row["command"].get<std::string>().find("dry"), std::string::npos) << row["command"];
+    const auto same =
+        std::find_if(at_max.begin(), at_max.end(), [&](const nlohmann::json& r) { return r["flags"] == row["flags"]; });
+    if (same == at_max.end()) continue;  // fits on the shorter rows only
+    EXPECT_LT(row["step_s"].get<double>(), (*same)["step_s"].get<double>()) << row["flags"];
+  }
+  const nlohmann::json sampled = plan({"--dataset", src + "/configs/demo/sft.jsonl", "--dry_run_samples", "8"});
+  ASSERT_FALSE(sampled.empty());
+  EXPECT_EQ(sampled[0]["command"].get<std::string>().find("dry_run_samples"), std::string::npos);
+  // The dry run's checks: lengths stand in for a dataset; samples need one.
+  std::vector<std::string> both = job;
+  both.insert(both.end(), {"--dataset", src + "/configs/demo/sft.jsonl", "--dry_run_lengths", "33:8"});
+  std::ostringstream sink;
+  EXPECT_THROW(run_plan_command(parse_plan_args(both), sink), ConfigError);
+  std::vector<std::string> no_data = job;
+  no_data.insert(no_data.end(), {"--dry_run_samples", "8"});
+  EXPECT_THROW(run_plan_command(parse_plan_args(no_data), sink), ConfigError);
+}
+
 TEST(PlanCommand, BadInputIsAUsageError) {
   EXPECT_THROW(parse_plan_args({"--nproc_per_node", "0"}), UsageError);
   EXPECT_THROW(parse_plan_args({"--nnodes", "x"}), UsageError);
@@ -435,8 +496,10 @@ TEST(PlanCommand, BadInputIsAUsageError) {
                            "--expert_tensor_parallel_size", "--moe_token_dispatcher_type"})
     EXPECT_THROW(parse_plan_args({axis, "2"}), UsageError) << axis << ": the plan chooses it";
   EXPECT_THROW(parse_plan_args({"--nproc-per-node=0"}), UsageError);
-  for (const char* dry : {"--dry_run_lengths", "--dry-run-samples"})  // --dry_run's, not yet the plan's
-    EXPECT_THROW(parse_plan_args({dry, "100"}), UsageError) << dry;
+  for (const char* dry : {"--dry_run_lengths", "--dry-run-samples"}) {  // an sft job's data
+    EXPECT_THROW(parse_plan_args({dry, "100"}), UsageError) << dry << " of a pt job";
+    EXPECT_THROW(parse_plan_args({"sft", dry}), UsageError) << dry << " without its value";
+  }
   EXPECT_DOUBLE_EQ(*parse_plan_args({"--memory_margin", "0.1"}).memory_margin, 0.1);
   EXPECT_DOUBLE_EQ(*parse_plan_args({"--memory-margin=12.5%"}).memory_margin, 0.125);
   EXPECT_FALSE(parse_plan_args({}).memory_margin.has_value());  // the profile's
