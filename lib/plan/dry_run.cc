@@ -21,24 +21,28 @@
 
 namespace mtrain::plan {
 
+// The bytes a class holds in weights, gradients and optimizer state and in its activation slots.
+static int64_t states_and_slots(const ClassMemory& m) {
+  const auto& held = m.stats.by_category;
+  return held[static_cast<int>(device::MemCategory::kWeights)] + held[static_cast<int>(device::MemCategory::kGrads)] +
+         held[static_cast<int>(device::MemCategory::kOptimizer)] + m.slot_bytes;
+}
+
 // Builds one rank's objects shape-only and records its device's accounting.
 // With `repeat_steady_state` the step may run its steady state once for its
 // repeats; when the shortcut's checks fail the rank is built again and
-// stepped whole.
+// stepped whole. abandon_above > 0: when the built rank's states and slots
+// exceed it, the class is returned as built, not stepped (abandoned).
 static ClassMemory simulate_class(const config::Args& args, const std::shared_ptr<const parallel::ProcessGrid>& shared,
                                   const device::DeviceProfile& planning_profile, const RankClass& k,
-                                  data::DataPipeline* data, std::vector<int64_t>* lengths, bool repeat_steady_state) {
+                                  data::DataPipeline* data, std::vector<int64_t>* lengths, bool repeat_steady_state,
+                                  int64_t abandon_above) {
   const parallel::ProcessGrid& grid = *shared;
   parallel::ParallelState state = parallel::make_meta_parallel_state(shared, k.representative);
   device::Device dev(planning_profile, 0);
   const train::TrainerOptions to = train::trainer_options(args);
   const auto model = train::build_rank_model(args, dev, state, to, /*meta=*/true);
   train::TrainerSetup setup(args, *model, dev, state, to, /*meta=*/true);
-  std::unique_ptr<data::BatchSource> source;
-  if (data) source = data->train_source(args, train::data_shard(model->config(), state));
-  std::optional<DryStep> step =
-      run_dry_step(args, *model, setup, state, to, source.get(), lengths, repeat_steady_state);
-  if (!step) return simulate_class(args, shared, planning_profile, k, data, lengths, false);
   ClassMemory m;
   m.rank_class = k;
   m.tp_rank = state.coords().tp;
@@ -50,10 +54,20 @@ static ClassMemory simulate_class(const config::Args& args, const std::shared_pt
     m.chunk_slot_bytes.push_back(model->slot_bytes(c));
     if (pools.insert(model->pool(c)).second) m.slot_bytes += model->slot_bytes(c) * model->slots(c);
   }
+  m.stats = dev.stats();
+  m.group_nodes = grid.group_nodes(k.representative, planning_profile.devices_per_node);
+  if (abandon_above > 0 && states_and_slots(m) > abandon_above) {
+    m.abandoned = true;
+    return m;
+  }
+  std::unique_ptr<data::BatchSource> source;
+  if (data) source = data->train_source(args, train::data_shard(model->config(), state));
+  std::optional<DryStep> step =
+      run_dry_step(args, *model, setup, state, to, source.get(), lengths, repeat_steady_state);
+  if (!step) return simulate_class(args, shared, planning_profile, k, data, lengths, false, 0);
   m.step = std::move(step->record);
   m.stats = step->stats;
   m.microbatches_stepped = step->microbatches_stepped;
-  m.group_nodes = grid.group_nodes(k.representative, planning_profile.devices_per_node);
   m.activation_buffers = dev.live_by_name(device::MemCategory::kActivations);
   m.communicators.assign(dev.communicators().begin(), dev.communicators().end());
   return m;
@@ -101,7 +115,7 @@ DryRun dry_run(const config::Args& input, DryRunData want) {
   return dry_run(args, data ? &*data : nullptr);
 }
 
-DryRun dry_run(const config::Args& input, data::DataPipeline* data, bool repeat_steady_state) {
+DryRun dry_run(const config::Args& input, data::DataPipeline* data, bool repeat_steady_state, int64_t abandon_above) {
   const config::Args args = with_vocab_size(input);
   DryRun r;
   r.data_source = args.dry_run_lengths ? "--dry_run_lengths"
@@ -128,8 +142,13 @@ DryRun dry_run(const config::Args& input, data::DataPipeline* data, bool repeat_
   planning.hbm_bytes = std::numeric_limits<int64_t>::max() / 4;
   for (const RankClass& k : rank_classes(grid, args.use_distributed_optimizer)) {
     std::vector<int64_t> lengths;
-    r.classes.push_back(simulate_class(args, shared_grid, planning, k, data, &lengths, repeat_steady_state));
+    r.classes.push_back(
+        simulate_class(args, shared_grid, planning, k, data, &lengths, repeat_steady_state, abandon_above));
     if (r.classes.size() == 1) r.data_lengths = std::move(lengths);
+    if (r.classes.back().abandoned) {
+      r.abandoned = true;
+      break;
+    }
   }
   return r;
 }

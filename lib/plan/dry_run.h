@@ -44,6 +44,9 @@ struct ClassMemory {
   // The micro-batches its trainer stepped: all of the rank's, or fewer when
   // the pipeline's steady state was stepped once for its repeats (steady_state.h).
   int microbatches_stepped = 0;
+  // Not stepped: its states and activation slots alone exceeded the dry run's abandon_above (the stats
+  // are the built rank's; no step record).
+  bool abandoned = false;
   // Per group name ("tp", "dp", "pp", "world", ...): the nodes this rank's group spans.
   std::vector<std::pair<std::string, int>> group_nodes;
 };
@@ -64,6 +67,9 @@ struct DryRun {
   // Where those rows came from, for the report: "the dataset", "the dataset
   // (--dry_run_samples N of each file)" or "--dry_run_lengths".
   std::string data_source;
+  // Stopped at a class whose states and slots exceeded abandon_above: the classes up to it, the last not
+  // stepped (a plan's certain miss; nothing else reads an abandoned dry run).
+  bool abandoned = false;
 };
 
 // What a dry step feeds: the shapes of the job's SFT data (its --dataset
@@ -79,8 +85,11 @@ DryRun dry_run(const config::Args& args, DryRunData data = DryRunData::kDataset)
 // The same with the job's SFT data already read (`mtrain plan` reads it once
 // for all its candidates); null: every row the model's sequence length.
 // repeat_steady_state false: every micro-batch stepped (tests hold the
-// shortcut to this).
-DryRun dry_run(const config::Args& args, data::DataPipeline* data, bool repeat_steady_state = true);
+// shortcut to this). abandon_above > 0: stop at the first class whose
+// weights, gradients, optimizer state and activation slots (held together
+// through the step, so its peak is above) exceed it (DryRun::abandoned).
+DryRun dry_run(const config::Args& args, data::DataPipeline* data, bool repeat_steady_state = true,
+               int64_t abandon_above = 0);
 // The job's SFT data as the run reads it, when the job is sft with a
 // --dataset whose files all exist; nullopt otherwise.
 std::optional<data::DataPipeline> read_sft_data(const config::Args& args);

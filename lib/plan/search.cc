@@ -233,27 +233,39 @@ static int64_t usable_bytes(const device::DeviceProfile& p, double memory_margin
   return static_cast<int64_t>(static_cast<double>(p.hbm_bytes) * (1 - memory_margin));
 }
 
-static PlanResult measure(const config::Args& a, const Layout& l, double memory_margin, data::DataPipeline* data) {
-  const DryRun r = dry_run(a, data);
-  const StepTime t = step_time(r);
+// Dry-runs a candidate. abandon: a class whose states and activation slots
+// alone exceed the usable HBM ends the dry run unstepped (a certain miss;
+// its peak_bytes then only a lower bound, PlanResult::peak_is_bound).
+static PlanResult measure(const config::Args& a, const Layout& l, double memory_margin, data::DataPipeline* data,
+                          bool abandon) {
   PlanResult p;
   p.layout = l;
   p.dp = a.data_parallel_size;
   p.num_layers = a.num_layers;
+  p.flags = layout_flags(l, a.num_layers);
+  const device::DeviceProfile profile = train::device_profile(a);
+  p.capacity_bytes = profile.hbm_bytes;
+  p.usable_bytes = usable_bytes(profile, memory_margin);
+  const DryRun r = dry_run(a, data, /*repeat_steady_state=*/true, abandon ? p.usable_bytes : 0);
   p.peak_bytes = plan_peak(r);
-  p.capacity_bytes = r.profile.hbm_bytes;
-  p.usable_bytes = usable_bytes(r.profile, memory_margin);
+  for (const ClassMemory& c : r.classes) {
+    const auto& held = c.stats.by_category;
+    const int64_t states = held[static_cast<int>(device::MemCategory::kWeights)] +
+                           held[static_cast<int>(device::MemCategory::kGrads)] +
+                           held[static_cast<int>(device::MemCategory::kOptimizer)];
+    p.states_bytes = std::max(p.states_bytes, states);
+    p.resident_bytes = std::max(p.resident_bytes, states + c.slot_bytes);
+  }
+  if (r.abandoned) {
+    p.peak_bytes = std::max(p.peak_bytes, p.resident_bytes);
+    p.peak_is_bound = true;
+    return p;
+  }
+  p.fits = p.peak_bytes <= p.usable_bytes;
+  const StepTime t = step_time(r);
   p.step_s = t.step_s;
   p.tokens_per_s_per_device = t.tokens_per_s_per_device;
   p.mfu = t.mfu;
-  p.fits = p.peak_bytes <= p.usable_bytes;
-  for (const ClassMemory& c : r.classes) {
-    const auto& held = c.stats.by_category;
-    p.states_bytes = std::max(p.states_bytes, held[static_cast<int>(device::MemCategory::kWeights)] +
-                                                  held[static_cast<int>(device::MemCategory::kGrads)] +
-                                                  held[static_cast<int>(device::MemCategory::kOptimizer)]);
-  }
-  p.flags = layout_flags(l, a.num_layers);
   for (const StageTime& st : t.stages)
     if (st.tp_comm_s + st.cp_comm_s + st.ep_comm_s >= p.tp_comm_s + p.cp_comm_s + p.ep_comm_s)
       p.tp_comm_s = st.tp_comm_s, p.cp_comm_s = st.cp_comm_s, p.ep_comm_s = st.ep_comm_s;
@@ -301,26 +313,41 @@ static std::string split_of(Layout l, int num_layers) {
   return layout_flags(l, num_layers);
 }
 
-// b holds at least the memory of a (same split and recompute): a micro-batch
-// as large or larger, the distributed optimizer only if a has it, SP only if
-// a has it. A larger micro-batch grows every activation and row in flight;
-// without the distributed optimizer each rank holds the whole optimizer
-// state; without SP the norms and dropouts keep the whole sequence. So when a
-// misses, b misses (PlanAxes.ALayoutThatTradesNoMemoryAwayHoldsAtLeastThePeak
-// checks the claim on exhaustive searches). Recompute is no such setting:
-// full recompute keeps each layer's input beside the layer it recomputes,
-// more than no recompute when a stage holds one layer of one micro-batch.
-static bool holds_at_least(const Layout& b, const Layout& a) {
-  return a.recompute == b.recompute && b.mbs >= a.mbs && b.distopt <= a.distopt && b.sp <= a.sp;
+// How much of each layer a recompute granularity keeps for backward: full
+// recompute each layer's input, selective all but the attention core's,
+// none everything.
+static int recompute_keeps(const std::string& r) { return r == "full" ? 0 : r == "selective" ? 1 : 2; }
+
+// b trades no memory away against a (same split): a micro-batch as large or
+// larger, the distributed optimizer only if a has it, SP only if a has it;
+// with `same_recompute` a's recompute, else one that keeps as much or more.
+// A larger micro-batch grows every activation and row in flight; without the
+// distributed optimizer each rank holds the whole optimizer state; without SP
+// the norms and dropouts keep the whole sequence; less recompute keeps more
+// of each layer in every slot.
+static bool trades_no_memory_away(const Layout& b, const Layout& a, bool same_recompute) {
+  const bool recompute =
+      same_recompute ? a.recompute == b.recompute : recompute_keeps(b.recompute) >= recompute_keeps(a.recompute);
+  return recompute && b.mbs >= a.mbs && b.distopt <= a.distopt && b.sp <= a.sp;
 }
 
-// What a miss of a layout of the same split rules out for `c`: c holds at
-// least its memory; or its weights, gradients and optimizer state alone
-// exceed the device (held through the whole step, the same under any
-// micro-batch, recompute and SP) and c has the distributed optimizer only
-// where it had it (without it each rank holds more optimizer state).
+// What a miss of a layout of the same split rules out for `c` (each claim
+// held to exhaustive searches by PlanAxes.*TradesNoMemoryAway*):
+// - c trades no memory away at the same recompute: its peak is at least the
+//   miss's. Not across recompute: full recompute keeps each layer's input
+//   beside the layer it recomputes, more than none holds on a stage of one
+//   layer and one micro-batch.
+// - Its states and activation slots (held together through the step: the
+//   peak is at least their sum) exceed the device, and c trades no memory
+//   away, recompute included: c holds at least as much in both.
+// - Its weights, gradients and optimizer state alone exceed the device (the
+//   same under any micro-batch, recompute and SP) and c has the distributed
+//   optimizer only where it had it.
 static bool cannot_fit(const Layout& c, const PlanResult& miss) {
-  return holds_at_least(c, miss.layout) || (miss.states_bytes > miss.usable_bytes && c.distopt <= miss.layout.distopt);
+  const Layout& m = miss.layout;
+  if (trades_no_memory_away(c, m, true)) return true;
+  if (miss.resident_bytes > miss.usable_bytes && trades_no_memory_away(c, m, false)) return true;
+  return miss.states_bytes > miss.usable_bytes && c.distopt <= m.distopt;
 }
 
 namespace {
@@ -351,7 +378,7 @@ void measure_groups(const std::vector<std::vector<const Candidate*>>& groups, co
           if (o.prune &&
               std::any_of(missed.begin(), missed.end(), [&](const PlanResult* m) { return cannot_fit(c->layout, *m); }))
             continue;
-          PlanResult p = measure(c->args, c->layout, o.memory_margin, o.data);
+          PlanResult p = measure(c->args, c->layout, o.memory_margin, o.data, o.prune);
           const bool fits = p.fits;
           results[c->order] = std::move(p);
           if (!fits) missed.push_back(&*results[c->order]);
@@ -414,7 +441,8 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
   for (std::vector<const Candidate*>& g : groups)
     std::stable_sort(g.begin(), g.end(), [](const Candidate* x, const Candidate* y) {
       const Layout &a = x->layout, &b = y->layout;
-      const int ka = a.mbs * 4 + !a.distopt * 2 + !a.sp, kb = b.mbs * 4 + !b.distopt * 2 + !b.sp;
+      const int ka = a.mbs * 12 + recompute_keeps(a.recompute) * 4 + !a.distopt * 2 + !a.sp;
+      const int kb = b.mbs * 12 + recompute_keeps(b.recompute) * 4 + !b.distopt * 2 + !b.sp;
       return ka < kb;
     });
   ProgressBar bar("Plan", static_cast<int64_t>(layouts.size()), o.progress);
@@ -432,6 +460,22 @@ SearchSummary search_layouts(const config::Args& base, const SearchOptions& o) {
     }
     ++s.dry_run;
     (p->fits ? s.fitting : s.misses).push_back(std::move(*p));
+  }
+  // Nothing fits: the nearest miss is printed, so the misses stopped at a lower bound are measured whole.
+  if (s.fitting.empty()) {
+    std::vector<std::vector<const Candidate*>> again;
+    std::map<std::string, const Candidate*> by_flags;
+    for (const Candidate& c : candidates) by_flags[layout_flags(c.layout, c.args.num_layers)] = &c;
+    for (const PlanResult& m : s.misses)
+      if (m.peak_is_bound) again.push_back({by_flags.at(m.flags)});
+    std::vector<std::optional<PlanResult>> whole(candidates.size());
+    SearchOptions exact = o;
+    exact.prune = false;  // each measured whole (prune also selects abandoning)
+    if (!again.empty())
+      measure_groups(again, exact, std::max(1, std::min<int>(threads, static_cast<int>(again.size()))), whole, bar,
+                     s.candidates - static_cast<int64_t>(again.size()));
+    for (PlanResult& m : s.misses)
+      if (m.peak_is_bound) m = std::move(*whole[by_flags.at(m.flags)->order]);
   }
   bar.update(s.candidates, fmt::format("fit={}", s.fitting.size()));
   bar.close();

@@ -75,6 +75,12 @@ struct PlanResult {
   // The most any rank class holds in weights, gradients and optimizer state: allocated before the step
   // and held through it, the same under any micro-batch, recompute and SP.
   int64_t states_bytes = 0;
+  // The most any rank class holds in those states and its activation slots together (both held through
+  // the step: the peak is at least this).
+  int64_t resident_bytes = 0;
+  // A miss whose dry run stopped once those exceeded the usable HBM (not stepped): peak_bytes is a lower
+  // bound and there is no step time. Measured whole when nothing fits (its peak is then printed).
+  bool peak_is_bound = false;
   std::string flags;
 };
 
@@ -99,10 +105,7 @@ struct SearchOptions {
 
 struct SearchSummary {
   int candidates = 0, invalid = 0, pruned = 0, dry_run = 0;
-  // Not dry-run: a dry run of the same split showed it cannot fit. Either a layout that holds no more
-  // memory missed (the same recompute with a micro-batch as small or smaller, the distributed optimizer
-  // or SP where this one has none), or the states of one with the distributed optimizer wherever this
-  // one has it exceed the device alone.
+  // Not dry-run: a miss of the same split rules it out (search.cc, cannot_fit).
   int pruned_after_miss = 0;
   // Fitting layouts with the memory and step time of a simpler one that differs
   // in one setting (e.g. selective recompute with flash attention keeps and

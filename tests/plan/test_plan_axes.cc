@@ -135,18 +135,26 @@ TEST(PlanAxes, JsonRowsCarryTheAxesAndTheCommunicationSplit) {
   EXPECT_GT(cp_rows, 0) << out.str();
 }
 
-// The search's second pruning rule (search.cc, holds_at_least): of two
-// layouts with the same split and recompute, one with a micro-batch as large
-// or larger, the distributed optimizer only if the other has it and SP only if
-// the other has it holds at least the other's peak, so it is not dry-run once
-// the other missed. Checked on every pair of the exhaustive searches of a
-// dense, an MoE and a CP job: the claim itself, not only that the fitting
-// lists agree. (Recompute is not such a setting: DemoMoE's PP 4 stage of one
-// layer and one micro-batch holds more with full recompute than without.)
+// The claims behind the search's rules after a miss (search.cc,
+// cannot_fit), checked on every pair of the exhaustive searches of a dense,
+// an MoE and a CP job (the claims themselves, not only that the fitting lists
+// agree). Of two layouts with the same split, b "trades no memory away"
+// against a when its micro-batch is as large or larger, it has the
+// distributed optimizer only where a has it and SP only where a has it:
+// - at the same recompute, b's peak is at least a's;
+// - with a recompute that keeps as much or more (full < selective < none),
+//   b's states and activation slots hold at least a's;
+// - whatever the micro-batch, recompute and SP, b's weights, gradients and
+//   optimizer state are at least a's when b has the distributed optimizer
+//   only where a has it.
+// (The peak is not monotone in recompute: DemoMoE's PP 4 stage of one layer
+// and one micro-batch holds more with full recompute than without.)
 TEST(PlanAxes, ALayoutThatTradesNoMemoryAwayHoldsAtLeastThePeak) {
+  const auto keeps = [](const std::string& r) { return r == "full" ? 0 : r == "selective" ? 1 : 2; };
   const auto split = [](const PlanResult& p) {
     Layout l = p.layout;
     l.mbs = 0;
+    l.recompute = "none";
     l.distopt = l.sp = l.overlap_param_gather = false;
     return layout_flags(l, p.num_layers);
   };
@@ -161,17 +169,27 @@ TEST(PlanAxes, ALayoutThatTradesNoMemoryAwayHoldsAtLeastThePeak) {
     std::vector<const PlanResult*> results;
     for (const auto* list : {&all.fitting, &all.misses})
       for (const PlanResult& p : *list) results.push_back(&p);
-    int pairs = 0, misses_followed = 0;
+    int same_recompute = 0, more_kept = 0, states = 0, misses_followed = 0;
     for (const PlanResult* a : results)
       for (const PlanResult* b : results) {
         const Layout &x = a->layout, &y = b->layout;
         if (a == b || split(*a) != split(*b)) continue;
-        if (y.mbs < x.mbs || y.distopt > x.distopt || y.sp > x.sp) continue;
-        ++pairs;
+        const std::string pair = words[1] + ": " + b->flags + " against " + a->flags;
+        if (y.distopt <= x.distopt) {
+          ++states;
+          EXPECT_GE(b->states_bytes, a->states_bytes) << pair;
+        }
+        if (y.mbs < x.mbs || y.distopt > x.distopt || y.sp > x.sp || keeps(y.recompute) < keeps(x.recompute)) continue;
+        ++more_kept;
+        EXPECT_GE(b->resident_bytes, a->resident_bytes) << pair;
+        if (x.recompute != y.recompute) continue;
+        ++same_recompute;
         misses_followed += !a->fits;
-        EXPECT_GE(b->peak_bytes, a->peak_bytes) << words[1] << ": " << b->flags << " holds less than " << a->flags;
+        EXPECT_GE(b->peak_bytes, a->peak_bytes) << pair;
       }
-    EXPECT_GT(pairs, 0) << words[1];
+    EXPECT_GT(same_recompute, 0) << words[1];
+    EXPECT_GT(more_kept, same_recompute) << words[1];
+    EXPECT_GT(states, more_kept) << words[1];
     EXPECT_GT(misses_followed, 0) << words[1] << ": no miss to prune after";
   }
 }

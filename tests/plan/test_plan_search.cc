@@ -129,6 +129,20 @@ TEST(PlanSearch, PruningDropsNothingThatFits) {
   EXPECT_EQ(all.pruned + all.pruned_after_miss, 0);
   ASSERT_EQ(pruned.fitting.size(), all.fitting.size());
   for (size_t i = 0; i < all.fitting.size(); ++i) EXPECT_EQ(pruned.fitting[i].flags, all.fitting[i].flags);
+  // A miss whose states and slots alone exceed the device is not stepped: its peak is a lower bound of
+  // the whole dry run's, above the usable HBM; the exhaustive search measures every miss whole.
+  int bounded = 0;
+  for (const PlanResult& m : pruned.misses) {
+    if (!m.peak_is_bound) continue;
+    ++bounded;
+    const auto whole =
+        std::find_if(all.misses.begin(), all.misses.end(), [&](const PlanResult& q) { return q.flags == m.flags; });
+    ASSERT_NE(whole, all.misses.end()) << m.flags;
+    EXPECT_FALSE(whole->peak_is_bound);
+    EXPECT_LE(m.peak_bytes, whole->peak_bytes) << m.flags;
+    EXPECT_GT(m.peak_bytes, m.usable_bytes) << m.flags;
+  }
+  EXPECT_GT(bounded, 0) << "no miss stopped before its step: the test does not reach it";
 }
 
 // The candidates dry-run on several threads at once give the search of one
@@ -352,6 +366,17 @@ TEST(PlanCommand, NothingFitsIsExitSixWithTheSmallestWorldThatFits) {
         << m;
     EXPECT_EQ(e.hint().rfind("the smallest world that fits is ", 0), 0u) << e.hint();
   }
+  // With nothing fitting, the misses stopped before their step are measured whole: the nearest one's
+  // peak is its dry run's.
+  const config::Args job =
+      parse_words({"--model_preset", "qwen2.5-0.5b", "--global_batch_size", "8", "--seq_length", "262144",
+                   "--max_position_embeddings", "262144", "--bf16", "--train_iters", "1"},
+                  1);
+  const SearchSummary none = search_layouts(job, SearchOptions{1, 1, true});
+  ASSERT_TRUE(none.fitting.empty());
+  ASSERT_FALSE(none.misses.empty());
+  for (const PlanResult& m : none.misses) EXPECT_FALSE(m.peak_is_bound) << m.flags;
+  EXPECT_EQ(none.misses.front().peak_bytes, plan_peak(dry_run(apply_layout(job, none.misses.front().layout))));
 }
 
 // Splits a printed command as the shell would (quotes included).
